@@ -1,0 +1,25 @@
+"""Plain settings of an engine session (the kernel fills them from traitlets)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..sandbox import ResourceLimits
+
+
+@dataclass
+class EngineConfig:
+    backend: str = "auto"
+    workspace: Path = field(default_factory=Path.cwd)
+    #: where checkpoints live on the host; a fresh temp dir when None
+    state_dir: Path | None = None
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    tmp_size: int = 1 << 30
+    trust_outputs: bool = False
+    max_output_bytes: int = 10 * 1024 * 1024
+    #: seconds to wait after an interrupt before the cell is killed
+    interrupt_grace: float = 5.0
+    #: seconds of idleness before a background checkpoint is taken
+    checkpoint_delay: float = 0.5
+    extra_env: dict[str, str] = field(default_factory=dict)

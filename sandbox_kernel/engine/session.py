@@ -1,0 +1,474 @@
+"""An engine session: one sandbox at a time, a continuous namespace across cells.
+
+The session owns the worker's lifecycle. When the sandbox dies (or must be
+replaced), a new one is started and the state restored from the last
+checkpoint: imports and definitions replayed, the pickled namespace loaded
+inside the new sandbox, and every dropped name reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..outputs import OutputLimiter, sanitize_bundle
+from ..sandbox import BindMount, Sandbox, SandboxSpec, get_sandbox
+from ..sandbox.subprocess_backend import WARNING as SUBPROCESS_WARNING
+from .config import EngineConfig
+from .replay import ReplayLog
+from .safe_read import UnsafeFileError, read_json
+from .worker import DEAD, WorkerHandle
+
+Emit = Callable[[str, dict[str, Any]], None]
+AskInput = Callable[[str, bool], Awaitable[str]]
+
+WORKER_PACKAGE = "sandbox_kernel_worker"
+WORKER_SOURCE = Path(__file__).resolve().parent.parent / "worker"
+IN_WORKSPACE = "/workspace"
+IN_STATE = "/.sandbox_kernel/state"
+IN_LIB = "/.sandbox_kernel/lib"
+READY_TIMEOUT = 60.0
+NOTICE = "[sandbox_kernel]"
+
+
+class SandboxUnavailable(RuntimeError):
+    """No sandbox could be started (missing bwrap, Docker down...)."""
+
+
+@dataclass
+class ExecuteResult:
+    status: str  # "ok" | "error" | "died"
+    execution_count: int
+    ename: str = ""
+    evalue: str = ""
+    traceback: list[str] = field(default_factory=list)
+    user_expressions: dict[str, Any] = field(default_factory=dict)
+    payload: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Session:
+    """A sandboxed IPython namespace that survives cell crashes and sandbox loss."""
+
+    def __init__(self, config: EngineConfig | None = None, log: logging.Logger | None = None, sandbox: Sandbox | None = None) -> None:
+        self.config = config or EngineConfig()
+        self.log = log or logging.getLogger("sandbox_kernel.engine")
+        self.sandbox = sandbox or get_sandbox(self.config.backend)
+        self.replay = ReplayLog()
+        self.private = False
+        self.isolate_network = True
+        self.history: list[tuple[int, str]] = []
+        self.worker: WorkerHandle | None = None
+        self._runtime = Path(tempfile.mkdtemp(prefix="sandbox-kernel-"))
+        self.state_dir = self.config.state_dir or (self._runtime / "state")
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._lock = asyncio.Lock()
+        self._ids = itertools.count(1)
+        self._running: str | None = None
+        self._kill_reason: str | None = None
+        self._checkpoint_handle: asyncio.TimerHandle | None = None
+        self._last_done_count = 0
+        self._pending_notices: list[str] = []
+        self._closed = False
+        self.started_at: float | None = None
+
+    # ---- public facts ----------------------------------------------------------------
+    @property
+    def backend(self) -> str:
+        return self.sandbox.name
+
+    @property
+    def warnings(self) -> list[str]:
+        return [] if self.sandbox.isolates else [SUBPROCESS_WARNING]
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def _visible(self, host: Path, inside: str) -> str:
+        return str(host) if not self.sandbox.isolates else inside
+
+    def _spec(self) -> SandboxSpec:
+        workspace = Path(self.config.workspace).resolve()
+        if not self.sandbox.isolates:
+            lib = self._runtime / "lib"
+            lib.mkdir(exist_ok=True)
+            link = lib / WORKER_PACKAGE
+            if not link.exists():
+                link.symlink_to(WORKER_SOURCE, target_is_directory=True)
+            mounts: list[BindMount] = []
+            lib_path = str(lib)
+            home = self._runtime / "home"
+            home.mkdir(exist_ok=True)
+            tmp = str(home)
+        else:
+            mounts = [
+                BindMount(workspace, IN_WORKSPACE),
+                BindMount(self.state_dir, IN_STATE),
+                BindMount(WORKER_SOURCE, f"{IN_LIB}/{WORKER_PACKAGE}", readonly=True),
+            ]
+            lib_path = IN_LIB
+            tmp = "/tmp"
+        state = self._visible(self.state_dir, IN_STATE)
+        bindir = str(Path(sys.executable).parent)
+        env = {
+            "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": tmp,
+            "TMPDIR": tmp,
+            "USER": "sandbox",
+            "LOGNAME": "sandbox",
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+            "MPLCONFIGDIR": f"{state}/matplotlib",
+            "IPYTHONDIR": f"{tmp}/.ipython",
+            "SANDBOX_KERNEL_BACKEND": self.sandbox.name,
+            **self.config.extra_env,
+        }
+        bootstrap = (
+            f"import sys; sys.path.insert(0, {lib_path!r}); import runpy; "
+            f"runpy.run_module({WORKER_PACKAGE!r}, run_name='__main__')"
+        )
+        return SandboxSpec(
+            command=[sys.executable, "-u", "-c", bootstrap],
+            bind_mounts=mounts,
+            isolate_network=self.isolate_network,
+            cwd=self._visible(workspace, IN_WORKSPACE),
+            env=env,
+            limits=self.config.limits,
+            tmp_size=self.config.tmp_size,
+        )
+
+    async def start(self) -> None:
+        """Start a sandbox now (the kernel calls this in the background)."""
+        async with self._lock:
+            await self._ensure_worker(None)
+
+    async def _ensure_worker(self, emit: Emit | None) -> WorkerHandle:
+        if self._closed:
+            raise SandboxUnavailable("the session is shut down")
+        if self.worker is not None and self.worker.alive:
+            return self.worker
+        recovering = self.worker is not None or (self.state_dir / "checkpoint.json").exists()
+        reason = self.worker.dead_reason if self.worker is not None else None
+        if self.worker is not None:
+            await self.worker.kill()
+            self.worker = None
+        if not self.sandbox.isolates:
+            self.log.warning(SUBPROCESS_WARNING)
+        try:
+            process = await self.sandbox.start(self._spec())
+        except (OSError, RuntimeError) as exc:
+            raise SandboxUnavailable(f"could not start the {self.sandbox.name} sandbox: {exc}") from exc
+        worker = WorkerHandle(process, self.log)
+        try:
+            msg = await asyncio.wait_for(worker.messages.get(), READY_TIMEOUT)
+        except asyncio.TimeoutError:
+            msg = {"type": DEAD, "reason": f"no answer within {READY_TIMEOUT:.0f} s"}
+        if msg.get("type") != "ready":
+            await worker.kill()
+            tail = "\n".join(worker.stderr_tail)
+            raise SandboxUnavailable(f"the {self.sandbox.name} sandbox failed to start: {msg.get('reason', msg)}\n{tail}".strip())
+        self.worker = worker
+        self.started_at = time.monotonic()
+        self.log.info("sandbox started (%s, python %s, %.2f s)", self.sandbox.name, msg.get("python"), msg.get("startup_seconds", 0))
+        if recovering:
+            await self._restore(worker, emit, reason)
+        return worker
+
+    async def _restore(self, worker: WorkerHandle, emit: Emit | None, reason: str | None) -> None:
+        manifest: dict[str, Any] | None = None
+        try:
+            data = read_json(self.state_dir / "checkpoint.json")
+            manifest = data if isinstance(data, dict) else None
+        except FileNotFoundError:
+            manifest = None
+        except (UnsafeFileError, OSError, ValueError) as exc:
+            self.log.error("ignoring the checkpoint manifest: %s", exc)
+        path = f"{self._visible(self.state_dir, IN_STATE)}/checkpoint.bin" if manifest else None
+        rid = f"r{next(self._ids)}"
+        worker.send({"op": "restore", "id": rid, "path": path, "imports": self.replay.imports, "defs": list(self.replay.defs.values())})
+        result = await self._await_done(worker, rid, emit=None)
+        dropped: dict[str, str] = {}
+        if manifest:
+            raw = manifest.get("dropped")
+            if isinstance(raw, dict):
+                dropped.update({str(k)[:100]: str(v)[:300] for k, v in raw.items()})
+        failed = result.get("failed")
+        if isinstance(failed, dict):
+            dropped.update({str(k)[:100]: str(v)[:300] for k, v in failed.items()})
+        cell = manifest.get("cell") if manifest else None
+        lines = [f"{NOTICE} The sandbox was replaced" + (f" ({reason})" if reason else "") + "."]
+        if cell:
+            lines.append(f"State restored from the checkpoint taken after cell [{cell}]; cells run after it must be re-run.")
+        else:
+            lines.append("No checkpoint existed: imports and definitions were replayed, variables were not restored.")
+        if dropped:
+            lines.append("Dropped: " + "; ".join(f"{k} ({v})" for k, v in sorted(dropped.items())))
+        text = "\n".join(lines) + "\n"
+        self.log.warning(text.strip())
+        if emit is not None:
+            emit("stream", {"name": "stderr", "text": text})
+        else:
+            self._pending_notices.append(text)
+
+    async def shutdown(self) -> None:
+        """Stop the sandbox and remove every temp dir this session made."""
+        self._closed = True
+        if self._checkpoint_handle is not None:
+            self._checkpoint_handle.cancel()
+        if self.worker is not None:
+            worker, self.worker = self.worker, None
+            worker.send({"op": "shutdown"})
+            try:
+                await asyncio.wait_for(worker.process.wait(), 2.0)
+            except asyncio.TimeoutError:
+                pass
+            await worker.kill()
+        shutil.rmtree(self._runtime, ignore_errors=True)
+
+    async def replace_sandbox(self, reason: str, emit: Emit | None = None) -> None:
+        """Checkpoint now, drop the sandbox, start a new one from the checkpoint
+        (used when the network must go)."""
+        async with self._lock:
+            if self.worker is not None and self.worker.alive:
+                rid = f"c{next(self._ids)}"
+                self.worker.send({"op": "checkpoint", "id": rid, "wait": True, "path": self._visible(self.state_dir, IN_STATE), "cell": self._last_done_count, "def_names": list(self.replay.defs)})
+                await self._await_done(self.worker, rid, emit=None)
+                self.worker.dead_reason = reason
+                await self.worker.kill()
+            await self._ensure_worker(emit)
+
+    # ---- requests --------------------------------------------------------------------
+    async def execute(
+        self,
+        code: str,
+        *,
+        execution_count: int,
+        emit: Emit,
+        silent: bool = False,
+        store_history: bool = True,
+        user_expressions: dict[str, str] | None = None,
+        allow_stdin: bool = False,
+        ask_input: AskInput | None = None,
+        timeout: float | None = None,
+    ) -> ExecuteResult:
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a string, not {type(code).__name__}")
+        async with self._lock:
+            limiter = OutputLimiter(self.config.max_output_bytes)
+            guarded = self._guarded_emit(emit, limiter)
+            try:
+                worker = await self._ensure_worker(guarded)
+            except SandboxUnavailable as exc:
+                guarded("error", {"ename": "SandboxUnavailable", "evalue": str(exc), "traceback": [str(exc)]})
+                return ExecuteResult("error", execution_count, "SandboxUnavailable", str(exc), [str(exc)])
+            for text in self._pending_notices:
+                guarded("stream", {"name": "stderr", "text": text})
+            self._pending_notices.clear()
+            if self.warnings and not getattr(self, "_warned", False):
+                self._warned = True
+                guarded("stream", {"name": "stderr", "text": f"{NOTICE} WARNING: {self.warnings[0]}\n"})
+            rid = f"x{next(self._ids)}"
+            self._running = rid
+            self._kill_reason = None
+            worker.send({
+                "op": "execute", "id": rid, "code": code, "silent": silent,
+                "store_history": store_history, "user_expressions": user_expressions or {},
+                "allow_stdin": allow_stdin and ask_input is not None, "execution_count": execution_count,
+            })
+            try:
+                done = await self._await_done(worker, rid, guarded, ask_input=ask_input, timeout=timeout)
+            finally:
+                self._running = None
+            note = limiter.truncation_note()
+            if note:
+                emit("stream", {"name": "stderr", "text": f"\n{note}\n"})
+            result = self._result(done, execution_count)
+            if result.status == "died":
+                text = self._kill_reason or str(done.get("reason") or "the cell's process died")
+                evalue = f"{text}. The cell's changes were discarded; the state from earlier cells is intact."
+                guarded("error", {"ename": "CellDied", "evalue": evalue, "traceback": [f"CellDied: {evalue}"]})
+                result.ename, result.evalue, result.traceback = "CellDied", evalue, [f"CellDied: {evalue}"]
+                if done.get("type") == DEAD:
+                    await self._ensure_worker(guarded)
+            else:
+                if store_history:
+                    self.replay.record(code)
+                    self.history.append((execution_count, code))
+                self._last_done_count = execution_count
+                self._schedule_checkpoint()
+            return result
+
+    async def complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
+        return await self._query({"op": "complete", "code": code, "cursor_pos": cursor_pos})
+
+    async def inspect(self, code: str, cursor_pos: int, detail_level: int = 0) -> dict[str, Any]:
+        return await self._query({"op": "inspect", "code": code, "cursor_pos": cursor_pos, "detail_level": detail_level})
+
+    async def _query(self, msg: dict[str, Any]) -> dict[str, Any]:
+        async with self._lock:
+            worker = await self._ensure_worker(None)
+            rid = f"q{next(self._ids)}"
+            worker.send({**msg, "id": rid})
+            done = await self._await_done(worker, rid, emit=None, timeout=30)
+            done.pop("type", None)
+            done.pop("id", None)
+            return done
+
+    def interrupt(self) -> None:
+        """Forward SIGINT to the running cell; kill it if it ignores that."""
+        rid = self._running
+        if rid is None or self.worker is None:
+            return
+        self.worker.send({"op": "interrupt"})
+        loop = asyncio.get_running_loop()
+
+        def escalate() -> None:
+            if self._running == rid and self.worker is not None:
+                self._kill_reason = f"the cell did not stop within {self.config.interrupt_grace:g} s of the interrupt and was killed"
+                self.worker.send({"op": "kill"})
+
+        loop.call_later(self.config.interrupt_grace, escalate)
+
+    # ---- internals --------------------------------------------------------------------
+    async def _await_done(
+        self,
+        worker: WorkerHandle,
+        rid: str,
+        emit: Emit | None,
+        ask_input: AskInput | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        killed_at: float | None = None
+        while True:
+            wait = None
+            if killed_at is not None:
+                wait = max(0.0, killed_at + 5.0 - time.monotonic())
+            elif deadline is not None:
+                wait = max(0.0, deadline - time.monotonic())
+            try:
+                msg = await asyncio.wait_for(worker.messages.get(), wait)
+            except asyncio.TimeoutError:
+                if killed_at is None:
+                    self._kill_reason = f"the cell timed out after {timeout:g} s and was killed"
+                    worker.send({"op": "kill"})
+                    killed_at = time.monotonic()
+                    continue
+                worker.dead_reason = "the sandbox did not answer after the cell was killed"
+                await worker.kill()
+                return {"type": DEAD, "status": "died", "reason": worker.dead_reason}
+            kind = msg.get("type")
+            if kind == DEAD:
+                return {"type": DEAD, "status": "died", "reason": f"the sandbox died: {msg.get('reason')}"}
+            if kind in ("done", "reply") and msg.get("id") == rid:
+                return msg
+            if kind == "input_request" and emit is not None:
+                value = ""
+                if ask_input is not None:
+                    try:
+                        value = await ask_input(str(msg.get("prompt", "")), bool(msg.get("password")))
+                    except Exception as exc:  # the frontend went away
+                        self.log.warning("input request failed: %s", exc)
+                        value = "\x04"
+                worker.send({"op": "input_reply", "value": value})
+                continue
+            if emit is not None and self._running is not None:
+                self._forward(msg, emit)
+
+    def _forward(self, msg: dict[str, Any], emit: Emit) -> None:
+        kind = msg.get("type")
+        if kind == "stream":
+            name, text = msg.get("name"), msg.get("text")
+            if name in ("stdout", "stderr") and isinstance(text, str):
+                emit("stream", {"name": name, "text": text})
+        elif kind in ("display_data", "update_display_data", "execute_result"):
+            transient = msg.get("transient") if isinstance(msg.get("transient"), dict) else {}
+            display_id = transient.get("display_id")
+            content: dict[str, Any] = {"data": msg.get("data"), "metadata": msg.get("metadata")}
+            if kind == "execute_result":
+                count = msg.get("execution_count")
+                content["execution_count"] = count if isinstance(count, int) else None
+            else:
+                content["transient"] = {"display_id": display_id} if isinstance(display_id, str) else {}
+            emit(kind, content)
+        elif kind == "error":
+            tb = msg.get("traceback")
+            emit("error", {
+                "ename": str(msg.get("ename", "Error"))[:200],
+                "evalue": str(msg.get("evalue", ""))[:100000],
+                "traceback": [str(line) for line in tb][:1000] if isinstance(tb, list) else [],
+            })
+        elif kind == "clear_output":
+            emit("clear_output", {"wait": bool(msg.get("wait"))})
+
+    def _guarded_emit(self, emit: Emit, limiter: OutputLimiter) -> Emit:
+        """Sanitise MIME bundles and enforce the per-cell output budget."""
+        notes: set[str] = set()
+
+        def guarded(kind: str, content: dict[str, Any]) -> None:
+            if kind == "stream":
+                text = limiter.admit_text(content["text"])
+                if text:
+                    emit(kind, {**content, "text": text})
+                return
+            if kind in ("display_data", "update_display_data", "execute_result"):
+                clean = sanitize_bundle(content.get("data"), content.get("metadata"), trusted=self.config.trust_outputs, private=self.private)
+                for note in clean.removed:
+                    if note not in notes:
+                        notes.add(note)
+                        emit("stream", {"name": "stderr", "text": f"{NOTICE} {note}\n"})
+                if not clean.data or not limiter.admit_bundle(clean.data):
+                    return
+                emit(kind, {**content, "data": clean.data, "metadata": clean.metadata})
+                return
+            if kind == "error":
+                size = sum(len(line) for line in content.get("traceback", []))
+                if limiter.admit_bundle({"text/plain": "x" * min(size, 1)}):
+                    emit(kind, content)
+                return
+            emit(kind, content)
+
+        return guarded
+
+    @staticmethod
+    def _result(done: dict[str, Any], execution_count: int) -> ExecuteResult:
+        status = done.get("status")
+        if status not in ("ok", "error", "died"):
+            status = "error"
+        tb = done.get("traceback")
+        payload = done.get("payload")
+        expressions = done.get("user_expressions")
+        return ExecuteResult(
+            status=status,
+            execution_count=execution_count,
+            ename=str(done.get("ename", "")),
+            evalue=str(done.get("evalue", "")),
+            traceback=[str(x) for x in tb] if isinstance(tb, list) else [],
+            user_expressions=expressions if isinstance(expressions, dict) else {},
+            payload=[p for p in payload if isinstance(p, dict)] if isinstance(payload, list) else [],
+        )
+
+    def _schedule_checkpoint(self) -> None:
+        if self._checkpoint_handle is not None:
+            self._checkpoint_handle.cancel()
+        loop = asyncio.get_running_loop()
+        self._checkpoint_handle = loop.call_later(self.config.checkpoint_delay, self._checkpoint_now)
+
+    def _checkpoint_now(self) -> None:
+        self._checkpoint_handle = None
+        if self._lock.locked():
+            self._schedule_checkpoint()
+            return
+        if self.worker is not None and self.worker.alive:
+            self.worker.send({
+                "op": "checkpoint", "path": self._visible(self.state_dir, IN_STATE),
+                "cell": self._last_done_count, "def_names": list(self.replay.defs),
+            })

@@ -1,0 +1,248 @@
+"""The Jupyter face of the engine: protocol translation only.
+
+Requests become engine calls, engine events become iopub messages. All
+sandboxing, state carry and output sanitising live in the engine, so agent
+tools get exactly the same behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import platform
+import signal
+from pathlib import Path
+from typing import Any
+
+import comm
+from ipykernel.comm import CommManager
+from ipykernel.comm.comm import BaseComm
+from ipykernel.kernelbase import Kernel
+from IPython.core.inputtransformer2 import TransformerManager
+from traitlets import Bool, Enum, Float, Int, Unicode
+
+from . import __version__
+from .engine import EngineConfig, Session
+from .sandbox import ResourceLimits
+
+GiB = 1 << 30
+_comm_manager: CommManager | None = None
+
+
+def _get_comm_manager(*args: Any, **kwargs: Any) -> CommManager:
+    global _comm_manager
+    if _comm_manager is None:
+        _comm_manager = CommManager(*args, **kwargs)
+    return _comm_manager
+
+
+class SandboxKernel(Kernel):
+    """Python 3 (sandboxed): every cell runs in a bubblewrap or Docker sandbox."""
+
+    implementation = "sandbox_kernel"
+    implementation_version = __version__
+    language = "python"
+    language_version = platform.python_version()
+    language_info = {
+        "name": "python",
+        "version": platform.python_version(),
+        "mimetype": "text/x-python",
+        "file_extension": ".py",
+        "pygments_lexer": "ipython3",
+        "codemirror_mode": {"name": "ipython", "version": 3},
+        "nbconvert_exporter": "python",
+    }
+    banner = f"Python {platform.python_version()} in a sandbox (sandbox_kernel {__version__})"
+    help_links = [{"text": "sandbox_kernel", "url": "https://pypi.org/project/sandbox-kernel/"}]
+
+    backend = Enum(
+        ["auto", "bwrap", "docker", "subprocess"], default_value="auto",
+        help="Sandbox backend: 'bwrap' (default on Linux when installed), 'docker', or "
+        "'subprocess' (development only: isolates nothing). 'auto' picks bwrap, else subprocess.",
+    ).tag(config=True)
+    workspace = Unicode(
+        "", help="Host directory mounted read-write at /workspace (default: the kernel's working "
+        "directory, i.e. the notebook's folder).",
+    ).tag(config=True)
+    cell_timeout = Float(
+        0.0, help="Seconds after which a running cell is killed (its changes discarded). 0 disables it.",
+    ).tag(config=True)
+    memory_limit = Int(8 * GiB, help="Address-space limit of the sandboxed processes, in bytes (0: none).").tag(config=True)
+    max_processes = Int(
+        512, help="RLIMIT_NPROC inside the sandbox (0: none). Not enforced by Linux for host root; "
+        "use the docker backend for a hard cap.",
+    ).tag(config=True)
+    max_file_size = Int(4 * GiB, help="Largest file a cell may write, in bytes (0: none).").tag(config=True)
+    max_open_files = Int(1024, help="Open file descriptors per sandboxed process (0: none).").tag(config=True)
+    tmp_size = Int(1 * GiB, help="Size cap of the sandbox's private /tmp, in bytes.").tag(config=True)
+    trust_outputs = Bool(
+        False, help="Pass HTML, SVG and JavaScript outputs to the frontend unsanitised. Outputs come "
+        "from untrusted code: only enable this for code you trust.",
+    ).tag(config=True)
+    max_output_bytes = Int(10 * 1024 * 1024, help="Output a single cell may send before it is truncated.").tag(config=True)
+    interrupt_grace = Float(5.0, help="Seconds an interrupted cell gets before it is killed.").tag(config=True)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        comm.create_comm = lambda *a, **k: BaseComm(*a, **k)
+        comm.get_comm_manager = _get_comm_manager
+        self.comm_manager = comm.get_comm_manager(parent=self, kernel=self)
+        for msg_type in ("comm_open", "comm_msg", "comm_close"):
+            self.shell_handlers[msg_type] = getattr(self.comm_manager, msg_type)
+        limits = ResourceLimits(
+            address_space=self.memory_limit or None,
+            processes=self.max_processes or None,
+            file_size=self.max_file_size or None,
+            open_files=self.max_open_files or None,
+        )
+        self.engine = Session(
+            EngineConfig(
+                backend=self.backend,
+                workspace=Path(self.workspace or Path.cwd()),
+                limits=limits,
+                tmp_size=self.tmp_size,
+                trust_outputs=self.trust_outputs,
+                max_output_bytes=self.max_output_bytes,
+                interrupt_grace=self.interrupt_grace,
+            ),
+            log=self.log,
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._transformer = TransformerManager()
+
+    # ---- startup -------------------------------------------------------------------
+    def start(self) -> None:
+        super().start()
+        self.io_loop.add_callback(self._start_engine)
+        try:
+            signal.signal(signal.SIGINT, self._on_sigint)
+        except ValueError:  # not the main thread (embedded use)
+            pass
+
+    async def _start_engine(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        try:
+            await self.engine.start()
+        except Exception as exc:  # reported again on the first cell
+            self.log.error("sandbox failed to start: %s", exc)
+
+    @property
+    def kernel_info(self) -> dict[str, Any]:
+        info = super().kernel_info
+        # Subshells would run cells concurrently in one sandbox namespace: not offered.
+        info["supported_features"] = [f for f in info.get("supported_features", []) if f not in ("kernel subshells", "debugger")]
+        info["debugger"] = False
+        return info
+
+    async def create_subshell_request(self, socket, ident, parent) -> None:  # type: ignore[override]
+        self.session.send(socket, "create_subshell_reply", {"status": "error", "ename": "NotSupported", "evalue": "this kernel does not offer subshells", "traceback": []}, parent, ident)
+
+    # ---- execution ----------------------------------------------------------------
+    async def do_execute(self, code, silent, store_history=True, user_expressions=None, allow_stdin=False, *, cell_meta=None, cell_id=None):  # type: ignore[override]
+        self._loop = asyncio.get_running_loop()
+        parent = self.get_parent("shell")
+        ident = self._get_shell_context_var(self._shell_parent_ident)
+
+        def emit(kind: str, content: dict[str, Any]) -> None:
+            if silent:
+                return
+            self.session.send(self.iopub_socket, kind, content, parent=parent, ident=self._topic(kind))
+
+        async def ask_input(prompt: str, password: bool) -> str:
+            return await asyncio.to_thread(self._input_request, prompt, ident, parent, password)
+
+        result = await self.engine.execute(
+            code,
+            execution_count=self.execution_count,
+            emit=emit,
+            silent=silent,
+            store_history=store_history,
+            user_expressions=user_expressions if isinstance(user_expressions, dict) else {},
+            allow_stdin=bool(allow_stdin),
+            ask_input=ask_input if allow_stdin else None,
+            timeout=self.cell_timeout or None,
+        )
+        reply: dict[str, Any] = {
+            "status": "ok" if result.status == "ok" else "error",
+            "execution_count": self.execution_count,
+        }
+        if result.status == "ok":
+            reply["user_expressions"] = result.user_expressions
+            reply["payload"] = result.payload
+        else:
+            reply.update(ename=result.ename, evalue=result.evalue, traceback=result.traceback)
+        return reply
+
+    async def do_complete(self, code, cursor_pos):  # type: ignore[override]
+        cursor_pos = len(code) if cursor_pos is None else cursor_pos
+        try:
+            reply = await self.engine.complete(code, cursor_pos)
+        except Exception as exc:
+            self.log.warning("completion failed: %s", exc)
+            reply = {}
+        return {
+            "status": "ok",
+            "matches": [m for m in reply.get("matches", []) if isinstance(m, str)],
+            "cursor_start": reply.get("cursor_start", cursor_pos),
+            "cursor_end": reply.get("cursor_end", cursor_pos),
+            "metadata": reply.get("metadata", {}) if isinstance(reply.get("metadata"), dict) else {},
+        }
+
+    async def do_inspect(self, code, cursor_pos, detail_level=0, omit_sections=()):  # type: ignore[override]
+        from .outputs import sanitize_bundle
+
+        cursor_pos = len(code) if cursor_pos is None else cursor_pos
+        try:
+            reply = await self.engine.inspect(code, cursor_pos, detail_level)
+        except Exception as exc:
+            self.log.warning("inspection failed: %s", exc)
+            reply = {}
+        found = bool(reply.get("found"))
+        clean = sanitize_bundle(reply.get("data") or {}, {}, trusted=False, private=self.engine.private)
+        return {"status": "ok", "found": found, "data": clean.data if found else {}, "metadata": {}}
+
+    async def do_is_complete(self, code):  # type: ignore[override]
+        status, indent = self._transformer.check_complete(code)
+        reply: dict[str, Any] = {"status": status}
+        if status == "incomplete":
+            reply["indent"] = " " * (indent or 0)
+        return reply
+
+    async def do_history(self, hist_access_type, output, raw, session=None, start=None, stop=None, n=None, pattern=None, unique=False):  # type: ignore[override]
+        entries = [(1, count, code) for count, code in self.engine.history]
+        if hist_access_type == "tail":
+            entries = entries[-n:] if n else entries
+        elif hist_access_type == "range":
+            if session not in (None, 0, 1):
+                entries = []
+            entries = [e for e in entries if (start is None or e[1] >= start) and (stop is None or e[1] < stop)]
+        elif hist_access_type == "search":
+            glob = pattern or "*"
+            entries = [e for e in entries if fnmatch.fnmatchcase(e[2], glob)]
+            if unique:
+                seen: set[str] = set()
+                entries = [e for e in reversed(entries) if not (e[2] in seen or seen.add(e[2]))][::-1]
+            if n:
+                entries = entries[-n:]
+        else:
+            entries = []
+        if output:
+            return {"status": "ok", "history": [(s, c, (code, None)) for s, c, code in entries]}
+        return {"status": "ok", "history": entries}
+
+    # ---- interrupt and shutdown (control thread) ----------------------------------------
+    def _on_sigint(self, signum, frame) -> None:
+        self._send_interrupt_children()
+
+    def _send_interrupt_children(self) -> None:
+        """Interrupt the cell in the sandbox, never this process."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self.engine.interrupt)
+
+    async def do_shutdown(self, restart):  # type: ignore[override]
+        if self._loop is not None and self._loop is not asyncio.get_running_loop():
+            future = asyncio.run_coroutine_threadsafe(self.engine.shutdown(), self._loop)
+            await asyncio.wrap_future(future)
+        else:
+            await self.engine.shutdown()
+        return {"status": "ok", "restart": restart}

@@ -1,0 +1,184 @@
+"""The process-sandbox API: start a command in isolation, once or long-lived.
+
+Backends know nothing about Python cells; the engine builds on ``start()``
+(a long-lived child it talks to over stdin/stdout) and tools use ``run()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import signal
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class BindMount:
+    """A host path made visible inside the sandbox at ``target``."""
+
+    source: Path
+    target: str
+    readonly: bool = False
+
+
+@dataclass
+class SandboxResult:
+    """What a finished ``Sandbox.run`` produced."""
+
+    exit_code: int
+    stdout: bytes = b""
+    stderr: bytes = b""
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class ResourceLimits:
+    """rlimits applied to the sandboxed process tree; ``None`` leaves one unset.
+
+    They are set on the process that becomes the sandbox, so every child
+    inherits them. RLIMIT_NPROC counts per host uid and is not enforced for
+    host root: use the Docker backend when a hard process cap matters.
+    """
+
+    address_space: int | None = None
+    processes: int | None = None
+    file_size: int | None = None
+    open_files: int | None = None
+
+    def apply(self) -> None:
+        """Set the limits on the calling process (runs between fork and exec)."""
+        for which, value in (
+            (resource.RLIMIT_AS, self.address_space),
+            (resource.RLIMIT_NPROC, self.processes),
+            (resource.RLIMIT_FSIZE, self.file_size),
+            (resource.RLIMIT_NOFILE, self.open_files),
+        ):
+            if value is not None and value > 0:
+                soft, hard = resource.getrlimit(which)
+                if hard != resource.RLIM_INFINITY:
+                    value = min(value, hard)
+                resource.setrlimit(which, (value, value))
+
+
+@dataclass
+class SandboxSpec:
+    """Everything a backend needs to start one sandboxed command."""
+
+    command: Sequence[str]
+    bind_mounts: Sequence[BindMount] = ()
+    isolate_network: bool = True
+    isolate_pid: bool = True
+    cwd: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    tmp_size: int = 1 << 30
+
+
+class SandboxProcess:
+    """A long-lived sandboxed child with pipes on stdin, stdout and stderr."""
+
+    def __init__(self, process: asyncio.subprocess.Process, backend: str) -> None:
+        self.process = process
+        self.backend = backend
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def stdin(self) -> asyncio.StreamWriter:
+        assert self.process.stdin is not None
+        return self.process.stdin
+
+    @property
+    def stdout(self) -> asyncio.StreamReader:
+        assert self.process.stdout is not None
+        return self.process.stdout
+
+    @property
+    def stderr(self) -> asyncio.StreamReader:
+        assert self.process.stderr is not None
+        return self.process.stderr
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode
+
+    async def wait(self) -> int:
+        return await self.process.wait()
+
+    async def kill(self) -> None:
+        """Kill the whole sandbox: it leads its own session, so its group goes too."""
+        if self.process.returncode is None:
+            for target in (lambda: os.killpg(self.process.pid, signal.SIGKILL), self.process.kill):
+                try:
+                    target()
+                    break
+                except (ProcessLookupError, PermissionError):
+                    continue
+        await self.process.wait()
+
+
+class Sandbox(ABC):
+    """Run commands in isolation. Subclasses only say how to start one."""
+
+    #: short name shown to users (status widget, warnings)
+    name: str = "abstract"
+    #: False only for the development fallback
+    isolates: bool = True
+
+    @abstractmethod
+    async def start(self, spec: SandboxSpec) -> SandboxProcess:
+        """Start ``spec.command`` in a fresh sandbox and return the live child."""
+
+    async def run(
+        self,
+        command: Sequence[str],
+        bind_mounts: Sequence[BindMount] = (),
+        timeout: float | None = None,
+        isolate_network: bool = True,
+        isolate_pid: bool = True,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        limits: ResourceLimits | None = None,
+        stdin: bytes | None = None,
+    ) -> SandboxResult:
+        """Run a command to completion (the seeds' API); kill it on timeout."""
+        spec = SandboxSpec(
+            command=list(command),
+            bind_mounts=list(bind_mounts),
+            isolate_network=isolate_network,
+            isolate_pid=isolate_pid,
+            cwd=cwd,
+            env=dict(env or {}),
+            limits=limits or ResourceLimits(),
+        )
+        child = await self.start(spec)
+        try:
+            out, err = await asyncio.wait_for(child.process.communicate(stdin), timeout=timeout)
+        except asyncio.TimeoutError:
+            await child.kill()
+            return SandboxResult(exit_code=-1, timed_out=True)
+        except BaseException:
+            await child.kill()
+            raise
+        return SandboxResult(exit_code=child.process.returncode or 0, stdout=out, stderr=err)
+
+
+async def spawn(argv: Sequence[str], limits: ResourceLimits, env: Mapping[str, str] | None, cwd: str | None) -> asyncio.subprocess.Process:
+    """Start ``argv`` in its own session with pipes and rlimits (shared by backends)."""
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(env) if env is not None else None,
+        cwd=cwd,
+        start_new_session=True,
+        preexec_fn=limits.apply,
+        limit=1 << 24,
+    )

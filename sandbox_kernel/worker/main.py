@@ -1,0 +1,367 @@
+"""The worker's process tree: anchor, state holder, one forked child per request.
+
+anchor (first process, subreaper, never runs user code)
+  └─ holder (owns the channel while idle; its namespace is the last good state)
+       └─ child (forked per cell; on success it takes over as the new holder)
+
+A cell whose process dies (os._exit, segfault, OOM, killed on timeout)
+leaves the holder untouched: the next cell forks from the last good state.
+"""
+
+from __future__ import annotations
+
+import builtins
+import fcntl
+import getpass
+import json
+import os
+import select
+import signal
+import struct
+import sys
+import time
+from typing import Any, Callable
+
+from .channel import Channel, ChannelClosed
+
+SHUTDOWN_EXIT = 99
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _high_fd(fd: int) -> int:
+    return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+
+
+def _set_subreaper() -> None:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except Exception:  # pragma: no cover - non-Linux dev machines
+        pass
+
+
+class _Sink:
+    """sys.stdout/stderr of an idle holder: background threads write into nothing."""
+
+    encoding = "utf-8"
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _describe_status(status: int) -> dict[str, Any]:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return {"signal": sig, "reason": f"the cell's process was killed by {name}"}
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
+    return {"exitcode": code, "reason": f"the cell's process exited with code {code}"}
+
+
+class Holder:
+    def __init__(self, channel: Channel, shell: Any) -> None:
+        self.channel = channel
+        self.shell = shell
+
+    # ---- the serving loop --------------------------------------------------------
+    def serve(self) -> None:
+        while True:
+            try:
+                msg = self.channel.recv()
+            except ChannelClosed:
+                os._exit(0)
+            op = msg.get("op")
+            if op == "shutdown":
+                os._exit(SHUTDOWN_EXIT)
+            elif op == "execute":
+                self.fork(msg, self._execute, takeover=True)
+            elif op == "restore":
+                self.fork(msg, self._restore, takeover=True)
+            elif op == "complete":
+                self.fork(msg, self._complete, takeover=False)
+            elif op == "inspect":
+                self.fork(msg, self._inspect, takeover=False)
+            elif op == "checkpoint":
+                self.checkpoint(msg)
+            elif op in ("interrupt", "kill", "input_reply"):
+                continue  # nothing is running: a late message for a finished cell
+            else:
+                self.channel.send({"type": "reply", "id": msg.get("id"), "status": "error", "evalue": f"unknown op {op!r}"})
+
+    # ---- fork and supervise ----------------------------------------------------------
+    def fork(self, msg: dict[str, Any], body: Callable[[dict[str, Any], Channel], dict[str, Any]], takeover: bool) -> None:
+        ctl_r, ctl_w = os.pipe()
+        res_r, res_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(ctl_w)
+            os.close(res_r)
+            ctl = Channel(ctl_r, res_w)
+            try:
+                result = body(msg, ctl)
+            except BaseException as exc:  # noqa: BLE001 - report, never die silently
+                result = {"status": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": []}
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            ctl.send({"result": result})
+            os.close(ctl_r)
+            os.close(res_w)
+            if not takeover:
+                os._exit(0)
+            return  # this process is now the holder; the old one exits
+        os.close(ctl_r)
+        os.close(res_w)
+        self._supervise(pid, msg, ctl_w, res_r, takeover)
+
+    def _supervise(self, pid: int, msg: dict[str, Any], ctl_w: int, res_r: int, takeover: bool) -> None:
+        result_channel = Channel(res_r, ctl_w)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # pragma: no cover
+            pidfd = None
+        watch = [res_r, self.channel.read_fd] + ([pidfd] if pidfd is not None else [])
+        result: dict[str, Any] | None = None
+        while result is None:
+            ready, _, _ = select.select(watch, [], [], 0.1 if pidfd is None else None)
+            if res_r in ready:
+                try:
+                    result = result_channel.recv()["result"]
+                except (ChannelClosed, ValueError, KeyError):
+                    break  # the child died while (or before) reporting
+                continue
+            if (pidfd is not None and pidfd in ready) or (pidfd is None and os.waitpid(pid, os.WNOHANG)[0]):
+                # drain a result written just before the exit
+                if select.select([res_r], [], [], 0)[0]:
+                    continue
+                break
+            if self.channel.read_fd in ready:
+                try:
+                    incoming = self.channel.recv()
+                except ChannelClosed:
+                    os.kill(pid, signal.SIGKILL)
+                    os._exit(0)
+                op = incoming.get("op")
+                if op == "interrupt":
+                    _signal(pid, signal.SIGINT)
+                elif op == "kill":
+                    _signal(pid, signal.SIGKILL)
+                elif op == "input_reply":
+                    try:
+                        result_channel.send(incoming)
+                    except OSError:
+                        pass
+                elif op == "shutdown":
+                    _signal(pid, signal.SIGKILL)
+                    os._exit(SHUTDOWN_EXIT)
+                else:
+                    self.channel.send({"type": "reply", "id": incoming.get("id"), "status": "error", "evalue": "busy: a cell is running"})
+        os.close(res_r)
+        os.close(ctl_w)
+        if pidfd is not None:
+            os.close(pidfd)
+        if result is not None and takeover:
+            self.channel.send({"type": "done", "id": msg.get("id"), **result})
+            os._exit(0)  # the child now holds the state
+        if result is not None:
+            os.waitpid(pid, 0)
+            self.channel.send({"type": "done", "id": msg.get("id"), **result})
+            return
+        _, status = os.waitpid(pid, 0)
+        self.channel.send({"type": "done", "id": msg.get("id"), "status": "died", **_describe_status(status)})
+
+    # ---- request bodies (run in the forked child) -------------------------------------------
+    def _execute(self, msg: dict[str, Any], ctl: Channel) -> dict[str, Any]:
+        from .streams import FdCapture, OutStream
+
+        shell = self.shell
+        out = OutStream("stdout", self.channel, 1)
+        err = OutStream("stderr", self.channel, 2)
+        captures = [FdCapture(1, out), FdCapture(2, err)]
+        sys.stdout, sys.stderr = out, err
+        allow_stdin = bool(msg.get("allow_stdin"))
+        _install_input(self.channel, ctl, allow_stdin, out, err)
+        shell.execution_count = int(msg.get("execution_count") or shell.execution_count)
+        shell.payload_manager.clear_payload()
+        shell._last_error = None
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            res = shell.run_cell(
+                msg.get("code", ""),
+                store_history=bool(msg.get("store_history", True)),
+                silent=bool(msg.get("silent", False)),
+            )
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        reply: dict[str, Any] = {"status": "ok" if res.success else "error", "execution_count": shell.execution_count}
+        if res.success:
+            expressions = msg.get("user_expressions") or {}
+            reply["user_expressions"] = shell.user_expressions(expressions) if isinstance(expressions, dict) else {}
+        else:
+            error = shell._last_error or {}
+            exc = res.error_in_exec or res.error_before_exec
+            reply["ename"] = error.get("ename") or (type(exc).__name__ if exc else "Error")
+            reply["evalue"] = error.get("evalue") or (str(exc) if exc else "")
+            reply["traceback"] = error.get("traceback") or []
+        reply["payload"] = shell.payload_manager.read_payload()
+        shell.payload_manager.clear_payload()
+        out.flush()
+        err.flush()
+        for capture in captures:
+            capture.stop()
+        out.flush()
+        err.flush()
+        # From here on this process is an idle holder: stray output goes nowhere.
+        sys.stdout = sys.stderr = _Sink()  # type: ignore[assignment]
+        return reply
+
+    def _restore(self, msg: dict[str, Any], ctl: Channel) -> dict[str, Any]:
+        from .state import restore
+
+        result = restore(self.shell, msg.get("path"), list(msg.get("imports") or []), list(msg.get("defs") or []))
+        return {"status": "ok", **result}
+
+    def _complete(self, msg: dict[str, Any], ctl: Channel) -> dict[str, Any]:
+        from IPython.core.completer import provisionalcompleter, rectify_completions
+
+        code = str(msg.get("code", ""))
+        cursor = int(msg.get("cursor_pos", len(code)))
+        with provisionalcompleter():
+            raw = self.shell.Completer.completions(code, cursor)
+            comps = list(rectify_completions(code, raw))
+        if comps:
+            start, end = comps[0].start, comps[0].end
+        else:
+            start = end = cursor
+        return {
+            "status": "ok",
+            "matches": [c.text for c in comps],
+            "cursor_start": start,
+            "cursor_end": end,
+            "metadata": {"_jupyter_types_experimental": [
+                {"start": c.start, "end": c.end, "text": c.text, "type": c.type, "signature": c.signature} for c in comps
+            ]},
+        }
+
+    def _inspect(self, msg: dict[str, Any], ctl: Channel) -> dict[str, Any]:
+        from IPython.utils.tokenutil import token_at_cursor
+
+        code = str(msg.get("code", ""))
+        cursor = int(msg.get("cursor_pos", len(code)))
+        name = token_at_cursor(code, cursor)
+        try:
+            bundle = self.shell.object_inspect_mime(name, detail_level=int(msg.get("detail_level", 0)))
+            bundle.pop("text/html", None)
+            return {"status": "ok", "found": True, "data": bundle, "metadata": {}}
+        except KeyError:
+            return {"status": "ok", "found": False, "data": {}, "metadata": {}}
+
+    def checkpoint(self, msg: dict[str, Any]) -> None:
+        """Write the namespace to the state dir from a forked snapshot.
+
+        Background (the default): a grandchild does it at low priority and the
+        anchor reaps it; nothing is sent, the host reads the manifest. With
+        ``wait`` the holder waits and reports, used before a sandbox is replaced.
+        """
+        from .state import write_checkpoint
+
+        args = (self.shell, str(msg.get("path")), int(msg.get("cell", 0)), list(msg.get("def_names") or []))
+        if msg.get("wait"):
+            self.fork(msg, lambda m, c: {"status": "ok", **write_checkpoint(*args)}, takeover=False)
+            return
+        pid = os.fork()
+        if pid == 0:
+            if os.fork() == 0:
+                try:
+                    os.nice(10)
+                    write_checkpoint(*args)
+                finally:
+                    os._exit(0)
+            os._exit(0)
+        os.waitpid(pid, 0)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _install_input(channel: Channel, ctl: Channel, allow_stdin: bool, out: Any, err: Any) -> None:
+    from IPython.core.error import StdinNotImplementedError
+
+    def ask(prompt: Any = "", password: bool = False) -> str:
+        if not allow_stdin:
+            raise StdinNotImplementedError(
+                "input() was called, but this frontend does not support input requests "
+                "(the client did not set allow_stdin)."
+            )
+        out.flush()
+        err.flush()
+        channel.send({"type": "input_request", "prompt": str(prompt), "password": password})
+        reply = ctl.recv()
+        value = reply.get("value", "")
+        if not isinstance(value, str):
+            value = str(value)
+        if value == "\x04":
+            raise EOFError
+        return value
+
+    builtins.input = lambda prompt="": ask(prompt)  # type: ignore[assignment]
+    getpass.getpass = lambda prompt="Password: ", stream=None: ask(prompt, password=True)  # type: ignore[assignment]
+
+
+def main() -> None:
+    read_fd, write_fd = _high_fd(0), _high_fd(1)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    channel = Channel(read_fd, write_fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    started = time.monotonic()
+    from .shell import make_shell
+
+    shell = make_shell(channel)
+    sys.stdout = sys.stderr = _Sink()  # type: ignore[assignment]
+    _set_subreaper()
+    channel.send({
+        "type": "ready",
+        "python": sys.version.split()[0],
+        "pid": os.getpid(),
+        "startup_seconds": round(time.monotonic() - started, 3),
+    })
+    pid = os.fork()
+    if pid == 0:
+        Holder(channel, shell).serve()
+        os._exit(0)
+    os.close(read_fd)
+    os.close(write_fd)
+    _anchor()
+
+
+def _anchor() -> None:
+    """Reap every orphan; leave when the holder asked to shut down or none is left."""
+    while True:
+        try:
+            _, status = os.wait()
+        except ChildProcessError:
+            os._exit(0)
+        except InterruptedError:  # pragma: no cover
+            continue
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == SHUTDOWN_EXIT:
+            os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

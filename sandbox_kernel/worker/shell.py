@@ -1,0 +1,132 @@
+"""The IPython shell inside the sandbox, wired to the host channel.
+
+Mirrors what ipykernel's ZMQInteractiveShell does (display publisher,
+displayhook, tracebacks, pager payloads), but every output becomes a framed
+JSON message instead of a ZMQ message: the host re-publishes it after
+sanitising.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from IPython.core import page
+from IPython.core.displayhook import DisplayHook
+from IPython.core.displaypub import DisplayPublisher
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.process import system
+from traitlets.config import Config
+
+from .channel import Channel
+
+
+def _flush_std() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+class ChannelDisplayPublisher(DisplayPublisher):
+    channel: Channel | None = None
+
+    def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs) -> None:  # type: ignore[override]
+        _flush_std()
+        msg_type = "update_display_data" if update else "display_data"
+        if self.channel is not None and self.channel.enabled:
+            self.channel.send({"type": msg_type, "data": data, "metadata": metadata or {}, "transient": transient or {}})
+
+    def clear_output(self, wait: bool = False) -> None:
+        _flush_std()
+        if self.channel is not None and self.channel.enabled:
+            self.channel.send({"type": "clear_output", "wait": bool(wait)})
+
+
+class ChannelDisplayHook(DisplayHook):
+    channel: Channel | None = None
+    msg: dict[str, Any] | None = None
+
+    def start_displayhook(self) -> None:
+        self.msg = {"data": {}, "metadata": {}}
+
+    def write_output_prompt(self) -> None:
+        pass
+
+    def write_format_data(self, format_dict, md_dict=None) -> None:
+        assert self.msg is not None
+        self.msg["data"] = format_dict
+        self.msg["metadata"] = md_dict or {}
+
+    def finish_displayhook(self) -> None:
+        _flush_std()
+        if self.msg is not None and self.msg["data"] and self.channel is not None and self.channel.enabled:
+            self.channel.send({"type": "execute_result", "execution_count": self.prompt_count, **self.msg})
+        self.msg = None
+
+
+class SandboxShell(InteractiveShell):
+    """InteractiveShell whose outputs go to the host channel."""
+
+    displayhook_class = ChannelDisplayHook  # type: ignore[assignment]
+    display_pub_class = ChannelDisplayPublisher  # type: ignore[assignment]
+    channel: Channel | None = None
+
+    def init_environment(self) -> None:
+        env = os.environ
+        env["PAGER"] = "cat"
+        env["GIT_PAGER"] = "cat"
+        env.setdefault("TERM", "xterm-color")
+        env.setdefault("CLICOLOR", "1")
+
+    def init_virtualenv(self) -> None:
+        """No virtualenv detection: the sandbox's interpreter is the one to use."""
+
+    def init_hooks(self) -> None:
+        super().init_hooks()
+        self.set_hook("show_in_pager", page.as_hook(self._page_payload), 99)
+
+    def _page_payload(self, strg, start=0, screen_lines=0, pager_cmd=None) -> None:
+        data = strg if isinstance(strg, dict) else {"text/plain": strg}
+        assert self.payload_manager is not None
+        self.payload_manager.write_payload({"source": "page", "data": data, "start": max(0, start)})
+
+    def set_next_input(self, text, replace=False) -> None:
+        assert self.payload_manager is not None
+        self.payload_manager.write_payload({"source": "set_next_input", "text": text, "replace": replace})
+
+    def ask_exit(self) -> None:
+        assert self.payload_manager is not None
+        self.payload_manager.write_payload({"source": "ask_exit", "keepkernel": False})
+
+    def _showtraceback(self, etype, evalue, stb) -> None:
+        _flush_std()
+        self._last_error = {"ename": str(etype.__name__), "evalue": str(evalue), "traceback": list(stb)}
+        if self.channel is not None and self.channel.enabled:
+            self.channel.send({"type": "error", **self._last_error})
+
+    def system_piped(self, cmd: str) -> None:  # type: ignore[override]
+        if cmd.rstrip().endswith("&"):
+            raise OSError("Background processes not supported.")
+        self.user_ns["_exit_code"] = system(self.var_expand(cmd, depth=1))
+
+    system = system_piped  # type: ignore[assignment]
+
+
+def make_shell(channel: Channel) -> SandboxShell:
+    """Create the one shell of this worker: no history file, no profile dir on disk
+    outside the sandbox's private /tmp."""
+    config = Config()
+    config.HistoryManager.enabled = False
+    config.HistoryManager.hist_file = ":memory:"
+    config.InteractiveShell.colors = "Linux"
+    config.InteractiveShell.xmode = "Context"
+    config.InteractiveShell.autocall = 0
+    ChannelDisplayPublisher.channel = channel
+    ChannelDisplayHook.channel = channel
+    SandboxShell.channel = channel
+    shell = SandboxShell.instance(config=config)
+    shell._last_error = None
+    return shell

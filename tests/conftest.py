@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernel_helpers import SandboxKernelHandle
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def require_bwrap() -> None:
+    if shutil.which("bwrap") is None:
+        if IN_CI:
+            pytest.fail("bubblewrap (bwrap) is required under CI=true")
+        pytest.skip("bubblewrap (bwrap) is not installed")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "workspace"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxKernelHandle]:
+    """One bwrap kernel shared by a test module (starting one costs ~1 s)."""
+    require_bwrap()
+    root = tmp_path_factory.mktemp("kernel")
+    (root / "ws").mkdir()
+    (root / "tmp").mkdir()
+    handle = SandboxKernelHandle(root / "ws", root / "tmp", extra_args=["--SandboxKernel.backend=bwrap"])
+    yield handle
+    handle.shutdown()
+
+
+@pytest.fixture
+def fresh_kernel(tmp_path: Path) -> Iterator[SandboxKernelHandle]:
+    require_bwrap()
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "tmp").mkdir()
+    handle = SandboxKernelHandle(tmp_path / "ws", tmp_path / "tmp", extra_args=["--SandboxKernel.backend=bwrap"])
+    yield handle
+    handle.shutdown()

@@ -1,0 +1,126 @@
+"""Driving real sandbox kernels through jupyter_client, for the tests."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
+
+KERNEL_NAME = "sandbox-python"
+
+
+@dataclass
+class Run:
+    reply: dict[str, Any]
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return self.reply["status"]
+
+    def of(self, msg_type: str) -> list[dict[str, Any]]:
+        return [m["content"] for m in self.messages if m["msg_type"] == msg_type]
+
+    @property
+    def stdout(self) -> str:
+        return "".join(c["text"] for c in self.of("stream") if c["name"] == "stdout")
+
+    @property
+    def stderr(self) -> str:
+        return "".join(c["text"] for c in self.of("stream") if c["name"] == "stderr")
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        results = self.of("execute_result")
+        return results[-1]["data"] if results else None
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        return self.of("error")
+
+
+class SandboxKernelHandle:
+    def __init__(self, workspace: Path, tmpdir: Path, extra_args: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+        self.workspace = workspace
+        self.tmpdir = tmpdir
+        self.km = KernelManager(kernel_name=KERNEL_NAME)
+        kernel_env = {**os.environ, "TMPDIR": str(tmpdir), **(env or {})}
+        self.km.extra_env = {}
+        self.km.start_kernel(cwd=str(workspace), env=kernel_env, extra_arguments=extra_args or [])
+        self.kc: BlockingKernelClient = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+
+    @property
+    def pid(self) -> int:
+        return self.km.provisioner.process.pid  # type: ignore[union-attr]
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
+    def sandboxes(self) -> list[psutil.Process]:
+        """The bwrap processes this kernel started (processes may vanish meanwhile)."""
+        found = []
+        for proc in self.descendants():
+            try:
+                if proc.name() == "bwrap":
+                    found.append(proc)
+            except psutil.NoSuchProcess:
+                continue
+        return found
+
+    def kill_sandboxes(self) -> int:
+        """Kill the sandbox from outside, as the OOM killer or an admin would."""
+        victims = self.sandboxes()
+        for proc in victims:
+            try:
+                proc.kill()
+            except psutil.NoSuchProcess:
+                pass
+        return len(victims)
+
+    def run(self, code: str, timeout: float = 60, allow_stdin: bool = False, stdin_answers: list[str] | None = None, **kwargs: Any) -> Run:
+        msg_id = self.kc.execute(code, allow_stdin=allow_stdin, **kwargs)
+        messages = []
+        deadline = time.monotonic() + timeout
+        answers = list(stdin_answers or [])
+        while True:
+            if allow_stdin and answers:
+                try:
+                    req = self.kc.get_stdin_msg(timeout=0.05)
+                    if req["msg_type"] == "input_request":
+                        messages.append(req)
+                        self.kc.input(answers.pop(0))
+                except Exception:
+                    pass
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.1)
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no idle status within {timeout} s for {code!r}")
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+            messages.append(msg)
+        while True:
+            reply = self.kc.get_shell_msg(timeout=timeout)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                break
+        return Run(reply["content"], messages)
+
+    def shutdown(self) -> None:
+        try:
+            self.kc.stop_channels()
+        finally:
+            self.km.shutdown_kernel(now=False)

@@ -1,0 +1,136 @@
+"""A notebook user's everyday experience on the sandboxed kernel (real bwrap)."""
+
+from __future__ import annotations
+
+import base64
+import time
+
+from kernel_helpers import SandboxKernelHandle
+
+
+def test_state_persists_across_cells(kernel: SandboxKernelHandle) -> None:
+    assert kernel.run("import math\nx = 20\ndef double(v):\n    return 2 * v\nclass Box:\n    size = 3").status == "ok"
+    run = kernel.run("double(x) + Box.size + math.floor(1.5)")
+    assert run.status == "ok"
+    assert run.result["text/plain"] == "44"
+
+
+def test_print_streams_while_the_cell_runs(kernel: SandboxKernelHandle) -> None:
+    msg_id = kernel.kc.execute("import time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.6)")
+    arrivals = []
+    while True:
+        msg = kernel.kc.get_iopub_msg(timeout=30)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            arrivals.append((time.monotonic(), msg["content"]["text"]))
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    kernel.kc.get_shell_msg(timeout=10)
+    text = "".join(t for _, t in arrivals)
+    assert text == "tick 0\ntick 1\ntick 2\n"
+    # live: the first line arrived well before the last one
+    assert len(arrivals) >= 2 and arrivals[-1][0] - arrivals[0][0] > 0.8
+
+
+def test_dataframe_renders_as_table(kernel: SandboxKernelHandle) -> None:
+    run = kernel.run("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})")
+    assert run.status == "ok"
+    html = run.result["text/html"]
+    assert "<table" in html and "<th>" in html.replace(' halign="left"', "") or "<th" in html
+    assert "x" in run.result["text/plain"]
+
+
+def test_matplotlib_figure_inline(kernel: SandboxKernelHandle) -> None:
+    run = kernel.run("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()")
+    assert run.status == "ok", run.reply
+    pngs = [d["data"]["image/png"] for d in run.of("display_data") if "image/png" in d["data"]]
+    assert pngs, run.messages
+    assert base64.b64decode(pngs[0]).startswith(b"\x89PNG")
+
+
+def test_display_and_clear_output(kernel: SandboxKernelHandle) -> None:
+    run = kernel.run(
+        "from IPython.display import display, clear_output, Markdown\n"
+        "display(Markdown('**first**'))\nclear_output(wait=True)\ndisplay('second')"
+    )
+    assert run.status == "ok"
+    assert run.of("display_data")[0]["data"]["text/markdown"] == "**first**"
+    assert run.of("clear_output") == [{"wait": True}]
+    assert run.of("display_data")[-1]["data"]["text/plain"] == "'second'"
+
+
+def test_display_id_updates(kernel: SandboxKernelHandle) -> None:
+    run = kernel.run("h = display('one', display_id=True)\nh.update('two')")
+    assert run.status == "ok"
+    first = run.of("display_data")[0]
+    update = run.of("update_display_data")[0]
+    assert first["transient"]["display_id"] == update["transient"]["display_id"]
+    assert update["data"]["text/plain"] == "'two'"
+
+
+def test_magics_and_shell_escape(kernel: SandboxKernelHandle) -> None:
+    run = kernel.run("%timeit -n 3 -r 1 sum(range(100))")
+    assert run.status == "ok" and "per loop" in run.stdout
+    (kernel.workspace / "visible.txt").write_text("hello")
+    run = kernel.run("!ls")
+    assert run.status == "ok" and "visible.txt" in run.stdout
+
+
+def test_input_asks_the_frontend(kernel: SandboxKernelHandle) -> None:
+    run = kernel.run("name = input('who? ')\nprint('hi', name)", allow_stdin=True, stdin_answers=["ada"])
+    assert run.status == "ok", run.reply
+    assert "hi ada" in run.stdout
+
+
+def test_input_without_stdin_is_a_clear_error(kernel: SandboxKernelHandle) -> None:
+    run = kernel.run("input('x')", allow_stdin=False)
+    assert run.status == "error"
+    assert run.reply["ename"] == "StdinNotImplementedError"
+    assert "does not support input" in run.reply["evalue"]
+
+
+def test_exceptions_keep_side_effects(kernel: SandboxKernelHandle) -> None:
+    run = kernel.run("partial = 'kept'\nraise ValueError('boom')")
+    assert run.status == "error" and run.reply["ename"] == "ValueError"
+    assert any("boom" in line for line in run.errors[0]["traceback"])
+    assert kernel.run("partial").result["text/plain"] == "'kept'"
+
+
+def test_completion_and_inspection(kernel: SandboxKernelHandle) -> None:
+    kernel.run("my_special_variable = 1")
+    reply = kernel.kc.complete("my_spec", 7, reply=True)["content"]
+    assert "my_special_variable" in reply["matches"]
+    reply = kernel.kc.inspect("zip", 3, reply=True)["content"]
+    assert reply["found"] and "zip" in reply["data"]["text/plain"]
+
+
+def test_pager_payload(kernel: SandboxKernelHandle) -> None:
+    run = kernel.run("zip?")
+    payload = run.reply["payload"]
+    assert payload and payload[0]["source"] == "page"
+    assert "zip" in payload[0]["data"]["text/plain"]
+
+
+def test_is_complete_and_history(kernel: SandboxKernelHandle) -> None:
+    def is_complete(code: str) -> str:
+        msg_id = kernel.kc.is_complete(code)
+        reply = kernel.kc.get_shell_msg(timeout=10)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        return reply["content"]["status"]
+
+    assert is_complete("def f():") == "incomplete"
+    assert is_complete("x = 1") == "complete"
+    assert is_complete("x = (") == "incomplete"
+    kernel.run("history_marker = 12345")
+    tail = kernel.kc.history(hist_access_type="tail", n=2, reply=True)["content"]["history"]
+    assert any("history_marker" in entry[2] for entry in tail)
+    found = kernel.kc.history(hist_access_type="search", pattern="history_marker*", reply=True)["content"]["history"]
+    assert found and found[-1][2].startswith("history_marker")
+
+
+def test_kernel_info_is_honest(kernel: SandboxKernelHandle) -> None:
+    info = kernel.kc.kernel_info(reply=True)["content"]
+    assert info["language_info"]["name"] == "python"
+    assert "kernel subshells" not in info.get("supported_features", [])
+    assert info["implementation"] == "sandbox_kernel"

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import builtins
 import fcntl
+import gc
 import getpass
-import json
 import os
 import select
 import signal
-import struct
 import sys
 import time
 from typing import Any, Callable
@@ -75,23 +74,33 @@ class Holder:
         self.shell = shell
 
     # ---- the serving loop --------------------------------------------------------
+    standby: "_Child | None" = None
+
     def serve(self) -> None:
         while True:
+            if self.standby is None:
+                self.standby = self._spawn_standby()
+                if self.standby is None:
+                    continue  # this process just ran a cell and is now the holder
             try:
                 msg = self.channel.recv()
             except ChannelClosed:
                 os._exit(0)
             op = msg.get("op")
             if op == "shutdown":
+                self._kill_standby()
                 os._exit(SHUTDOWN_EXIT)
-            elif op == "execute":
-                self.fork(msg, self._execute, takeover=True)
-            elif op == "restore":
-                self.fork(msg, self._restore, takeover=True)
+            elif op in ("execute", "restore"):
+                child, self.standby = self.standby, None
+                try:
+                    child.ctl.send(msg)
+                except OSError:
+                    pass  # it died while waiting: reported as a died cell
+                self._supervise(child, msg, takeover=True)
             elif op == "complete":
-                self.fork(msg, self._complete, takeover=False)
+                self.fork(msg, self._complete)
             elif op == "inspect":
-                self.fork(msg, self._inspect, takeover=False)
+                self.fork(msg, self._inspect)
             elif op == "checkpoint":
                 self.checkpoint(msg)
             elif op in ("interrupt", "kill", "input_reply"):
@@ -100,31 +109,84 @@ class Holder:
                 self.channel.send({"type": "reply", "id": msg.get("id"), "status": "error", "evalue": f"unknown op {op!r}"})
 
     # ---- fork and supervise ----------------------------------------------------------
-    def fork(self, msg: dict[str, Any], body: Callable[[dict[str, Any], Channel], dict[str, Any]], takeover: bool) -> None:
-        ctl_r, ctl_w = os.pipe()
-        res_r, res_w = os.pipe()
+    def _fork_child(self) -> "_Child | None":
+        """Fork; in the parent return the child's record, in the child None
+        (with ``self._ctl`` set to its end of the private pipes)."""
+        # Move every object to the permanent generation: the child's garbage
+        # collector then never walks (and so never copies) the inherited heap.
+        gc.freeze()
+        to_child_r, to_child_w = os.pipe()
+        to_holder_r, to_holder_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            os.close(ctl_w)
-            os.close(res_r)
-            ctl = Channel(ctl_r, res_w)
-            try:
-                result = body(msg, ctl)
-            except BaseException as exc:  # noqa: BLE001 - report, never die silently
-                result = {"status": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": []}
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            ctl.send({"result": result})
-            os.close(ctl_r)
-            os.close(res_w)
-            if not takeover:
-                os._exit(0)
-            return  # this process is now the holder; the old one exits
-        os.close(ctl_r)
-        os.close(res_w)
-        self._supervise(pid, msg, ctl_w, res_r, takeover)
+            os.close(to_child_w)
+            os.close(to_holder_r)
+            self._ctl = Channel(to_child_r, to_holder_w)
+            return None
+        os.close(to_child_r)
+        os.close(to_holder_w)
+        return _Child(pid, Channel(to_holder_r, to_child_w))
 
-    def _supervise(self, pid: int, msg: dict[str, Any], ctl_w: int, res_r: int, takeover: bool) -> None:
-        result_channel = Channel(res_r, ctl_w)
+    def _finish_child(self, result: dict[str, Any], takeover: bool) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self._ctl.send({"result": result})
+        os.close(self._ctl.read_fd)
+        os.close(self._ctl.write_fd)
+        if not takeover:
+            os._exit(0)
+        self.standby = None  # this process is now the holder; the old one exits
+
+    def _spawn_standby(self) -> "_Child | None":
+        """Fork the child that will run the next cell now, while idle, so the
+        fork and the stream set-up are off the cell's critical path."""
+        child = self._fork_child()
+        if child is not None:
+            return child
+        from .streams import FdCapture, OutStream
+
+        out = OutStream("stdout", self.channel, 1)
+        err = OutStream("stderr", self.channel, 2)
+        captures = [FdCapture(1, out), FdCapture(2, err)]
+        try:
+            msg = self._ctl.recv()
+        except (ChannelClosed, ValueError):
+            os._exit(0)  # the holder went away or shut down
+        try:
+            if msg.get("op") == "execute":
+                result = self._execute(msg, self._ctl, out, err, captures)
+            else:
+                result = self._restore(msg, self._ctl)
+                for capture in captures:
+                    capture.stop()
+        except BaseException as exc:  # noqa: BLE001 - report, never die silently
+            result = {"status": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": []}
+        sys.stdout = sys.stderr = _Sink()  # type: ignore[assignment]
+        self._finish_child(result, takeover=True)
+        return None
+
+    def _kill_standby(self) -> None:
+        if self.standby is not None:
+            _signal(self.standby.pid, signal.SIGKILL)
+            os.waitpid(self.standby.pid, 0)
+            self.standby = None
+
+    def fork(self, msg: dict[str, Any], body: Callable[[dict[str, Any], Channel], dict[str, Any]]) -> None:
+        """Run a query (completion, inspection, checkpoint) in a throw-away child."""
+        child = self._fork_child()
+        if child is None:
+            try:
+                result = body(msg, self._ctl)
+            except BaseException as exc:  # noqa: BLE001
+                result = {"status": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": []}
+            self._finish_child(result, takeover=False)
+        else:
+            self._supervise(child, msg, takeover=False)
+
+    def _supervise(self, child: "_Child", msg: dict[str, Any], takeover: bool) -> None:
+        pid = child.pid
+        result_channel = child.ctl
+        res_r = result_channel.read_fd
+        ctl_w = result_channel.write_fd
         try:
             pidfd = os.pidfd_open(pid)
         except (AttributeError, OSError):  # pragma: no cover
@@ -162,9 +224,9 @@ class Holder:
                         pass
                 elif op == "shutdown":
                     _signal(pid, signal.SIGKILL)
+                    self._kill_standby()
                     os._exit(SHUTDOWN_EXIT)
-                else:
-                    self.channel.send({"type": "reply", "id": incoming.get("id"), "status": "error", "evalue": "busy: a cell is running"})
+                # anything else cannot arrive: the host sends one request at a time
         os.close(res_r)
         os.close(ctl_w)
         if pidfd is not None:
@@ -180,13 +242,8 @@ class Holder:
         self.channel.send({"type": "done", "id": msg.get("id"), "status": "died", **_describe_status(status)})
 
     # ---- request bodies (run in the forked child) -------------------------------------------
-    def _execute(self, msg: dict[str, Any], ctl: Channel) -> dict[str, Any]:
-        from .streams import FdCapture, OutStream
-
+    def _execute(self, msg: dict[str, Any], ctl: Channel, out: Any, err: Any, captures: list[Any]) -> dict[str, Any]:
         shell = self.shell
-        out = OutStream("stdout", self.channel, 1)
-        err = OutStream("stderr", self.channel, 2)
-        captures = [FdCapture(1, out), FdCapture(2, err)]
         sys.stdout, sys.stderr = out, err
         allow_stdin = bool(msg.get("allow_stdin"))
         _install_input(self.channel, ctl, allow_stdin, out, err)
@@ -220,8 +277,6 @@ class Holder:
             capture.stop()
         out.flush()
         err.flush()
-        # From here on this process is an idle holder: stray output goes nowhere.
-        sys.stdout = sys.stderr = _Sink()  # type: ignore[assignment]
         return reply
 
     def _restore(self, msg: dict[str, Any], ctl: Channel) -> dict[str, Any]:
@@ -276,7 +331,7 @@ class Holder:
 
         args = (self.shell, str(msg.get("path")), int(msg.get("cell", 0)), list(msg.get("def_names") or []))
         if msg.get("wait"):
-            self.fork(msg, lambda m, c: {"status": "ok", **write_checkpoint(*args)}, takeover=False)
+            self.fork(msg, lambda m, c: {"status": "ok", **write_checkpoint(*args)})
             return
         pid = os.fork()
         if pid == 0:
@@ -288,6 +343,14 @@ class Holder:
                     os._exit(0)
             os._exit(0)
         os.waitpid(pid, 0)
+
+
+class _Child:
+    """A forked child and the private pipes to it."""
+
+    def __init__(self, pid: int, ctl: Channel) -> None:
+        self.pid = pid
+        self.ctl = ctl
 
 
 def _signal(pid: int, sig: int) -> None:

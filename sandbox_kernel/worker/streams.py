@@ -8,6 +8,7 @@ order with display messages); bytes written to fds 1 and 2 by subprocesses
 from __future__ import annotations
 
 import codecs
+import fcntl
 import io
 import os
 import threading
@@ -84,6 +85,7 @@ class FdCapture:
     def __init__(self, fd: int, stream: OutStream) -> None:
         self.fd = fd
         self.stream = stream
+        self.saved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
         read_end, write_end = os.pipe()
         os.dup2(write_end, fd)
         os.close(write_end)
@@ -106,9 +108,8 @@ class FdCapture:
         self.stream.flush()
 
     def stop(self, timeout: float = 0.5) -> None:
-        """Detach the fd (to /dev/null) and drain what is left, without hanging
-        on background processes that still hold the pipe."""
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, self.fd)
-        os.close(devnull)
+        """Give the fd back to what it was and drain what is left, without
+        hanging on background processes that still hold the pipe."""
+        os.dup2(self.saved, self.fd)
+        os.close(self.saved)
         self.thread.join(timeout)

@@ -1,0 +1,734 @@
+"""``SandboxManager``: shell commands in per-session Docker containers.
+
+Ephemeral by default (seed 003): every ``execute_command`` creates a container,
+runs the command and removes the container, through :meth:`ephemeral_session`.
+``persistent=True`` keeps one container per ``(user_id, session_id)`` until
+``close_session``, ``close_all``, the idle reaper or process exit.
+
+Every access asks ``network_mode_getter(user_id, session_id)`` for the session's
+network mode and combines it with what this manager has already seen for the
+session (a one-way ratchet): once a session was NONE (or PROXIED), it never gets a
+bridge network again from this manager, whatever the getter says later. A
+persistent container created with a network is removed and replaced by a
+network-less one before the next command runs; the workspace (a host directory
+bind-mounted at ``/workspace``) survives.
+
+The manager is synchronous (docker-py is blocking). Async callers use the
+``a*`` wrappers, which run each call in a worker thread (``asyncio.to_thread``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import logging
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+from sandbox_kernel.privacy.modes import NetworkMode
+
+from .config import (
+    ContainerConfig,
+    _positive_float,
+    coerce_network_mode,
+    container_prefix,
+    default_workspace_root,
+    session_timeout,
+    validate_prefix,
+)
+from .hardening import (
+    build_container_kwargs,
+    check_read_only_mounts,
+    docker_network,
+    most_restrictive,
+    prepare_workspace,
+    resolve_user,
+)
+from .names import (
+    LABEL_MANAGED,
+    LABEL_OWNER_PID,
+    container_labels,
+    container_name,
+    owner_status,
+    validate_ids,
+)
+from .session import SandboxSession
+
+log = logging.getLogger(__name__)
+
+#: Exit code returned when a command hit its timeout (GNU timeout's convention).
+TIMEOUT_EXIT_CODE = 124
+#: Keep-alive command of every container (docker-init is PID 1 and reaps zombies).
+KEEPALIVE_COMMAND = ["sleep", "infinity"]
+#: Runs the user's command under ``timeout -s KILL`` (which kills the whole process
+#: group) with bash when the image has it, else sh. $1 = seconds, $2 = command.
+#: stderr goes into stdout's pipe, so the combined output keeps the exact order.
+EXEC_WRAPPER = (
+    't="$1"; c="$2"; exec 2>&1; '
+    "if command -v bash >/dev/null 2>&1; then s=bash; else s=sh; fi; "
+    'if command -v timeout >/dev/null 2>&1; then exec timeout -s KILL "$t" "$s" -c "$c"; fi; '
+    'exec "$s" -c "$c"'
+)
+
+NetworkModeGetter = Callable[[str, str], "NetworkMode | str"]
+
+
+def _default_network_mode(user_id: str, session_id: str) -> NetworkMode | str:
+    """The privacy store's mode for a session (imported lazily, on first use).
+
+    No fallback: if the privacy module cannot be imported the command fails rather
+    than run with a network it might not be allowed.
+    """
+    from sandbox_kernel.privacy import get_network_mode
+
+    return get_network_mode(user_id, session_id)
+
+
+class ContainerGone(RuntimeError):
+    """The session's container no longer exists or is not running."""
+
+
+class NetworkModeChanged(RuntimeError):
+    """A held ephemeral session became private: its networked container is refused."""
+
+
+class _Registry:
+    """Managers alive in this process, closed at interpreter exit."""
+
+    managers: weakref.WeakSet[SandboxManager] = weakref.WeakSet()
+    registered = False
+    lock = threading.Lock()
+
+    @classmethod
+    def add(cls, manager: SandboxManager) -> None:
+        with cls.lock:
+            cls.managers.add(manager)
+            if not cls.registered:
+                atexit.register(cls.close_all)
+                cls.registered = True
+
+    @classmethod
+    def close_all(cls) -> None:
+        for manager in list(cls.managers):
+            try:
+                manager.close_all()
+            except Exception:  # pragma: no cover - best effort at exit
+                log.exception("closing sandbox containers at exit failed")
+
+
+def _check_command(command: object) -> str:
+    if not isinstance(command, str):
+        raise ValueError(f"command must be a string, got {type(command).__name__}")
+    if "\0" in command:
+        raise ValueError("command must not contain NUL characters")
+    return command
+
+
+def _format_seconds(seconds: float) -> str:
+    text = f"{seconds:.3f}".rstrip("0").rstrip(".")
+    return text or "0.001"
+
+
+class SandboxManager:
+    """Docker containers for shell commands, one workspace per session.
+
+    Parameters
+    ----------
+    read_only_mounts:
+        ``{host_path: container_path}`` added read-only to every container (skills:
+        ``{".../skills/x/scripts": "/skills/x/scripts"}``), on top of
+        ``config.read_only_mounts``.
+    config:
+        a :class:`ContainerConfig`; default ``ContainerConfig()`` (environment).
+    workspace_root:
+        host directory holding ``<user_id>/<session_id>`` workspaces; default
+        ``SANDBOX_WORKSPACE_ROOT``, else ``<data dir>/workspaces`` next to the privacy
+        store (``SANDBOX_KERNEL_DATA_DIR`` or ``<jupyter data dir>/sandbox_kernel``).
+        With a remote ``DOCKER_HOST`` this path must exist on the daemon's host.
+    network_mode_getter:
+        ``(user_id, session_id) -> NetworkMode``; default
+        ``sandbox_kernel.privacy.get_network_mode``.
+    client:
+        a ``docker.DockerClient``; default ``docker.from_env()`` on first use.
+    prefix, session_timeout, max_output_bytes, kill_grace:
+        container name prefix (default ``SANDBOX_CONTAINER_PREFIX``), idle seconds
+        before the reaper removes a persistent container (default
+        ``SANDBOX_SESSION_TIMEOUT``), output kept per command, and seconds after a
+        timeout before the host kills the container itself.
+    """
+
+    def __init__(
+        self,
+        read_only_mounts: Mapping[str, str] | None = None,
+        config: ContainerConfig | None = None,
+        workspace_root: str | Path | None = None,
+        network_mode_getter: NetworkModeGetter | None = None,
+        client: Any = None,
+        *,
+        prefix: str | None = None,
+        session_timeout: float | None = None,
+        max_output_bytes: int = 1024 * 1024,
+        kill_grace: float = 5.0,
+    ) -> None:
+        self.config = config if config is not None else ContainerConfig()
+        if not isinstance(self.config, ContainerConfig):
+            raise ValueError("config must be a ContainerConfig")
+        self.read_only_mounts = check_read_only_mounts(read_only_mounts)
+        check_read_only_mounts({**self.config.read_only_mounts, **self.read_only_mounts})
+        root = Path(workspace_root) if workspace_root is not None else default_workspace_root()
+        if not root.is_absolute():
+            raise ValueError(f"workspace_root {str(root)!r} must be an absolute path")
+        self.workspace_root = root
+        self._getter: NetworkModeGetter = network_mode_getter or _default_network_mode
+        self._client = client
+        self._prefix = validate_prefix(prefix, "prefix") if prefix is not None else None
+        self._session_timeout = (
+            _positive_float(session_timeout, "session_timeout") if session_timeout is not None else None
+        )
+        if isinstance(max_output_bytes, bool) or not isinstance(max_output_bytes, int) or max_output_bytes <= 0:
+            raise ValueError("max_output_bytes must be a positive integer")
+        self.max_output_bytes = max_output_bytes
+        self.kill_grace = _positive_float(kill_grace, "kill_grace")
+
+        self._lock = threading.RLock()
+        self._key_locks: dict[tuple[str, str], threading.Lock] = {}
+        self._sessions: dict[tuple[str, str], SandboxSession] = {}
+        self._ephemeral: dict[str, SandboxSession] = {}
+        self._ratchet: dict[tuple[str, str], NetworkMode] = {}
+        self._ncpu: float | None = None
+        self._reaper: threading.Thread | None = None
+        self._reaper_stop = threading.Event()
+        _Registry.add(self)
+
+    # ------------------------------------------------------------------ basics
+
+    @property
+    def client(self) -> Any:
+        """The Docker client (``docker.from_env()``: honours DOCKER_HOST & co.)."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    import docker
+
+                    self._client = docker.from_env()
+        return self._client
+
+    @property
+    def prefix(self) -> str:
+        return self._prefix if self._prefix is not None else container_prefix()
+
+    def __enter__(self) -> SandboxManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close_all()
+
+    def _key_lock(self, key: tuple[str, str]) -> threading.Lock:
+        with self._lock:
+            lock = self._key_locks.get(key)
+            if lock is None:
+                lock = self._key_locks[key] = threading.Lock()
+            return lock
+
+    def _daemon_cpus(self) -> float | None:
+        if self._ncpu is None:
+            try:
+                self._ncpu = float(self.client.info().get("NCPU") or 0) or None
+            except Exception:  # informational only
+                self._ncpu = None
+        return self._ncpu
+
+    def _timeout(self, timeout: float | None) -> float:
+        if timeout is None:
+            return self.config.command_timeout
+        return _positive_float(timeout, "timeout", maximum=7 * 24 * 3600.0)
+
+    def workspace_for(self, user_id: str, session_id: str) -> Path:
+        """The host workspace of a session, created (mode 0700) if missing."""
+        user_id, session_id = validate_ids(user_id, session_id)
+        self.workspace_root.mkdir(parents=True, exist_ok=True)
+        user_dir = self.workspace_root / user_id
+        user_dir.mkdir(mode=0o700, exist_ok=True)
+        workspace = user_dir / session_id
+        workspace.mkdir(mode=0o700, exist_ok=True)
+        if workspace.is_symlink() or not workspace.is_dir():
+            raise ValueError(f"workspace {workspace} is not a plain directory")
+        return workspace
+
+    # ----------------------------------------------------------------- ratchet
+
+    def network_mode_for(self, user_id: str, session_id: str) -> NetworkMode:
+        """The effective mode: getter, config and this manager's memory, most restrictive."""
+        user_id, session_id = validate_ids(user_id, session_id)
+        reported = coerce_network_mode(
+            self._getter(user_id, session_id), "network mode returned by network_mode_getter"
+        )
+        key = (user_id, session_id)
+        with self._lock:
+            mode = most_restrictive(self.config.network_mode, reported, self._ratchet.get(key, NetworkMode.FULL))
+            if mode is not NetworkMode.FULL:
+                self._ratchet[key] = mode
+        return mode
+
+    # -------------------------------------------------------------- containers
+
+    def _new_session(
+        self, user_id: str, session_id: str, mode: NetworkMode, *, ephemeral: bool
+    ) -> SandboxSession:
+        workspace = self.workspace_for(user_id, session_id)
+        user = resolve_user(self.config.user, workspace)
+        prepare_workspace(workspace, user)
+        name = container_name(self.prefix, user_id, session_id, ephemeral=ephemeral)
+        labels = container_labels(
+            user_id, session_id, kind="ephemeral" if ephemeral else "persistent", network=mode.value
+        )
+        kwargs = build_container_kwargs(
+            self.config,
+            network_mode=mode,
+            workspace=workspace,
+            user=user,
+            labels=labels,
+            extra_read_only_mounts=self.read_only_mounts,
+            max_cpus=self._daemon_cpus(),
+        )
+        container_id = self._create_and_start(name, kwargs, replace_stale=not ephemeral)
+        log.debug("started %s container %s (%s) network=%s", "ephemeral" if ephemeral else "persistent",
+                  name, container_id[:12], kwargs["network_mode"])
+        return SandboxSession(
+            user_id=user_id,
+            session_id=session_id,
+            container_id=container_id,
+            container_name=name,
+            network_mode=mode,
+            config=self.config,
+            workspace=workspace,
+            user=user,
+            ephemeral=ephemeral,
+        )
+
+    def _create_and_start(self, name: str, kwargs: dict[str, Any], *, replace_stale: bool) -> str:
+        import docker
+
+        try:
+            container = self.client.containers.create(
+                command=KEEPALIVE_COMMAND, name=name, detach=True, **kwargs
+            )
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409 or not replace_stale or not self._remove_stale(name):
+                raise
+            container = self.client.containers.create(
+                command=KEEPALIVE_COMMAND, name=name, detach=True, **kwargs
+            )
+        try:
+            container.start()
+        except BaseException:
+            self._remove_container(container.id)
+            raise
+        return container.id
+
+    def _remove_stale(self, name: str) -> bool:
+        """Remove a same-named container left by a dead owner; refuse a live one's."""
+        import docker
+
+        try:
+            existing = self.client.containers.get(name)
+        except docker.errors.NotFound:
+            return True  # gone meanwhile: just retry
+        labels = existing.labels or {}
+        if labels.get(LABEL_MANAGED) != "1":
+            raise RuntimeError(f"a container named {name!r} exists and is not managed by sandbox_kernel")
+        alive, why = owner_status(labels)
+        if alive is False:
+            log.info("removing stale container %s: %s", name, why)
+            self._remove_container(existing.id)
+            return True
+        raise RuntimeError(
+            f"container {name!r} already exists for this session and is in use "
+            f"({why}, pid label {labels.get(LABEL_OWNER_PID)!r}); close it there or run "
+            "`python -m sandbox_kernel.docker.gc`"
+        )
+
+    def _remove_container(self, container_id: str) -> None:
+        import docker
+
+        try:
+            self.client.api.remove_container(container_id, force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409 and "in progress" in str(exc):
+                return
+            raise
+
+    def _forget(self, session: SandboxSession) -> None:
+        """Drop a persistent session from the cache (if still current) and remove its container."""
+        with self._lock:
+            if self._sessions.get(session.key) is session:
+                del self._sessions[session.key]
+        self._remove_container(session.container_id)
+
+    # ---------------------------------------------------------------- sessions
+
+    def get_or_create_session(self, user_id: str, session_id: str) -> SandboxSession:
+        """The persistent session of ``(user_id, session_id)``, created if needed.
+
+        Checks the network mode first: a container with a network whose session is
+        now private is removed and replaced by one without (workspace kept).
+        """
+        user_id, session_id = validate_ids(user_id, session_id)
+        key = (user_id, session_id)
+        with self._key_lock(key):
+            mode = self.network_mode_for(user_id, session_id)
+            with self._lock:
+                session = self._sessions.get(key)
+            if session is not None and docker_network(session.network_mode) != docker_network(mode):
+                log.info("session %s/%s became %s: replacing container %s", user_id, session_id,
+                         mode.name, session.container_name)
+                self._forget(session)
+                session = None
+            elif session is not None and session.network_mode is not mode:
+                session.network_mode = most_restrictive(session.network_mode, mode)
+            if session is None:
+                session = self._new_session(user_id, session_id, mode, ephemeral=False)
+                with self._lock:
+                    self._sessions[key] = session
+            return session
+
+    def get_session(self, user_id: str, session_id: str) -> SandboxSession | None:
+        """The cached persistent session, if any (no Docker call, no mode check)."""
+        with self._lock:
+            return self._sessions.get(validate_ids(user_id, session_id))
+
+    def sessions(self) -> list[SandboxSession]:
+        """Persistent sessions currently held."""
+        with self._lock:
+            return list(self._sessions.values())
+
+    @contextmanager
+    def ephemeral_session(self, user_id: str, session_id: str) -> Iterator[SandboxSession]:
+        """A fresh container (uuid-suffixed name) that is removed on exit, always."""
+        user_id, session_id = validate_ids(user_id, session_id)
+        mode = self.network_mode_for(user_id, session_id)
+        session = self._new_session(user_id, session_id, mode, ephemeral=True)
+        with self._lock:
+            self._ephemeral[session.container_id] = session
+        try:
+            yield session
+        finally:
+            with self._lock:
+                self._ephemeral.pop(session.container_id, None)
+            self._remove_container(session.container_id)
+
+    def close_session(self, user_id: str, session_id: str) -> bool:
+        """Remove the persistent container of a session; True if there was one.
+
+        The workspace stays on the host, and so does this manager's memory of the
+        session's network mode (the ratchet).
+        """
+        user_id, session_id = validate_ids(user_id, session_id)
+        key = (user_id, session_id)
+        with self._key_lock(key):
+            with self._lock:
+                session = self._sessions.pop(key, None)
+            if session is None:
+                return False
+            self._remove_container(session.container_id)
+            return True
+
+    def close_all(self) -> None:
+        """Stop the reaper and remove every container this manager holds."""
+        self.stop_reaper()
+        with self._lock:
+            sessions = list(self._sessions.values()) + list(self._ephemeral.values())
+            self._sessions.clear()
+            self._ephemeral.clear()
+        errors = []
+        for session in sessions:
+            try:
+                self._remove_container(session.container_id)
+            except Exception as exc:  # keep going: remove the others
+                errors.append(f"{session.container_name}: {exc}")
+        if errors:
+            raise RuntimeError("could not remove some containers: " + "; ".join(errors))
+
+    # ---------------------------------------------------------------- commands
+
+    def execute_command(
+        self,
+        user_id: str,
+        session_id: str,
+        command: str,
+        timeout: float | None = None,
+        persistent: bool = False,
+    ) -> tuple[int, str]:
+        """Run ``command`` with bash (sh if absent) in the session's sandbox.
+
+        Returns ``(exit_code, output)``: stdout and stderr share one pipe, so the
+        output keeps the order in which the command wrote them. On timeout the command's whole process group is killed and the
+        exit code is 124 with a note at the end of the output.
+        """
+        user_id, session_id = validate_ids(user_id, session_id)
+        command = _check_command(command)
+        seconds = self._timeout(timeout)
+        if not persistent:
+            with self.ephemeral_session(user_id, session_id) as session:
+                return self._run_command(session, command, seconds)
+        for attempt in range(2):
+            session = self.get_or_create_session(user_id, session_id)
+            try:
+                return self._run_command(session, command, seconds)
+            except ContainerGone:
+                self._forget(session)
+                if attempt:
+                    raise
+                log.info("container of %s/%s is gone: recreating it", user_id, session_id)
+        raise AssertionError("unreachable")
+
+    def run_in_session(self, session: SandboxSession, command: str, timeout: float | None = None) -> tuple[int, str]:
+        """Run a command in a session you hold (e.g. from ``ephemeral_session``).
+
+        The network mode is checked first: a persistent session that has to lose its
+        network is replaced (the command runs in the new container); an ephemeral
+        one raises :class:`NetworkModeChanged`, since its container cannot be.
+        """
+        command = _check_command(command)
+        seconds = self._timeout(timeout)
+        mode = self.network_mode_for(session.user_id, session.session_id)
+        if docker_network(session.network_mode) != docker_network(mode):
+            if session.ephemeral:
+                raise NetworkModeChanged(
+                    f"session {session.user_id}/{session.session_id} is now {mode.name}: its "
+                    f"ephemeral container {session.container_name} has a network and takes no "
+                    "more commands; open a new ephemeral session"
+                )
+            session = self.get_or_create_session(session.user_id, session.session_id)
+        return self._run_command(session, command, seconds)
+
+    def _run_command(self, session: SandboxSession, command: str, seconds: float) -> tuple[int, str]:
+        with self._lock:
+            session.in_flight += 1
+        session.touch()
+        try:
+            return self._exec(session, command, seconds)
+        finally:
+            with self._lock:
+                session.in_flight -= 1
+            session.touch()
+
+    def _exec(self, session: SandboxSession, command: str, seconds: float) -> tuple[int, str]:
+        import docker
+
+        api = self.client.api
+        cmd = ["/bin/sh", "-c", EXEC_WRAPPER, "sandbox-exec", _format_seconds(seconds), command]
+        try:
+            exec_id = api.exec_create(
+                session.container_id, cmd, stdout=True, stderr=True, stdin=False, tty=False,
+                workdir=session.config.working_dir,
+            )["Id"]
+        except docker.errors.NotFound as exc:
+            raise ContainerGone(str(exc)) from exc
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:  # not running / paused / being removed
+                raise ContainerGone(str(exc)) from exc
+            raise
+
+        fired = threading.Event()
+        watchdog = threading.Timer(seconds + self.kill_grace, self._hard_stop, args=(session, fired))
+        watchdog.daemon = True
+        out = bytearray()
+        dropped = 0
+        started = time.monotonic()
+        watchdog.start()
+        try:
+            try:
+                for chunk in api.exec_start(exec_id, stream=True, demux=False):
+                    room = self.max_output_bytes - len(out)
+                    if room > 0:
+                        out += chunk[:room]
+                    dropped += max(0, len(chunk) - max(room, 0))
+            except Exception:
+                if not fired.is_set():
+                    raise
+        finally:
+            watchdog.cancel()
+            if fired.is_set():
+                watchdog.join()  # let the hard stop finish before reporting
+        elapsed = time.monotonic() - started
+
+        text = out.decode("utf-8", errors="replace")
+        if dropped:
+            text += f"\n[sandbox_kernel] output truncated: {dropped} more bytes not shown\n"
+        if fired.is_set():
+            note = (
+                f"\n[sandbox_kernel] command timed out after {seconds:g} s; it did not stop in "
+                f"time, so its container was killed"
+                + ("" if session.ephemeral else " (the persistent container will be recreated)")
+                + "\n"
+            )
+            return TIMEOUT_EXIT_CODE, text + note
+
+        exit_code = self._exit_code(exec_id)
+        if exit_code in (124, 137) and elapsed >= seconds - 0.05:
+            return TIMEOUT_EXIT_CODE, text + (
+                f"\n[sandbox_kernel] command timed out after {seconds:g} s and was killed\n"
+            )
+        if exit_code is None or exit_code == 137:
+            # Killed: by the OOM killer, or the whole container died. A dead
+            # persistent container is dropped so the next call gets a new one.
+            if not session.ephemeral and not self._is_running(session.container_id):
+                self._forget(session)
+                text += "\n[sandbox_kernel] the sandbox container stopped; a new one will be created\n"
+            if exit_code is None:
+                exit_code = 137
+        return exit_code, text
+
+    def _exit_code(self, exec_id: str) -> int | None:
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                info = self.client.api.exec_inspect(exec_id)
+            except Exception:
+                return None
+            if not info.get("Running") or time.monotonic() > deadline:
+                code = info.get("ExitCode")
+                return int(code) if code is not None else None
+            time.sleep(0.02)
+
+    def _is_running(self, container_id: str) -> bool:
+        try:
+            state = self.client.api.inspect_container(container_id)["State"]
+        except Exception:
+            return False
+        return bool(state.get("Running")) and not state.get("Paused")
+
+    def _hard_stop(self, session: SandboxSession, fired: threading.Event) -> None:
+        """Watchdog: the in-container timeout did not end the command; kill the container."""
+        fired.set()
+        log.warning("command in %s outlived its timeout: killing the container", session.container_name)
+        try:
+            if session.ephemeral:
+                self.client.api.kill(session.container_id)
+            else:
+                self._forget(session)
+        except Exception:
+            log.exception("could not kill container %s", session.container_name)
+
+    # ------------------------------------------------------------------ reaper
+
+    def reap_idle(self, max_idle: float | None = None) -> list[tuple[str, str]]:
+        """Remove persistent containers idle for ``max_idle`` seconds (default
+        ``session_timeout`` / SANDBOX_SESSION_TIMEOUT); returns their keys."""
+        if max_idle is None:
+            max_idle = self._session_timeout if self._session_timeout is not None else session_timeout()
+        max_idle = _positive_float(max_idle, "max_idle")
+        now = time.time()
+        with self._lock:
+            idle = [s for s in self._sessions.values() if s.in_flight == 0 and s.idle_seconds(now) >= max_idle]
+        reaped = []
+        for session in idle:
+            with self._key_lock(session.key):
+                with self._lock:
+                    current = self._sessions.get(session.key)
+                    if current is not session or session.in_flight or session.idle_seconds() < max_idle:
+                        continue
+                    del self._sessions[session.key]
+                try:
+                    self._remove_container(session.container_id)
+                except Exception:
+                    log.exception("reaper: could not remove %s", session.container_name)
+                    continue
+                log.info("reaped idle sandbox %s", session.container_name)
+                reaped.append(session.key)
+        return reaped
+
+    def start_reaper(self, interval: float | None = None) -> None:
+        """Run :meth:`reap_idle` every ``interval`` seconds in a daemon thread."""
+        if interval is None:
+            limit = self._session_timeout if self._session_timeout is not None else session_timeout()
+            interval = max(1.0, min(60.0, limit / 4))
+        interval = _positive_float(interval, "interval")
+        with self._lock:
+            if self._reaper is not None and self._reaper.is_alive():
+                return
+            self._reaper_stop = threading.Event()
+            stop = self._reaper_stop
+            ref = weakref.ref(self)
+
+            def loop() -> None:
+                while not stop.wait(interval):
+                    manager = ref()
+                    if manager is None:
+                        return
+                    try:
+                        manager.reap_idle()
+                    except Exception:
+                        log.exception("sandbox reaper failed")
+                    del manager
+
+            self._reaper = threading.Thread(target=loop, name="sandbox-reaper", daemon=True)
+            self._reaper.start()
+
+    def stop_reaper(self) -> None:
+        with self._lock:
+            thread, self._reaper = self._reaper, None
+            self._reaper_stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10)
+
+    # ------------------------------------------------------------ async facade
+
+    async def aexecute_command(
+        self,
+        user_id: str,
+        session_id: str,
+        command: str,
+        timeout: float | None = None,
+        persistent: bool = False,
+    ) -> tuple[int, str]:
+        """:meth:`execute_command` in a worker thread: never blocks the event loop."""
+        return await asyncio.to_thread(self.execute_command, user_id, session_id, command, timeout, persistent)
+
+    async def aget_or_create_session(self, user_id: str, session_id: str) -> SandboxSession:
+        return await asyncio.to_thread(self.get_or_create_session, user_id, session_id)
+
+    async def aclose_session(self, user_id: str, session_id: str) -> bool:
+        return await asyncio.to_thread(self.close_session, user_id, session_id)
+
+    async def aclose_all(self) -> None:
+        await asyncio.to_thread(self.close_all)
+
+    async def areap_idle(self, max_idle: float | None = None) -> list[tuple[str, str]]:
+        return await asyncio.to_thread(self.reap_idle, max_idle)
+
+    async def arun_in_session(
+        self, session: SandboxSession, command: str, timeout: float | None = None
+    ) -> tuple[int, str]:
+        return await asyncio.to_thread(self.run_in_session, session, command, timeout)
+
+    @asynccontextmanager
+    async def aephemeral_session(self, user_id: str, session_id: str) -> AsyncIterator[SandboxSession]:
+        """Async :meth:`ephemeral_session`: creation and removal run in threads."""
+        cm = self.ephemeral_session(user_id, session_id)
+        entering = asyncio.ensure_future(asyncio.to_thread(cm.__enter__))
+        try:
+            session = await asyncio.shield(entering)
+        except asyncio.CancelledError:
+            # The worker thread still creates the container: remove it when it has.
+            def cleanup(fut: asyncio.Future[SandboxSession]) -> None:
+                if not fut.cancelled() and fut.exception() is None:
+                    threading.Thread(target=cm.__exit__, args=(None, None, None), daemon=True).start()
+
+            entering.add_done_callback(cleanup)
+            raise
+        try:
+            yield session
+        except BaseException as exc:
+            await asyncio.to_thread(cm.__exit__, type(exc), exc, exc.__traceback__)
+            raise
+        else:
+            await asyncio.to_thread(cm.__exit__, None, None, None)

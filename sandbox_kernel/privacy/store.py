@@ -1,0 +1,525 @@
+"""The privacy store: one JSON file per session on the host, and it only goes up.
+
+Layout under the store's root (by default ``<data dir>/privacy``, outside every
+sandbox mount; dirs 0700, files 0600)::
+
+    <root>/<user_id>/<session_id>.json               the state (see schema.py)
+    <root>/<user_id>/<session_id>.lock               flock'ed around every write
+    <root>/<user_id>/<session_id>.json.corrupt-<ts>  a bad file, kept aside
+
+Every write is a read-modify-write under an exclusive ``flock`` on the
+session's lock file (so kernels in different processes never lose each
+other's updates), merges what it adds with what is on disk (max of levels,
+union of datasets: a stale writer cannot lower anything) and replaces the file
+atomically (temp file, fsync, rename, fsync of the directory).
+
+Reads fail closed: a file that cannot be read, is not valid, is a symlink, a
+FIFO or anything but a regular file of ours, or is larger than 1 MiB makes the
+session private at SECRET with ``error`` set. The next write moves such a file
+aside to ``<session_id>.json.corrupt-<ts>`` and writes a fresh file that keeps
+the session at SECRET (a ``mark`` records why) plus whatever is being added. A
+file from a newer format version is never overwritten: writes are refused.
+
+Each process also remembers the highest state it has seen or written per
+session (its "floor"), and every read and write merges it in: deleting or
+rewriting the file lower under a running kernel cannot lower what that
+kernel reports, and its next write puts it back. A write that fails raises
+``PrivacyStoreError`` but still raises that floor.
+
+Reads are cheap to poll: a file whose (device, inode, size, mtime, ctime,
+mode) is unchanged is not parsed again, once it is over a second old (file
+times are coarse, so a younger one is always re-read).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import secrets
+import stat
+import threading
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+from .identity import validate_id
+from .records import Dataset, SessionMark, clean_reason
+from .schema import FutureVersionError, SchemaError, decode, encode
+from .sensitivity import Sensitivity
+from .state import PrivacyState, merge
+
+log = logging.getLogger("sandbox_kernel.privacy")
+
+MAX_FILE_BYTES = 1 << 20
+LOCK_TIMEOUT = 30.0
+_SETTLE_NS = 1_000_000_000
+DATA_DIR_ENV = "SANDBOX_KERNEL_DATA_DIR"
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_O_NOCTTY = getattr(os, "O_NOCTTY", 0)
+
+_Key = tuple[str, str, str]
+_StatKey = tuple[int, int, int, int, int, int]
+
+# Per process, keyed by (resolved root, user_id, session_id).
+_memory_lock = threading.Lock()
+_floors: dict[_Key, PrivacyState] = {}
+# (stat of the file, its state, the floor merged in, the answer)
+_cache: dict[_Key, tuple[_StatKey, PrivacyState, PrivacyState, PrivacyState]] = {}
+_warned: dict[_Key, _StatKey | None] = {}
+
+
+def _reinit_lock_after_fork() -> None:
+    global _memory_lock
+    _memory_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_lock_after_fork)
+
+
+class PrivacyStoreError(OSError):
+    """A change could not be recorded on disk (this process still keeps it)."""
+
+
+def default_data_dir() -> Path:
+    """``$SANDBOX_KERNEL_DATA_DIR``, else ``<jupyter data dir>/sandbox_kernel``."""
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        return Path(env).expanduser().absolute()
+    from jupyter_core.paths import jupyter_data_dir
+
+    return Path(jupyter_data_dir()).absolute() / "sandbox_kernel"
+
+
+def default_store() -> PrivacyStore:
+    """The store under ``default_data_dir() / "privacy"`` (read from the environment now)."""
+    return PrivacyStore(default_data_dir() / "privacy")
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symlink")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _stat_key(st: os.stat_result) -> _StatKey:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+
+
+def _settled(key: _StatKey | None) -> bool:
+    """Whether a file with this stat key may be cached: file timestamps are
+    coarse (a few ms), so a file changed within the last second could be
+    replaced by another with the same inode number, size and times. Uses the
+    ctime, which (unlike the mtime) cannot be set back."""
+    return key is not None and time.time_ns() - key[4] > _SETTLE_NS
+
+
+def _without_error(state: PrivacyState) -> PrivacyState:
+    if state.error is None:
+        return state
+    return PrivacyState.build(datasets=state.datasets, mark=state.mark, floor=state.sensitivity,
+                              omitted_datasets=state.omitted_datasets)
+
+
+def _failure_state(message: str) -> PrivacyState:
+    mark = SessionMark.create(Sensitivity.SECRET, "api", clean_reason(message))
+    return PrivacyState.build(mark=mark, error=message)
+
+
+class _Problem(Exception):
+    """The session file exists but cannot be used; ``future`` = newer format."""
+
+    def __init__(self, message: str, future: bool = False) -> None:
+        super().__init__(message)
+        self.future = future
+
+
+class PrivacyStore:
+    """Per-session privacy files under ``root``. Raise-only: nothing here lowers.
+
+    Safe to share between threads; several processes may use the same root.
+    """
+
+    __slots__ = ("_root", "_resolved")
+
+    def __init__(self, root: Path | str) -> None:
+        root = Path(root).expanduser().absolute()
+        object.__setattr__(self, "_root", root)
+        object.__setattr__(self, "_resolved", str(root.resolve()))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"PrivacyStore is read-only: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"PrivacyStore is read-only: cannot delete {name!r}")
+
+    def __repr__(self) -> str:
+        return f"PrivacyStore({str(self._root)!r})"
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def path_for(self, user_id: str, session_id: str) -> Path:
+        """The session's file (ids are validated)."""
+        validate_id(user_id, "user_id")
+        validate_id(session_id, "session_id")
+        return self._root / user_id / f"{session_id}.json"
+
+    # ----------------------------------------------------------------- reading
+
+    def read(self, user_id: str, session_id: str) -> PrivacyState:
+        """The session's state; never raises for a bad file (fails closed instead).
+
+        Cheap to poll: while the file is unchanged (same inode, size, mtime and
+        ctime) and this process learnt nothing new, the last answer is reused.
+        """
+        path = self.path_for(user_id, session_id)
+        key = (self._resolved, user_id, session_id)
+        try:
+            before: _StatKey | None = _stat_key(os.lstat(path))
+        except FileNotFoundError:
+            with _memory_lock:
+                floor = _floors.get(key)
+            if floor is None:
+                return PrivacyState.public()
+            self._warn_if_lower(path, PrivacyState.public(), floor, key, None)
+            return floor
+        except OSError:  # e.g. the user "directory" is a file: the full read says why
+            before = None
+        with _memory_lock:
+            entry = _cache.get(key)
+            floor = _floors.get(key)
+        if before is not None and entry is not None and entry[0] == before:
+            if entry[2] is floor:
+                return entry[3]  # unchanged file, nothing new learnt
+            disk = entry[1]
+        else:
+            disk = self._read_disk(user_id, session_id, path)
+            try:
+                after: _StatKey | None = _stat_key(os.lstat(path))
+            except OSError:
+                after = None
+            if after != before or not _settled(before):
+                before = None  # changed while being read, or too recently: do not cache
+        if floor is not None:
+            self._warn_if_lower(path, disk, floor, key, before)
+        clean = _without_error(disk)
+        with _memory_lock:
+            floor = _floors.get(key)  # again: another thread may have raised it
+            if floor is None:
+                floor = clean
+            elif not floor.covers(clean):
+                floor = merge(floor, clean)
+            _floors[key] = floor
+            result = disk if disk.covers(floor) else merge(disk, floor)
+            if before is not None:
+                _cache[key] = (before, disk, floor, result)
+        return result
+
+    def _warn_if_lower(self, path: Path, disk: PrivacyState, floor: PrivacyState,
+                       key: _Key, stat_key: _StatKey | None) -> None:
+        if disk.error is not None or disk.covers(floor):
+            return
+        with _memory_lock:
+            if key in _warned and _warned[key] == stat_key:
+                return  # said once for this version of the file
+            _warned[key] = stat_key
+        log.warning(
+            "privacy file %s holds less than this process has already seen "
+            "(%s on disk, %s known); keeping the higher state, the next write restores it",
+            path, disk.sensitivity.name, floor.sensitivity.name,
+        )
+
+    def _fail(self, path: Path, problem: str) -> PrivacyState:
+        message = f"privacy store file {path} {problem}; the session is treated as private at SECRET"
+        log.error("%s", message)
+        return _failure_state(message)
+
+    def _read_disk(self, user_id: str, session_id: str, path: Path) -> PrivacyState:
+        try:
+            root_fd = os.open(self._root, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+        except FileNotFoundError:
+            return PrivacyState.public()
+        except OSError as exc:
+            return self._fail(path, f"cannot be reached: the store directory {self._root} "
+                                    f"cannot be opened ({exc.strerror})")
+        try:
+            try:
+                user_fd = self._open_user_dir(root_fd, user_id)
+            except FileNotFoundError:
+                return PrivacyState.public()
+            except _Problem as exc:
+                return self._fail(path, str(exc))
+            try:
+                state, _ = self._load(user_fd, user_id, session_id)
+            except _Problem as exc:
+                return self._fail(path, str(exc))
+            finally:
+                os.close(user_fd)
+        finally:
+            os.close(root_fd)
+        return state if state is not None else PrivacyState.public()
+
+    def _open_user_dir(self, root_fd: int, user_id: str) -> int:
+        try:
+            return os.open(user_id, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC,
+                           dir_fd=root_fd)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise _Problem(f"cannot be reached: {self._root / user_id} is not a plain "
+                               "directory (a symlink or a file)") from None
+            raise _Problem(f"cannot be reached: {self._root / user_id} cannot be opened "
+                           f"({exc.strerror})") from None
+
+    def _load(self, dir_fd: int, user_id: str, session_id: str,
+              known: tuple[_StatKey, PrivacyState] | None = None,
+              ) -> tuple[PrivacyState | None, _StatKey | None]:
+        """The file's state and stat key; (None, None) when it does not exist;
+        ``_Problem`` when it is bad. ``known`` is reused if the file is unchanged."""
+        name = f"{session_id}.json"
+        try:
+            fd = os.open(name, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_NOCTTY | _O_CLOEXEC,
+                         dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _Problem("is a symlink; it must be a regular file") from None
+            raise _Problem(f"cannot be opened ({exc.strerror})") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _Problem(f"is {_kind(st.st_mode)}, not a regular file")
+            if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+                raise _Problem(f"is owned by uid {st.st_uid}, not by this user")
+            if st.st_size > MAX_FILE_BYTES:
+                raise _Problem(f"is {st.st_size} bytes, over the {MAX_FILE_BYTES}-byte limit")
+            if known is not None and known[0] == _stat_key(st):
+                return known[1], known[0]
+            chunks, total = [], 0
+            while total <= MAX_FILE_BYTES:
+                chunk = os.read(fd, MAX_FILE_BYTES + 1 - total)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+            if total > MAX_FILE_BYTES:
+                raise _Problem(f"grew over the {MAX_FILE_BYTES}-byte limit while being read")
+        except OSError as exc:
+            raise _Problem(f"cannot be read ({exc.strerror})") from None
+        finally:
+            os.close(fd)
+        try:
+            return decode(b"".join(chunks), user_id, session_id), _stat_key(st)
+        except FutureVersionError as exc:
+            raise _Problem(str(exc), future=True) from None
+        except SchemaError as exc:
+            raise _Problem(str(exc)) from None
+
+    # ----------------------------------------------------------------- writing
+
+    def add_dataset(self, user_id: str, session_id: str, dataset: Dataset) -> PrivacyState:
+        """Record ``dataset`` (raising its level if it is already there)."""
+        if not isinstance(dataset, Dataset):
+            raise ValueError(f"dataset must be a Dataset record, got {type(dataset).__name__}")
+        return self._update(user_id, session_id, PrivacyState.build(datasets=[dataset]))
+
+    def mark(self, user_id: str, session_id: str, mark: SessionMark) -> PrivacyState:
+        """Mark the whole session private (the higher of this and any earlier mark is kept)."""
+        if not isinstance(mark, SessionMark):
+            raise ValueError(f"mark must be a SessionMark record, got {type(mark).__name__}")
+        return self._update(user_id, session_id, PrivacyState.build(mark=mark))
+
+    def merge(self, user_id: str, session_id: str, state: PrivacyState) -> PrivacyState:
+        """Merge ``state`` into the stored one. This can only raise it: a lower
+        or empty state changes nothing."""
+        if not isinstance(state, PrivacyState):
+            raise ValueError(f"state must be a PrivacyState, got {type(state).__name__}")
+        return self._update(user_id, session_id, _without_error(state))
+
+    def _update(self, user_id: str, session_id: str, addition: PrivacyState) -> PrivacyState:
+        path = self.path_for(user_id, session_id)
+        key = (self._resolved, user_id, session_id)
+        pending = addition  # what must not be lost, even if the write fails
+        try:
+            with self._locked(user_id, session_id) as user_fd:
+                with _memory_lock:
+                    floor = _floors.get(key, PrivacyState.public())
+                name = f"{session_id}.json"
+                try:
+                    with _memory_lock:
+                        entry = _cache.get(key)
+                    known = (entry[0], entry[1]) if entry and entry[1].error is None else None
+                    disk, stat_key = self._load(user_fd, user_id, session_id, known)
+                except _Problem as exc:
+                    if exc.future:
+                        message = (f"privacy store file {path} {exc}; refusing to overwrite it "
+                                   "(the session is treated as private at SECRET)")
+                        pending = merge(pending, _failure_state(message))
+                        raise PrivacyStoreError(message) from None
+                    disk = None
+                    aside = f"{name}.corrupt-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}"
+                    message = f"privacy store file {path} {exc}; kept aside as {aside}"
+                    pending = merge(pending, PrivacyState.build(
+                        mark=SessionMark.create(Sensitivity.SECRET, "api", clean_reason(message))))
+                    self._keep_aside(user_fd, name, aside, path, str(exc))
+                    log.error("%s; the session stays private at SECRET", message)
+                current = disk if disk is not None else PrivacyState.public()
+                new = _without_error(merge(current, floor, pending))
+                if disk is None or new != disk:
+                    stat_key = self._write(user_fd, name, encode(new, user_id, session_id))
+        except PrivacyStoreError:
+            self._remember(key, pending)
+            raise
+        except OSError as exc:
+            self._remember(key, pending)
+            raise PrivacyStoreError(
+                f"could not record the privacy change in {path}: {exc.strerror or exc}; "
+                "this process keeps it, other processes may not see it") from exc
+        return self._remember(key, new, stat_key)
+
+    @staticmethod
+    def _keep_aside(dir_fd: int, name: str, aside: str, path: Path, problem: str) -> None:
+        """Keep a bad file as ``aside``. A hard link (of the symlink itself, if it
+        is one) leaves ``name`` in place until the atomic replace, so no reader
+        ever finds the session file missing; a directory can only be renamed."""
+        try:
+            os.link(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+            return
+        except OSError:
+            pass
+        try:
+            os.rename(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except OSError as err:
+            raise PrivacyStoreError(
+                f"privacy store file {path} {problem}, and it could not be moved aside "
+                f"({err.strerror}); nothing was written (the session is treated as "
+                "private at SECRET)") from None
+
+    @staticmethod
+    def _remember(key: _Key, state: PrivacyState, stat_key: _StatKey | None = None) -> PrivacyState:
+        """Raise this process's floor; with ``stat_key``, ``state`` is what the
+        file holds now, and the next poll need not read it again."""
+        with _memory_lock:
+            floor = _floors.get(key)
+            if floor is None or not floor.covers(state):
+                floor = state if floor is None or state.covers(floor) else merge(floor, state)
+                _floors[key] = floor
+            result = state if state.covers(floor) else merge(state, floor)
+            if not _settled(stat_key):
+                _cache.pop(key, None)
+            else:
+                _cache[key] = (stat_key, state, floor, result)
+            return result
+
+    def _ensure_root(self) -> int:
+        root = self._root
+        try:
+            os.makedirs(root, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise PrivacyStoreError(f"cannot create the privacy store directory {root}: "
+                                    f"{exc.strerror}") from None
+        fd = os.open(root, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+        try:
+            self._tighten(fd, root)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    @staticmethod
+    def _tighten(fd: int, where: Path) -> None:
+        st = os.fstat(fd)
+        if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+            raise PrivacyStoreError(f"{where} is owned by uid {st.st_uid}, not by this user")
+        if stat.S_IMODE(st.st_mode) != 0o700:
+            os.fchmod(fd, 0o700)
+
+    @contextmanager
+    def _locked(self, user_id: str, session_id: str) -> Iterator[int]:
+        """Hold the session's exclusive lock; yields the user directory's fd."""
+        root_fd = self._ensure_root()
+        user_fd = lock_fd = -1
+        try:
+            try:
+                os.mkdir(user_id, 0o700, dir_fd=root_fd)
+            except FileExistsError:
+                pass
+            try:
+                user_fd = self._open_user_dir(root_fd, user_id)
+            except _Problem as exc:
+                raise PrivacyStoreError(f"privacy store file {self.path_for(user_id, session_id)} "
+                                        f"{exc}") from None
+            self._tighten(user_fd, self._root / user_id)
+            lock_name = f"{session_id}.lock"
+            lock_path = self._root / user_id / lock_name
+            try:
+                lock_fd = os.open(lock_name, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_NONBLOCK
+                                  | _O_NOCTTY | _O_CLOEXEC, 0o600, dir_fd=user_fd)
+            except OSError as exc:
+                raise PrivacyStoreError(f"cannot open the lock file {lock_path}: "
+                                        f"{'it is a symlink' if exc.errno == errno.ELOOP else exc.strerror}"
+                                        ) from None
+            if not stat.S_ISREG(os.fstat(lock_fd).st_mode):
+                raise PrivacyStoreError(f"the lock file {lock_path} is not a regular file")
+            deadline = time.monotonic() + LOCK_TIMEOUT
+            delay = 0.001
+            while True:
+                try:
+                    fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise PrivacyStoreError(
+                            f"timed out after {LOCK_TIMEOUT:.0f} s waiting for the lock "
+                            f"{lock_path}") from None
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+            yield user_fd
+        finally:
+            if lock_fd >= 0:
+                os.close(lock_fd)  # also releases the flock
+            if user_fd >= 0:
+                os.close(user_fd)
+            os.close(root_fd)
+
+    @staticmethod
+    def _write(dir_fd: int, name: str, data: bytes) -> _StatKey:
+        """Replace ``name`` atomically and durably; returns its new stat key."""
+        if len(data) > MAX_FILE_BYTES:  # cannot happen within MAX_DATASETS; never write what we'd refuse
+            raise PrivacyStoreError(f"the privacy state is {len(data)} bytes, over the limit")
+        tmp = f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
+                     0o600, dir_fd=dir_fd)
+        try:
+            try:
+                os.fchmod(fd, 0o600)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
+            raise
+        os.fsync(dir_fd)
+        return _stat_key(os.stat(name, dir_fd=dir_fd, follow_symlinks=False))

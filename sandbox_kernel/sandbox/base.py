@@ -76,14 +76,20 @@ class SandboxSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     tmp_size: int = 1 << 30
+    #: with network (``isolate_network`` False): "user" is a user-mode network
+    #: (the sandbox reaches the internet, not the host's loopback or abstract
+    #: sockets); "host" shares the host's network namespace, loopback included.
+    network: str = "user"
 
 
 class SandboxProcess:
     """A long-lived sandboxed child with pipes on stdin, stdout and stderr."""
 
-    def __init__(self, process: asyncio.subprocess.Process, backend: str) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, backend: str, helpers: Sequence[int] = ()) -> None:
         self.process = process
         self.backend = backend
+        #: pids of helper processes (e.g. the user-mode network) that die with the sandbox
+        self.helpers = list(helpers)
 
     @property
     def pid(self) -> int:
@@ -113,6 +119,12 @@ class SandboxProcess:
 
     async def kill(self) -> None:
         """Kill the whole sandbox: it leads its own session, so its group goes too."""
+        for pid in self.helpers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.helpers.clear()
         if self.process.returncode is None:
             for target in (lambda: os.killpg(self.process.pid, signal.SIGKILL), self.process.kill):
                 try:
@@ -166,10 +178,17 @@ class Sandbox(ABC):
         except BaseException:
             await child.kill()
             raise
+        await child.kill()  # helpers (the user-mode network) go with it
         return SandboxResult(exit_code=child.process.returncode or 0, stdout=out, stderr=err)
 
 
-async def spawn(argv: Sequence[str], limits: ResourceLimits, env: Mapping[str, str] | None, cwd: str | None) -> asyncio.subprocess.Process:
+async def spawn(
+    argv: Sequence[str],
+    limits: ResourceLimits,
+    env: Mapping[str, str] | None,
+    cwd: str | None,
+    pass_fds: Sequence[int] = (),
+) -> asyncio.subprocess.Process:
     """Start ``argv`` in its own session with pipes and rlimits (shared by backends)."""
     return await asyncio.create_subprocess_exec(
         *argv,
@@ -181,4 +200,5 @@ async def spawn(argv: Sequence[str], limits: ResourceLimits, env: Mapping[str, s
         start_new_session=True,
         preexec_fn=limits.apply,
         limit=1 << 24,
+        pass_fds=tuple(pass_fds),
     )

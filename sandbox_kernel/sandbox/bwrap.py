@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import os
 import shutil
 import sys
 from pathlib import Path
 
 from .base import Sandbox, SandboxProcess, SandboxSpec, spawn
+from .usernet import start_user_network
+
+log = logging.getLogger("sandbox_kernel.sandbox")
 
 #: /etc entries a Python process and common tools need; nothing else of /etc
 #: (no shadow, no ssh keys, no machine-id) is visible.
@@ -59,7 +65,7 @@ class BubblewrapSandbox(Sandbox):
             )
         self.executable = found
 
-    def build_argv(self, spec: SandboxSpec) -> list[str]:
+    def build_argv(self, spec: SandboxSpec, info_fd: int | None = None, block_fd: int | None = None) -> list[str]:
         argv = [
             self.executable,
             "--die-with-parent",
@@ -72,8 +78,12 @@ class BubblewrapSandbox(Sandbox):
             "--cap-drop", "ALL",
             "--hostname", "sandbox",
         ]
-        if not spec.isolate_network:
+        if not spec.isolate_network and spec.network == "host":
             argv.append("--share-net")
+        if info_fd is not None:
+            argv += ["--info-fd", str(info_fd)]
+        if block_fd is not None:
+            argv += ["--block-fd", str(block_fd)]
         argv += ["--ro-bind", "/usr", "/usr"]
         for name in ("bin", "lib", "lib32", "lib64", "sbin"):
             host = Path("/") / name
@@ -81,7 +91,8 @@ class BubblewrapSandbox(Sandbox):
                 argv += ["--symlink", os.readlink(host), f"/{name}"]
             elif host.is_dir():
                 argv += ["--ro-bind", str(host), f"/{name}"]
-        for name in ETC_ALLOWED:
+        etc = ETC_ALLOWED + (("resolv.conf", "hosts") if not spec.isolate_network else ())
+        for name in etc:
             if os.path.exists(f"/etc/{name}"):
                 argv += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
         argv += ["--proc", "/proc", "--dev", "/dev"]
@@ -103,5 +114,39 @@ class BubblewrapSandbox(Sandbox):
         return argv
 
     async def start(self, spec: SandboxSpec) -> SandboxProcess:
-        process = await spawn(self.build_argv(spec), spec.limits, env={}, cwd="/")
-        return SandboxProcess(process, self.name)
+        if spec.isolate_network or spec.network == "host":
+            process = await spawn(self.build_argv(spec), spec.limits, env={}, cwd="/")
+            return SandboxProcess(process, self.name)
+        # User-mode network: bwrap makes an empty network namespace and waits
+        # (block fd) until pasta has given it an interface, then runs the command.
+        info_r, info_w = os.pipe()
+        block_r, block_w = os.pipe()
+        try:
+            process = await spawn(self.build_argv(spec, info_w, block_r), spec.limits, env={}, cwd="/", pass_fds=(info_w, block_r))
+        finally:
+            os.close(info_w)
+            os.close(block_r)
+        helpers: list[int] = []
+        try:
+            info = await asyncio.to_thread(_read_info, info_r)
+            helpers.append(await start_user_network(int(info["child-pid"])))
+        except Exception as exc:
+            log.error("user-mode network failed (%r): the sandbox runs without network", exc)
+        finally:
+            os.close(info_r)
+            os.write(block_w, b"1")
+            os.close(block_w)
+        return SandboxProcess(process, self.name, helpers)
+
+
+def _read_info(fd: int) -> dict:
+    data = b""
+    while True:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            raise RuntimeError("bwrap exited before reporting its namespaces")
+        data += chunk
+        try:
+            return json.loads(data)
+        except ValueError:
+            continue

@@ -1,0 +1,141 @@
+/**
+ * sandbox-kernel-status: shows whether a notebook's sandbox has network.
+ *
+ * JupyterLab: a status-bar item that follows the active notebook.
+ * Notebook 7 (no status bar), or JupyterLab with the status bar disabled: the
+ * same item in each notebook's toolbar, before the kernel name.
+ */
+import {
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { Notification } from '@jupyterlab/apputils';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { IStatusBar } from '@jupyterlab/statusbar';
+import { INotebookShell } from '@jupyter-notebook/application';
+
+import { ILevelRaised, StatusClient } from './client';
+import { levelRank } from './protocol';
+import { StatusItem, showStatusDialog } from './widgets';
+
+export { StatusClient, isSandboxKernelName } from './client';
+export * from './protocol';
+
+const PLUGIN_ID = 'sandbox-kernel-status:plugin';
+const TOOLBAR_ITEM = 'sandboxKernelStatus';
+
+/** Highest level already announced per kernel id (two views, one kernel). */
+const announced = new Map<string, number>();
+
+function announce(client: StatusClient, change: ILevelRaised): void {
+  const kernelId = client.kernelId ?? client.sessionContext.path;
+  const rank = levelRank(change.to);
+  if ((announced.get(kernelId) ?? -1) >= rank) {
+    return;
+  }
+  announced.set(kernelId, rank);
+  const name = client.sessionContext.name || client.sessionContext.path;
+  const where = name.length > 40 ? `${name.slice(0, 37)}…` : name;
+  Notification.warning(
+    `Network cut: private data (${change.to}) entered this session (${where}). ` +
+      'Its sandbox has no network from now on.',
+    {
+      autoClose: false,
+      actions: [
+        {
+          label: 'Details',
+          caption: 'Show the sandbox status of this notebook',
+          callback: () => {
+            void showStatusDialog(client);
+          }
+        }
+      ]
+    }
+  );
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description:
+    'Shows whether the sandboxed kernel of a notebook has network, and lets the user mark the session private.',
+  autoStart: true,
+  requires: [INotebookTracker],
+  optional: [IStatusBar, INotebookShell],
+  activate: (
+    app: JupyterFrontEnd,
+    tracker: INotebookTracker,
+    statusBar: IStatusBar | null,
+    notebookShell: INotebookShell | null
+  ): void => {
+    const clients = new Map<NotebookPanel, StatusClient>();
+    const useToolbar = !statusBar || !!notebookShell;
+
+    const clientFor = (panel: NotebookPanel): StatusClient => {
+      let client = clients.get(panel);
+      if (!client) {
+        const created = new StatusClient(panel.sessionContext);
+        client = created;
+        clients.set(panel, created);
+        created.levelRaised.connect((_, change) => announce(created, change));
+        panel.disposed.connect(() => {
+          clients.delete(panel);
+          created.dispose();
+        });
+        if (useToolbar) {
+          addToolbarItem(panel, created);
+        }
+      }
+      return client;
+    };
+
+    const openDialog = (client: StatusClient): void => {
+      void showStatusDialog(client);
+    };
+
+    const addToolbarItem = (panel: NotebookPanel, client: StatusClient): void => {
+      const item = new StatusItem({
+        client,
+        hideWhenInactive: true,
+        onActivate: openDialog
+      });
+      item.addClass('sk-status-toolbar-item');
+      const toolbar = panel.toolbar;
+      if (!toolbar.insertBefore('kernelName', TOOLBAR_ITEM, item)) {
+        toolbar.addItem(TOOLBAR_ITEM, item);
+      }
+      panel.disposed.connect(() => item.dispose());
+    };
+
+    tracker.forEach(panel => clientFor(panel));
+    tracker.widgetAdded.connect((_, panel) => {
+      clientFor(panel);
+    });
+
+    if (!useToolbar && statusBar) {
+      const item = new StatusItem({
+        hideWhenInactive: false,
+        onActivate: openDialog
+      });
+      item.addClass('sk-status-statusbar-item');
+      const follow = (): void => {
+        const panel = tracker.currentWidget;
+        item.setClient(panel ? clientFor(panel) : null);
+      };
+      tracker.currentChanged.connect(follow);
+      follow();
+      statusBar.registerStatusItem(PLUGIN_ID, {
+        item,
+        align: 'left',
+        rank: 5,
+        isActive: () => item.isClientActive,
+        activeStateChanged: item.activeStateChanged
+      });
+    }
+
+    console.debug(
+      `sandbox-kernel-status: active (${useToolbar ? 'notebook toolbar' : 'status bar'}; ${app.name})`
+    );
+  }
+};
+
+export default plugin;

@@ -1,0 +1,439 @@
+/**
+ * The status item (status bar or notebook toolbar), the details popup and the
+ * "Mark session private…" dialog.
+ *
+ * Everything shown comes from the kernel, and dataset names and warnings may
+ * come from untrusted cell code: text only (textContent), never HTML.
+ *
+ * Stable DOM hooks (kept for browser tests, see docs/comm.md):
+ *   .sk-status-item[data-network][data-level][data-phase]  the item
+ *   .sk-status-item .sk-status-label                        its text
+ *   .sk-status-dialog                                       the details popup
+ *   button.sk-mark-private                                  its "Mark session private…"
+ *   .sk-mark-private-dialog, select.sk-mark-private-level,
+ *   input.sk-mark-private-reason, button.sk-mark-private-confirm
+ */
+import { Dialog, showErrorMessage } from '@jupyterlab/apputils';
+import { ISignal, Signal } from '@lumino/signaling';
+import { Widget } from '@lumino/widgets';
+
+import type { StatusClient } from './client';
+import { Level, MARKABLE_LEVELS, levelRank } from './protocol';
+
+/** The one-line text of the item for a client. */
+export function itemLabel(client: StatusClient | null): string {
+  if (!client || !client.isActive) {
+    return '';
+  }
+  const state = client.state;
+  if (client.phase === 'unavailable' && !state) {
+    return 'Sandbox status unavailable';
+  }
+  if (!state) {
+    return 'Sandbox: connecting…';
+  }
+  if (state.network === 'full') {
+    return 'Network on';
+  }
+  return state.private ? `Network off · ${state.level}` : 'Network off';
+}
+
+function itemTitle(client: StatusClient | null): string {
+  const state = client?.state;
+  if (!client || !state) {
+    return client?.lastError ?? 'Sandboxed kernel: waiting for its status';
+  }
+  const lines = [
+    state.network === 'full'
+      ? `Sandbox (${state.backend}): the notebook's code can reach the network.`
+      : state.private
+        ? `Sandbox (${state.backend}): private data (${state.level}) entered this session; no network, for good.`
+        : `Sandbox (${state.backend}): no network.`
+  ];
+  if (state.error) {
+    lines.push(`Error: ${state.error}`);
+  }
+  for (const w of state.warnings) {
+    lines.push(`Warning: ${w}`);
+  }
+  lines.push('Click for details.');
+  return lines.join('\n');
+}
+
+function formatTime(value: string): string {
+  const date = new Date(value);
+  return isNaN(date.getTime()) ? value : date.toLocaleString();
+}
+
+function el<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  className?: string,
+  text?: string
+): HTMLElementTagNameMap[K] {
+  const node = document.createElement(tag);
+  if (className) {
+    node.className = className;
+  }
+  if (text !== undefined) {
+    node.textContent = text;
+  }
+  return node;
+}
+
+/**
+ * The status item. Shows the state of one StatusClient; `setClient` swaps the
+ * client (the status bar follows the active notebook).
+ */
+export class StatusItem extends Widget {
+  constructor(options: StatusItem.IOptions) {
+    super({ node: document.createElement('div') });
+    this._hideWhenInactive = options.hideWhenInactive;
+    this._onActivate = options.onActivate;
+    this.addClass('sk-status-item');
+    this.node.setAttribute('role', 'button');
+    this.node.tabIndex = 0;
+    this._icon = el('span', 'sk-status-icon');
+    this._label = el('span', 'sk-status-label');
+    this._flag = el('span', 'sk-status-flag');
+    this.node.append(this._icon, this._label, this._flag);
+    this.node.addEventListener('click', this._onClick);
+    this.node.addEventListener('keydown', this._onKey);
+    this.setClient(options.client ?? null);
+  }
+
+  get client(): StatusClient | null {
+    return this._client;
+  }
+
+  /** Emitted when whether the item should be shown may have changed. */
+  get activeStateChanged(): ISignal<this, void> {
+    return this._activeStateChanged;
+  }
+
+  /** Whether the item has something to show (a sandbox kernel). */
+  get isClientActive(): boolean {
+    return !!this._client && !this._client.isDisposed && this._client.isActive;
+  }
+
+  setClient(client: StatusClient | null): void {
+    if (client === this._client) {
+      return;
+    }
+    if (this._client) {
+      this._client.changed.disconnect(this._update, this);
+    }
+    this._client = client;
+    if (client) {
+      client.changed.connect(this._update, this);
+    }
+    this._update();
+  }
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this.setClient(null);
+    this.node.removeEventListener('click', this._onClick);
+    this.node.removeEventListener('keydown', this._onKey);
+    super.dispose();
+  }
+
+  private _update(): void {
+    const client = this._client;
+    const state = client?.state ?? null;
+    const node = this.node;
+    node.dataset.phase = client && client.isActive ? client.phase : 'inactive';
+    node.dataset.network = state ? state.network : 'unknown';
+    node.dataset.level = state ? state.level : '';
+    node.dataset.backend = state ? state.backend : '';
+    this._label.textContent = itemLabel(client);
+    const problem = !!state && (state.error !== null || state.warnings.length > 0);
+    this._flag.textContent = problem ? '⚠' : '';
+    this.toggleClass('sk-mod-error', !!state?.error);
+    this.toggleClass('sk-mod-warning', !!state && state.warnings.length > 0);
+    const title = itemTitle(client);
+    node.title = title;
+    node.setAttribute('aria-label', title);
+    if (this._hideWhenInactive) {
+      this.setHidden(!this.isClientActive);
+    }
+    const active = this.isClientActive;
+    if (active !== this._wasActive) {
+      this._wasActive = active;
+      this._activeStateChanged.emit();
+    }
+  }
+
+  private _onClick = (event: MouseEvent): void => {
+    event.preventDefault();
+    if (this._client && this.isClientActive) {
+      this._onActivate(this._client);
+    }
+  };
+
+  private _onKey = (event: KeyboardEvent): void => {
+    if (event.key === 'Enter' || event.key === ' ') {
+      event.preventDefault();
+      if (this._client && this.isClientActive) {
+        this._onActivate(this._client);
+      }
+    }
+  };
+
+  private _client: StatusClient | null = null;
+  private _wasActive = false;
+  private _hideWhenInactive: boolean;
+  private _onActivate: (client: StatusClient) => void;
+  private _icon: HTMLSpanElement;
+  private _label: HTMLSpanElement;
+  private _flag: HTMLSpanElement;
+  private _activeStateChanged = new Signal<this, void>(this);
+}
+
+export namespace StatusItem {
+  export interface IOptions {
+    client?: StatusClient | null;
+    /** Hide the widget itself when inactive (toolbar); the status bar hides it via isActive. */
+    hideWhenInactive: boolean;
+    /** Called on click / Enter with the item's client. */
+    onActivate: (client: StatusClient) => void;
+  }
+}
+
+/** The details shown in the popup; re-renders while the popup is open. */
+class StatusBody extends Widget {
+  constructor(private _client: StatusClient) {
+    super();
+    this.addClass('sk-status-body');
+    _client.changed.connect(this._render, this);
+    this._render();
+  }
+
+  dispose(): void {
+    if (!this.isDisposed) {
+      this._client.changed.disconnect(this._render, this);
+    }
+    super.dispose();
+  }
+
+  private _render(): void {
+    const client = this._client;
+    const state = client.state;
+    const node = this.node;
+    node.textContent = '';
+    const summary = el('p', 'sk-status-summary', itemLabel(client));
+    node.appendChild(summary);
+    if (!state) {
+      node.appendChild(
+        el(
+          'p',
+          'sk-status-pending',
+          client.lastError ??
+            'The kernel has not sent its status yet. It is asked again when it is idle.'
+        )
+      );
+      return;
+    }
+    node.dataset.network = state.network;
+    node.dataset.level = state.level;
+
+    const facts = el('table', 'sk-status-facts');
+    const row = (label: string, value: string, field: string): void => {
+      const tr = el('tr');
+      tr.append(el('th', undefined, label));
+      const td = el('td', undefined, value);
+      td.dataset.field = field;
+      tr.append(td);
+      facts.append(tr);
+    };
+    row('Level', state.level, 'level');
+    row(
+      'Network',
+      state.network === 'full'
+        ? 'on: the code can reach the network'
+        : state.private
+          ? 'off, for good (private data entered this session)'
+          : 'off',
+      'network'
+    );
+    row('Sandbox', state.backend, 'backend');
+    row('Session', `${state.session_id} (user ${state.user_id})`, 'session');
+    node.appendChild(facts);
+
+    node.appendChild(el('h3', undefined, 'Private data'));
+    if (state.datasets.length === 0) {
+      node.appendChild(
+        el('p', 'sk-status-no-datasets', 'None has entered this session.')
+      );
+    } else {
+      const table = el('table', 'sk-status-datasets');
+      const head = el('tr');
+      for (const h of ['Name', 'Level', 'Source', 'Added']) {
+        head.append(el('th', undefined, h));
+      }
+      table.append(el('thead'));
+      table.tHead!.append(head);
+      const body = el('tbody');
+      for (const ds of state.datasets) {
+        const tr = el('tr', 'sk-status-dataset');
+        tr.append(
+          el('td', undefined, ds.name),
+          el('td', undefined, ds.level),
+          el('td', undefined, ds.source),
+          el('td', undefined, formatTime(ds.added_at))
+        );
+        body.append(tr);
+      }
+      table.append(body);
+      node.appendChild(table);
+    }
+
+    if (state.warnings.length) {
+      const box = el('div', 'sk-status-warnings');
+      box.append(el('h3', undefined, 'Warnings'));
+      const ul = el('ul');
+      for (const w of state.warnings) {
+        ul.append(el('li', undefined, w));
+      }
+      box.append(ul);
+      node.appendChild(box);
+    }
+    if (state.error) {
+      node.appendChild(el('p', 'sk-status-error', `Error: ${state.error}`));
+    }
+    if (client.lastError) {
+      node.appendChild(
+        el('p', 'sk-status-kernel-error', `Kernel said: ${client.lastError}`)
+      );
+    }
+    if (client.lastNotice) {
+      node.appendChild(el('p', 'sk-status-notice', client.lastNotice));
+    }
+  }
+}
+
+const MARK_ACTION = 'sk-mark-private';
+
+/** Open the details popup for a client; offers "Mark session private…". */
+export async function showStatusDialog(client: StatusClient): Promise<void> {
+  const state = client.state;
+  const canMark = !!state && levelRank(state.level) < levelRank('SECRET');
+  const buttons: Dialog.IButton[] = [Dialog.cancelButton({ label: 'Close' })];
+  if (canMark) {
+    buttons.push(
+      Dialog.warnButton({
+        label: 'Mark session private…',
+        className: 'sk-mark-private',
+        caption:
+          'Declare that private data is in this session: its sandbox loses the network for good',
+        actions: [MARK_ACTION]
+      })
+    );
+  }
+  client.requestState();
+  const dialog = new Dialog<void>({
+    title: 'Sandboxed kernel',
+    body: new StatusBody(client),
+    buttons,
+    defaultButton: 0,
+    hasClose: true
+  });
+  dialog.addClass('sk-status-dialog');
+  const result = await dialog.launch();
+  if (result.button.actions.includes(MARK_ACTION)) {
+    await showMarkPrivateDialog(client);
+  }
+}
+
+interface IMarkChoice {
+  level: Level;
+  reason: string;
+}
+
+class MarkPrivateBody extends Widget implements Dialog.IBodyWidget<IMarkChoice> {
+  constructor(current: Level) {
+    super();
+    this.addClass('sk-mark-private-body');
+    const choices = MARKABLE_LEVELS.filter(l => levelRank(l) > levelRank(current));
+    this.node.append(
+      el(
+        'p',
+        undefined,
+        current === 'PUBLIC'
+          ? 'Mark this session as holding private data. Choose how sensitive it is:'
+          : `This session is ${current}. Raise it to:`
+      )
+    );
+    const levelLabel = el('label', 'sk-mark-private-field', 'Level ');
+    this._select = el('select', 'sk-mark-private-level');
+    for (const level of choices) {
+      const option = el('option', undefined, level);
+      option.value = level;
+      this._select.append(option);
+    }
+    const preferred: Level = choices.includes('CONFIDENTIAL')
+      ? 'CONFIDENTIAL'
+      : choices[0];
+    this._select.value = preferred;
+    levelLabel.append(this._select);
+    const reasonLabel = el('label', 'sk-mark-private-field', 'Reason (optional) ');
+    this._reason = el('input', 'sk-mark-private-reason');
+    this._reason.type = 'text';
+    this._reason.maxLength = 1000;
+    this._reason.placeholder = 'e.g. loaded the HR export';
+    reasonLabel.append(this._reason);
+    const warning = el('p', 'sk-mark-private-warning');
+    warning.append(
+      el('strong', undefined, 'This can never be undone. '),
+      document.createTextNode(
+        "The session's sandbox loses all network now and for good: through kernel " +
+          'restarts and new kernels on this notebook too. Variables that cannot be ' +
+          'carried into the new, network-less sandbox are dropped, and you are told which.'
+      )
+    );
+    this.node.append(levelLabel, reasonLabel, warning);
+  }
+
+  getValue(): IMarkChoice {
+    return { level: this._select.value as Level, reason: this._reason.value.trim() };
+  }
+
+  private _select: HTMLSelectElement;
+  private _reason: HTMLInputElement;
+}
+
+/** Ask for a level and a confirmation, then send mark_private. */
+export async function showMarkPrivateDialog(client: StatusClient): Promise<void> {
+  const current = client.state?.level ?? 'PUBLIC';
+  if (levelRank(current) >= levelRank('SECRET')) {
+    return;
+  }
+  const dialog = new Dialog<IMarkChoice>({
+    title: 'Mark session private',
+    body: new MarkPrivateBody(current),
+    buttons: [
+      Dialog.cancelButton(),
+      Dialog.warnButton({
+        label: 'Mark private for good',
+        className: 'sk-mark-private-confirm'
+      })
+    ],
+    defaultButton: 0,
+    focusNodeSelector: 'select',
+    hasClose: true
+  });
+  dialog.addClass('sk-mark-private-dialog');
+  const result = await dialog.launch();
+  if (!result.button.accept || !result.value) {
+    return;
+  }
+  try {
+    await client.markPrivate(result.value.level, result.value.reason || undefined);
+  } catch (err) {
+    await showErrorMessage(
+      'Could not mark the session private',
+      err instanceof Error ? err.message : String(err)
+    );
+  }
+}

@@ -1,0 +1,330 @@
+"""Shared rules for cleaning sandbox outputs: URL checks, CSS and LaTeX cleaning.
+
+HTML, Markdown and SVG cleaning all need the same answers to "may this URL be
+followed / loaded?" and "is this CSS harmless?"; keeping them in one place means
+a hole fixed here is fixed for every output type.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Callable
+
+# ----------------------------------------------------------------------------- notes
+
+
+class Notes:
+    """Ordered, de-duplicated list of human-readable removal notes."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, note: str) -> None:
+        if note not in self.items:
+            self.items.append(note)
+
+
+PRIVATE_REASON = "private session: rendered output must not fetch from the network"
+
+# ----------------------------------------------------------------------------- URLs
+
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.\-]*):")
+_STRIP = re.compile(r"[\x00-\x20\x7f]+")
+_DATA_IMAGE = re.compile(r"^data:image/(?:png|jpe?g|gif|webp|bmp|avif|svg\+xml)[;,]", re.I)
+_DATA_FONT = re.compile(r"^data:(?:font/|application/(?:x-)?font-)", re.I)
+LINK_SCHEMES = frozenset({"http", "https", "mailto"})
+
+
+def normalise_url(value: str) -> str:
+    """The URL as a browser acts on it: it strips surrounding and embedded ASCII
+    whitespace/control characters and treats ``\\`` like ``/``, so
+    ``java\\tscript:`` and ``\\\\evil.example`` are caught as what they are."""
+    return _STRIP.sub("", value).replace("\\", "/")
+
+
+def url_scheme(url: str) -> str | None:
+    """Lower-case scheme of a normalised URL, or None for a relative URL."""
+    m = _SCHEME.match(url)
+    return m.group(1).lower() if m else None
+
+
+def link_ok(url: str) -> bool:
+    """A link target (``href``, ``cite``, markdown link) that cannot run code:
+    relative, ``#fragment``, http(s) or mailto. Links only act on a click, so
+    they stay in private sessions too."""
+    scheme = url_scheme(normalise_url(url))
+    return scheme is None or scheme in LINK_SCHEMES
+
+
+def image_ok(url: str, *, private: bool) -> bool:
+    """An URL a browser loads by itself (``img src``). Data images are always
+    fine; anything else only outside private sessions, and never a script
+    scheme or a non-image ``data:`` URL (``data:text/html``)."""
+    url = normalise_url(url)
+    if _DATA_IMAGE.match(url):
+        return True
+    if private:
+        return False
+    scheme = url_scheme(url)
+    return scheme is None or scheme in {"http", "https"}
+
+
+def describe_url_removal(url: str, *, private: bool, why: str = PRIVATE_REASON) -> str:
+    """Why a URL went, for the note; ``why`` explains a no-fetch rule."""
+    norm = normalise_url(url)
+    scheme = url_scheme(norm)
+    if scheme in {"javascript", "vbscript"}:
+        return f"{scheme}: URL"
+    if scheme == "data":
+        return "non-image data: URL"
+    if private:
+        return f"external URL ({why})"
+    return f"{scheme or 'unsupported'} URL"
+
+
+# ----------------------------------------------------------------------------- CSS
+
+_CSS_COMMENT = re.compile(r"/\*.*?(?:\*/|\Z)", re.S)
+_CSS_ESCAPE = re.compile(r"\\(?:([0-9a-fA-F]{1,6})[ \t\r\n\f]?|\r\n|\n|(.))", re.S)
+# url( + a string is a function whatever follows the string (treat it as
+# loading); unquoted, it is a url token only up to ")" or the end.
+_CSS_URL = re.compile(
+    r"\burl\s*\(\s*(?:\"((?:[^\"\\\n]|\\.|\\\Z)*)(?:\"|\Z)|'((?:[^'\\\n]|\\.|\\\Z)*)(?:'|\Z)"
+    r"|([^\"'()\s]*)\s*(?:\)|\Z))",
+    re.I | re.S,
+)
+_CSS_IMPORT = re.compile(r"@import\b[^;]*;?", re.I)
+_CSS_FETCHING_FUNCS = re.compile(r"(?:-webkit-|-moz-)?\b(?:image-set|image|cross-fade|src)\s*\(", re.I)
+_CSS_ALWAYS_BAD = re.compile(
+    r"expression\s*\(|javascript\s*:|vbscript\s*:|-moz-binding|\bbehavior\s*:", re.I
+)
+
+
+def decode_css_escapes(css: str) -> str:
+    """Resolve CSS backslash escapes (``u\\72 l(`` is ``url(``)."""
+
+    def repl(m: re.Match[str]) -> str:
+        if m.group(1):
+            cp = int(m.group(1), 16)
+            if cp == 0 or cp > 0x10FFFF or 0xD800 <= cp <= 0xDFFF:
+                return "\ufffd"
+            return chr(cp)
+        return m.group(2) or ""
+
+    return _CSS_ESCAPE.sub(repl, css)
+
+
+def _css_url_ok(target: str, *, private: bool) -> bool:
+    target = normalise_url(decode_css_escapes(target))
+    if target.startswith("#") or _DATA_IMAGE.match(target) or _DATA_FONT.match(target):
+        return True
+    if private:
+        return False
+    scheme = url_scheme(target)
+    return scheme is None or scheme in {"http", "https"}
+
+
+# Cheap substring checks before the (slow, case-insensitive) regexes.
+_ALWAYS_BAD_WORDS = ("expression", "script", "binding", "behavior")
+_FETCHING_WORDS = ("image", "cross-fade", "src")
+
+
+def _first_bad(css: str, *, private: bool) -> str | None:
+    """Name of the first dangerous construct left in ``css`` (already comment-free)."""
+    low = css.lower()
+    m = _CSS_ALWAYS_BAD.search(css) if any(w in low for w in _ALWAYS_BAD_WORDS) else None
+    if m:
+        return m.group(0).rstrip("(: ").lower()
+    for u in _CSS_URL.finditer(css) if "url" in low else ():
+        target = next((g for g in u.groups() if g is not None), "")
+        if not _css_url_ok(target, private=private):
+            return "url()"
+    if private:
+        if "@import" in low:
+            return "@import"
+        m = _CSS_FETCHING_FUNCS.search(css) if any(w in low for w in _FETCHING_WORDS) else None
+        if m:
+            return m.group(0).rstrip("( ").lower() + "()"
+    return None
+
+
+def clean_css(css: str, *, private: bool, notes: Notes, where: str, why: str = PRIVATE_REASON) -> str | None:
+    """Clean a style sheet or ``style`` attribute.
+
+    Always removes what could run code (IE ``expression()``, ``javascript:``,
+    ``-moz-binding``, ``behavior``); in private sessions also everything that
+    makes the browser fetch (``url()`` other than ``#id``/``data:``, ``@import``,
+    ``image-set()``...). Returns None when escapes hide something that could not
+    be removed in place: then the whole style goes. ``<`` is escaped so a
+    style sheet can never close its ``<style>`` element."""
+    if "/*" in css:
+        css = _CSS_COMMENT.sub(" ", css)
+    low = css.lower()  # stages below only remove, so absent words stay absent
+
+    def fix_url(m: re.Match[str]) -> str:
+        target = next((g for g in m.groups() if g is not None), "")
+        if _css_url_ok(target, private=private):
+            return m.group(0)
+        what = describe_url_removal(decode_css_escapes(target), private=private, why=why)
+        notes.add(f"CSS url() with {what} removed from {where}")
+        return "none"
+
+    if "url" in low:
+        css = _CSS_URL.sub(fix_url, css)
+
+    def fix_bad(m: re.Match[str]) -> str:
+        notes.add(f"CSS {m.group(0).rstrip('(: ').lower()} removed from {where}")
+        return "invalid" + ("(" if m.group(0).endswith("(") else ":" if ":" in m.group(0) else "")
+
+    if any(w in low for w in _ALWAYS_BAD_WORDS):
+        css = _CSS_ALWAYS_BAD.sub(fix_bad, css)
+    if private:
+        if "@import" in low and _CSS_IMPORT.search(css):
+            notes.add(f"CSS @import removed from {where} ({why})")
+            css = _CSS_IMPORT.sub(" ", css)
+
+        def fix_fetch(m: re.Match[str]) -> str:
+            notes.add(f"CSS {m.group(0).rstrip('( ').lower()}() removed from {where} ({why})")
+            return "invalid("
+
+        if any(w in low for w in _FETCHING_WORDS):
+            css = _CSS_FETCHING_FUNCS.sub(fix_fetch, css)
+    # The removals above can join pieces into something new ("url(" + removed
+    # "@import ..." leaves "url(x " at the end, a valid url token), and escapes
+    # can spell what the passes did not see: when anything is left, drop it all.
+    bad = _first_bad(css, private=private)
+    if bad is None and "\\" in css:
+        decoded = _CSS_COMMENT.sub(" ", decode_css_escapes(css))
+        bad = _first_bad(decoded, private=private) or _first_bad(re.sub(r"\s+", "", decoded), private=private)
+    if bad:
+        notes.add(f"CSS removed from {where} ({bad} could not be removed on its own)")
+        return None
+    return css.replace("<", "\\3c ")
+
+
+# ----------------------------------------------------------------------------- LaTeX
+
+# The {url} group never spans markup or quote characters: replacing it must not
+# be able to change HTML/markdown structure around it.
+_TEX_LINK = re.compile(r"\\(href|url)(?![A-Za-z])(\s*\{([^{}<>\"'`]*)\})?")
+_TEX_FETCHING = re.compile(r"\\(style|htmlStyle|require)(?![A-Za-z])")
+
+
+def clean_tex(text: str, *, private: bool, notes: Notes, where: str) -> str:
+    """Make MathJax commands in ``text`` harmless.
+
+    ``\\href{javascript:...}`` becomes a link to ``#``; ``\\href`` used any other
+    way (``\\let\\x\\href``) is disarmed. In private sessions ``\\style`` (CSS
+    ``url()``) and ``\\require`` (loads code) are disarmed too. JupyterLab also
+    filters these, but other frontends may not."""
+    if "\\" not in text:
+        return text
+
+    def fix_link(m: re.Match[str]) -> str:
+        if m.group(2) is None:
+            notes.add(f"\\{m.group(1)} used without a plain {{url}} disarmed in {where}")
+            return "\\mathrm{" + m.group(1) + "}"
+        url = html.unescape(m.group(3))
+        if link_ok(url):
+            return m.group(0)
+        notes.add(f"\\{m.group(1)} with {describe_url_removal(url, private=False)} disarmed in {where}")
+        return "\\" + m.group(1) + "{#}"
+
+    text = _TEX_LINK.sub(fix_link, text)
+    if private:
+
+        def fix_fetch(m: re.Match[str]) -> str:
+            notes.add(f"\\{m.group(1)} disarmed in {where} ({PRIVATE_REASON})")
+            return "\\mathrm{" + m.group(1) + "}"
+
+        text = _TEX_FETCHING.sub(fix_fetch, text)
+    return text
+
+
+# ----------------------------------------------------------------------------- HTML attributes
+
+#: Tags allowed in text/html and in raw HTML inside text/markdown.
+HTML_TAGS: frozenset[str] = frozenset(
+    """a abbr b bdi bdo blockquote br caption cite code col colgroup dd del details dfn
+    div dl dt em figcaption figure h1 h2 h3 h4 h5 h6 hr i img ins kbd li mark ol p pre q
+    rp rt ruby s samp small span strong style sub summary sup table tbody td tfoot th
+    thead time tr u ul var wbr""".split()
+)
+
+_CELL = {"align", "valign", "halign", "char", "charoff"}
+#: Attributes per tag; "*" applies to every allowed tag.
+HTML_ATTRIBUTES: dict[str, set[str]] = {
+    "*": {"class", "style", "id", "title", "lang", "dir"},
+    "a": {"href", "hreflang"},
+    "img": {"src", "srcset", "alt", "width", "height", "align", "loading", "decoding"},
+    "table": {"border", "cellpadding", "cellspacing", "width", "height", "align", "summary", "frame", "rules"},
+    "td": _CELL | {"colspan", "rowspan", "width", "height", "nowrap", "headers", "abbr", "scope"},
+    "th": _CELL | {"colspan", "rowspan", "width", "height", "nowrap", "headers", "abbr", "scope"},
+    "tr": set(_CELL),
+    "thead": set(_CELL),
+    "tbody": set(_CELL),
+    "tfoot": set(_CELL),
+    "col": _CELL | {"span", "width"},
+    "colgroup": _CELL | {"span", "width"},
+    "caption": {"align"},
+    "div": {"align"},
+    "p": {"align"},
+    **{f"h{n}": {"align"} for n in range(1, 7)},
+    "ol": {"start", "type", "reversed"},
+    "ul": {"type"},
+    "li": {"value"},
+    "details": {"open"},
+    "style": {"scoped", "type", "media"},
+    "blockquote": {"cite"},
+    "q": {"cite"},
+    "del": {"cite", "datetime"},
+    "ins": {"cite", "datetime"},
+    "time": {"datetime"},
+    "hr": {"width", "size", "align", "noshade"},
+}
+
+#: Tags removed together with their content (their content is code or would
+#: show as garbage: scripts, embedded documents, foreign SVG/MathML trees).
+DROP_WITH_CONTENT: frozenset[str] = frozenset(
+    """script iframe frame frameset object embed applet noembed noframes noscript template
+    textarea title xmp plaintext svg math select head""".split()
+)
+
+LINK_REL = "noopener noreferrer nofollow"
+
+
+def make_attribute_filter(
+    *, private: bool, notes: Notes, where: str
+) -> Callable[[str, str, str], str | None]:
+    """The per-attribute check shared by nh3 (text/html) and the markdown
+    tag cleaner: URL policy for ``href``/``src``/``srcset``/``cite`` and CSS
+    cleaning for ``style``. Returns the value to keep, or None to drop it."""
+
+    def attribute_filter(tag: str, attr: str, value: str) -> str | None:
+        if tag not in HTML_TAGS:  # nh3 also asks about tags it is about to drop
+            return None
+        if attr == "style":
+            return clean_css(value, private=private, notes=notes, where=f"{where} style attribute")
+        if attr in {"href", "cite"}:
+            if link_ok(value):
+                return value
+            notes.add(f"{describe_url_removal(value, private=False)} removed from {where} <{tag} {attr}>")
+            return None
+        if attr == "src":
+            if image_ok(value, private=private):
+                return value
+            notes.add(f"{describe_url_removal(value, private=private)} removed from {where} <{tag} src>")
+            return None
+        if attr == "srcset":
+            if private:
+                notes.add(f"<{tag} srcset> removed from {where} ({PRIVATE_REASON})")
+                return None
+            candidates = [c.strip().split()[0] for c in re.split(r",\s+", value.strip()) if c.strip()]
+            if all(image_ok(c, private=False) for c in candidates):
+                return value
+            notes.add(f"unsafe <{tag} srcset> removed from {where}")
+            return None
+        return value
+
+    return attribute_filter

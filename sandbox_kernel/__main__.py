@@ -17,11 +17,9 @@ def main(argv: list[str] | None = None) -> None:
 
         gc_main(args[1:])
         return
-    from ipykernel.kernelapp import IPKernelApp
+    from .app import SandboxKernelApp
 
-    from .kernel import SandboxKernel
-
-    IPKernelApp.launch_instance(argv=args, kernel_class=SandboxKernel)
+    SandboxKernelApp.launch_instance(argv=args)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
+import os
 import platform
 import signal
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +21,15 @@ from ipykernel.comm import CommManager
 from ipykernel.comm.comm import BaseComm
 from ipykernel.kernelbase import Kernel
 from IPython.core.inputtransformer2 import TransformerManager
-from traitlets import Bool, Enum, Float, Int, Unicode
+from tornado.ioloop import PeriodicCallback
+from traitlets import Bool, Dict, Enum, Float, Int, Unicode
 
 from . import __version__
 from .engine import EngineConfig, Session
+from .engine.ratchet import Ratchet
+from .privacy import PrivacyStore, default_store, default_user_id, session_id_for_notebook, validate_id
 from .sandbox import ResourceLimits
+from .status_comm import StatusComm
 
 GiB = 1 << 30
 _comm_manager: CommManager | None = None
@@ -81,6 +87,23 @@ class SandboxKernel(Kernel):
     ).tag(config=True)
     max_output_bytes = Int(10 * 1024 * 1024, help="Output a single cell may send before it is truncated.").tag(config=True)
     interrupt_grace = Float(5.0, help="Seconds an interrupted cell gets before it is killed.").tag(config=True)
+    user_id = Unicode("", help="User id of the private-data ratchet (default: the OS user name).").tag(config=True)
+    session_id = Unicode(
+        "", help="Session id of the private-data ratchet. Default: derived from the notebook path the "
+        "Jupyter server gives the kernel (JPY_SESSION_NAME), so restarts and new kernels on the same "
+        "notebook share the ratchet; a fresh id per kernel when there is no notebook path.",
+    ).tag(config=True)
+    privacy_dir = Unicode("", help="Where the ratchet's store lives on the host (default: <jupyter data dir>/sandbox_kernel/privacy).").tag(config=True)
+    private_datasets = Dict(
+        {}, help="Private datasets mounted read-only at /private/<name>, only into sandboxes without "
+        "network: {name: {'source': host path, 'sensitivity': 'CONFIDENTIAL'}}. Using one raises the ratchet.",
+    ).tag(config=True)
+    share_host_network = Bool(
+        False, help="Give public sessions the HOST's network namespace instead of a user-mode network. "
+        "This exposes every service listening on the host's loopback (Jupyter server included) and the "
+        "host's abstract unix sockets to cell code. Private sessions never get network either way.",
+    ).tag(config=True)
+    privacy_poll_interval = Float(1.0, help="Seconds between checks of the ratchet store for rises made by other processes.").tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -95,6 +118,8 @@ class SandboxKernel(Kernel):
             file_size=self.max_file_size or None,
             open_files=self.max_open_files or None,
         )
+        store = PrivacyStore(Path(self.privacy_dir)) if self.privacy_dir else default_store()
+        self.ratchet = Ratchet(self._user_id(), self._session_id(), store, self.private_datasets)
         self.engine = Session(
             EngineConfig(
                 backend=self.backend,
@@ -104,20 +129,63 @@ class SandboxKernel(Kernel):
                 trust_outputs=self.trust_outputs,
                 max_output_bytes=self.max_output_bytes,
                 interrupt_grace=self.interrupt_grace,
+                network="host" if self.share_host_network else "user",
             ),
             log=self.log,
+            ratchet=self.ratchet,
+            on_privacy_change=self._on_privacy_change,
         )
+        self.status_comm: StatusComm | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._transformer = TransformerManager()
+
+    def _user_id(self) -> str:
+        return validate_id(self.user_id, "user_id") if self.user_id else default_user_id()
+
+    def _session_id(self) -> str:
+        if self.session_id:
+            return validate_id(self.session_id, "session_id")
+        notebook = os.environ.get("JPY_SESSION_NAME")
+        if notebook:
+            return session_id_for_notebook(notebook)
+        return f"kernel-{uuid.uuid4().hex[:16]}"
+
+    # ---- status comm (the widget) ----------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        state = self.ratchet.state.to_json()
+        return {
+            **state,
+            "network": "full" if self.engine.network_allowed else "none",
+            "backend": self.engine.backend,
+            "warnings": self.engine.warnings,
+            "user_id": self.ratchet.user_id,
+            "session_id": self.ratchet.session_id,
+        }
+
+    async def mark_private(self, level: str, reason: str) -> None:
+        await self.engine.mark_private(level, reason, source="widget")
+
+    def _on_privacy_change(self, notice: str | None) -> None:
+        if self.status_comm is not None:
+            self.status_comm.push(notice=notice)
 
     # ---- startup -------------------------------------------------------------------
     def start(self) -> None:
         super().start()
         self.io_loop.add_callback(self._start_engine)
+        self.status_comm = StatusComm(self.comm_manager, self, loop=self.io_loop.asyncio_loop)
+        self._privacy_poll = PeriodicCallback(self._poll_privacy, self.privacy_poll_interval * 1000)
+        self._privacy_poll.start()
         try:
             signal.signal(signal.SIGINT, self._on_sigint)
         except ValueError:  # not the main thread (embedded use)
             pass
+
+    async def _poll_privacy(self) -> None:
+        try:
+            await self.engine.refresh_privacy()
+        except Exception as exc:  # never let the poller die
+            self.log.error("privacy poll failed: %s", exc)
 
     async def _start_engine(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -240,6 +308,10 @@ class SandboxKernel(Kernel):
             self._loop.call_soon_threadsafe(self.engine.interrupt)
 
     async def do_shutdown(self, restart):  # type: ignore[override]
+        if getattr(self, "_privacy_poll", None) is not None:
+            self._privacy_poll.stop()
+        if self.status_comm is not None:
+            self.status_comm.close()
         if self._loop is not None and self._loop is not asyncio.get_running_loop():
             future = asyncio.run_coroutine_threadsafe(self.engine.shutdown(), self._loop)
             await asyncio.wrap_future(future)

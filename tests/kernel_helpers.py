@@ -50,7 +50,10 @@ class SandboxKernelHandle:
         self.workspace = workspace
         self.tmpdir = tmpdir
         self.km = KernelManager(kernel_name=KERNEL_NAME)
-        kernel_env = {**os.environ, "TMPDIR": str(tmpdir), **(env or {})}
+        data_dir = tmpdir.parent / f"{tmpdir.name}-data"
+        data_dir.mkdir(exist_ok=True)
+        self.data_dir = data_dir
+        kernel_env = {**os.environ, "TMPDIR": str(tmpdir), "SANDBOX_KERNEL_DATA_DIR": str(data_dir), **(env or {})}
         self.km.extra_env = {}
         self.km.start_kernel(cwd=str(workspace), env=kernel_env, extra_arguments=extra_args or [])
         self.kc: BlockingKernelClient = self.km.client()

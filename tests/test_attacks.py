@@ -72,14 +72,13 @@ def test_environment_secrets_of_the_kernel_stay_out(tmp_path: Path) -> None:
         handle.shutdown()
 
 
-def test_no_network_interfaces_and_no_capabilities(kernel: SandboxKernelHandle) -> None:
+def test_no_capabilities_and_unprivileged_uid(kernel: SandboxKernelHandle) -> None:
     run = kernel.run(
-        "import socket, os\nprint(sorted(n for _, n in socket.if_nameindex()))\n"
+        "import os\n"
         "status = open('/proc/self/status').read()\n"
         "print([l for l in status.splitlines() if l.startswith(('CapEff', 'NoNewPrivs'))], os.getuid())"
     )
     assert run.status == "ok"
-    assert "['lo']" in run.stdout
     assert "CapEff:\\t0000000000000000" in run.stdout
     assert "NoNewPrivs:\\t1" in run.stdout
     assert run.stdout.strip().endswith("1000")

@@ -16,7 +16,7 @@ MAX_FRAME = 64 * 1024 * 1024
 #: message types a worker may send
 WORKER_TYPES = frozenset({
     "ready", "stream", "display_data", "update_display_data", "execute_result",
-    "error", "clear_output", "input_request", "done", "reply",
+    "error", "clear_output", "input_request", "ratchet", "done", "reply",
 })
 
 

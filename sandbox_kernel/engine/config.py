@@ -23,3 +23,7 @@ class EngineConfig:
     #: seconds of idleness before a background checkpoint is taken
     checkpoint_delay: float = 0.5
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: how a sandbox with network gets it: "user" (user-mode, no host loopback)
+    #: or "host" (shares the host's network: its loopback services and abstract
+    #: unix sockets become reachable from cells)
+    network: str = "user"

@@ -24,6 +24,7 @@ from ..outputs import OutputLimiter, sanitize_bundle
 from ..sandbox import BindMount, Sandbox, SandboxSpec, get_sandbox
 from ..sandbox.subprocess_backend import WARNING as SUBPROCESS_WARNING
 from .config import EngineConfig
+from .ratchet import SYSTEM_NOTICE, Ratchet
 from .replay import ReplayLog
 from .safe_read import UnsafeFileError, read_json
 from .worker import DEAD, WorkerHandle
@@ -58,13 +59,24 @@ class ExecuteResult:
 class Session:
     """A sandboxed IPython namespace that survives cell crashes and sandbox loss."""
 
-    def __init__(self, config: EngineConfig | None = None, log: logging.Logger | None = None, sandbox: Sandbox | None = None) -> None:
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        log: logging.Logger | None = None,
+        sandbox: Sandbox | None = None,
+        ratchet: Ratchet | None = None,
+        on_privacy_change: Callable[[str | None], None] | None = None,
+    ) -> None:
         self.config = config or EngineConfig()
         self.log = log or logging.getLogger("sandbox_kernel.engine")
         self.sandbox = sandbox or get_sandbox(self.config.backend)
+        #: None: no ratchet, and no network either (the safe default)
+        self.ratchet = ratchet
+        self.on_privacy_change = on_privacy_change
+        self._last_privacy = ratchet.state.to_json() if ratchet else None
         self.replay = ReplayLog()
-        self.private = False
         self.isolate_network = True
+        self._replace_reason: str | None = None
         self.history: list[tuple[int, str]] = []
         self.worker: WorkerHandle | None = None
         self._runtime = Path(tempfile.mkdtemp(prefix="sandbox-kernel-"))
@@ -89,6 +101,19 @@ class Session:
     def warnings(self) -> list[str]:
         return [] if self.sandbox.isolates else [SUBPROCESS_WARNING]
 
+    @property
+    def private(self) -> bool:
+        """Once true, outputs lose external URLs and no sandbox gets network."""
+        return self.ratchet is not None and self.ratchet.state.has_private_data
+
+    @property
+    def network_allowed(self) -> bool:
+        return self.ratchet is not None and self.ratchet.network_allowed
+
+    @property
+    def sandbox_has_network(self) -> bool:
+        return self.worker is not None and self.worker.alive and not self.isolate_network
+
     # ---- lifecycle -------------------------------------------------------------------
     def _visible(self, host: Path, inside: str) -> str:
         return str(host) if not self.sandbox.isolates else inside
@@ -112,6 +137,8 @@ class Session:
                 BindMount(self.state_dir, IN_STATE),
                 BindMount(WORKER_SOURCE, f"{IN_LIB}/{WORKER_PACKAGE}", readonly=True),
             ]
+            if self.isolate_network and self.ratchet is not None:
+                mounts += self.ratchet.bind_mounts()  # private data only where no network is
             lib_path = IN_LIB
             tmp = "/tmp"
         state = self._visible(self.state_dir, IN_STATE)
@@ -139,6 +166,7 @@ class Session:
             command=[sys.executable, "-u", "-c", bootstrap],
             bind_mounts=mounts,
             isolate_network=self.isolate_network,
+            network=self.config.network,
             cwd=self._visible(workspace, IN_WORKSPACE),
             env=env,
             limits=self.config.limits,
@@ -162,6 +190,8 @@ class Session:
             self.worker = None
         if not self.sandbox.isolates:
             self.log.warning(SUBPROCESS_WARNING)
+        # Ratchet before data: the network decision is taken for every new sandbox.
+        self.isolate_network = not self.network_allowed
         try:
             process = await self.sandbox.start(self._spec())
         except (OSError, RuntimeError) as exc:
@@ -207,6 +237,8 @@ class Session:
         lines = [f"{NOTICE} The sandbox was replaced" + (f" ({reason})" if reason else "") + "."]
         if cell:
             lines.append(f"State restored from the checkpoint taken after cell [{cell}]; cells run after it must be re-run.")
+        elif manifest is not None:
+            lines.append("State restored (no cell had finished before).")
         else:
             lines.append("No checkpoint existed: imports and definitions were replayed, variables were not restored.")
         if dropped:
@@ -237,13 +269,54 @@ class Session:
         """Checkpoint now, drop the sandbox, start a new one from the checkpoint
         (used when the network must go)."""
         async with self._lock:
-            if self.worker is not None and self.worker.alive:
-                rid = f"c{next(self._ids)}"
-                self.worker.send({"op": "checkpoint", "id": rid, "wait": True, "path": self._visible(self.state_dir, IN_STATE), "cell": self._last_done_count, "def_names": list(self.replay.defs)})
-                await self._await_done(self.worker, rid, emit=None)
-                self.worker.dead_reason = reason
-                await self.worker.kill()
-            await self._ensure_worker(emit)
+            await self._replace(reason, emit)
+
+    async def _replace(self, reason: str, emit: Emit | None) -> None:
+        if self.worker is not None and self.worker.alive:
+            rid = f"c{next(self._ids)}"
+            self.worker.send({"op": "checkpoint", "id": rid, "wait": True, "path": self._visible(self.state_dir, IN_STATE), "cell": self._last_done_count, "def_names": list(self.replay.defs)})
+            await self._await_done(self.worker, rid, emit=None, timeout=120)
+            self.worker.dead_reason = reason
+            await self.worker.kill()
+        await self._ensure_worker(emit)
+
+    async def _enforce_ratchet(self, emit: Emit | None) -> None:
+        """No sandbox with network may run once the session is private."""
+        if self.sandbox_has_network and not self.network_allowed:
+            await self._replace("the session became private: its network was cut", emit)
+            notice = f"{SYSTEM_NOTICE}\nThe sandbox was replaced by one without network; the state of earlier cells carried over.\n"
+            if emit is not None:
+                emit("stream", {"name": "stderr", "text": notice})
+            else:
+                self._pending_notices.append(notice)
+
+    # ---- the ratchet from outside cells (widget, host API, other processes) ---------
+    async def mark_private(self, level: str, reason: str = "", source: str = "widget") -> None:
+        """Raise the session's level (never lowers); cut the network now."""
+        if self.ratchet is None:
+            raise ValueError("this session has no private-data ratchet")
+        self.ratchet.mark(level, reason, source)
+        await self.refresh_privacy()
+
+    async def refresh_privacy(self) -> bool:
+        """Re-read the store (another process may have raised it); act on a rise.
+        Returns whether the state changed."""
+        if self.ratchet is None:
+            return False
+        current = self.ratchet.state.to_json()
+        changed = current != self._last_privacy
+        self._last_privacy = current
+        if self.sandbox_has_network and not self.network_allowed:
+            if self._running is not None and self.worker is not None:
+                self._kill_reason = "the session became private while this cell ran with network, so the cell was stopped"
+                self._replace_reason = "the session became private"
+                self.worker.send({"op": "kill"})
+            elif not self._lock.locked():
+                async with self._lock:
+                    await self._enforce_ratchet(None)
+        if changed and self.on_privacy_change is not None:
+            self.on_privacy_change(SYSTEM_NOTICE if not self.network_allowed else None)
+        return changed
 
     # ---- requests --------------------------------------------------------------------
     async def execute(
@@ -269,6 +342,8 @@ class Session:
             except SandboxUnavailable as exc:
                 guarded("error", {"ename": "SandboxUnavailable", "evalue": str(exc), "traceback": [str(exc)]})
                 return ExecuteResult("error", execution_count, "SandboxUnavailable", str(exc), [str(exc)])
+            await self._enforce_ratchet(guarded)
+            worker = self.worker or worker
             for text in self._pending_notices:
                 guarded("stream", {"name": "stderr", "text": text})
             self._pending_notices.clear()
@@ -278,6 +353,7 @@ class Session:
             rid = f"x{next(self._ids)}"
             self._running = rid
             self._kill_reason = None
+            self._replace_reason = None
             worker.send({
                 "op": "execute", "id": rid, "code": code, "silent": silent,
                 "store_history": store_history, "user_expressions": user_expressions or {},
@@ -296,7 +372,11 @@ class Session:
                 evalue = f"{text}. The cell's changes were discarded; the state from earlier cells is intact."
                 guarded("error", {"ename": "CellDied", "evalue": evalue, "traceback": [f"CellDied: {evalue}"]})
                 result.ename, result.evalue, result.traceback = "CellDied", evalue, [f"CellDied: {evalue}"]
-                if done.get("type") == DEAD:
+                if self._replace_reason is not None:
+                    await self._replace(self._replace_reason, guarded)
+                    guarded("stream", {"name": "stderr", "text": f"{SYSTEM_NOTICE}\nThe sandbox was replaced by one without network; the state of earlier cells carried over. Run this cell again.\n"})
+                    await self.refresh_privacy()
+                elif done.get("type") == DEAD:
                     await self._ensure_worker(guarded)
             else:
                 if store_history:
@@ -370,6 +450,9 @@ class Session:
                 return {"type": DEAD, "status": "died", "reason": f"the sandbox died: {msg.get('reason')}"}
             if kind in ("done", "reply") and msg.get("id") == rid:
                 return msg
+            if kind == "ratchet" and self._running == rid:
+                self._on_ratchet_request(worker, msg)
+                continue
             if kind == "input_request" and emit is not None:
                 value = ""
                 if ask_input is not None:
@@ -382,6 +465,26 @@ class Session:
                 continue
             if emit is not None and self._running is not None:
                 self._forward(msg, emit)
+
+    def _on_ratchet_request(self, worker: WorkerHandle, msg: dict[str, Any]) -> None:
+        if self.ratchet is None:
+            worker.send({"op": "ratchet_reply", "ok": False, "error": "this session has no private-data ratchet"})
+            return
+        reply = self.ratchet.handle_request(msg)
+        if reply.get("ok") and not self.isolate_network and not self.network_allowed:
+            # Ratchet before data: the cell stops right here, before it can use
+            # what it just declared while the sandbox still has network.
+            self._kill_reason = (
+                "this cell made the session private while its sandbox had network, "
+                "so it was stopped at that point"
+            )
+            self._replace_reason = "private data entered the session"
+            worker.send({"op": "kill"})
+        else:
+            worker.send({"op": "ratchet_reply", **reply})
+        if reply.get("ok") and self.on_privacy_change is not None:
+            self._last_privacy = self.ratchet.state.to_json()
+            self.on_privacy_change(SYSTEM_NOTICE if not self.network_allowed else None)
 
     def _forward(self, msg: dict[str, Any], emit: Emit) -> None:
         kind = msg.get("type")

@@ -45,8 +45,8 @@ class WorkerHandle:
         code = await self._exit_code(timeout=1.0)
         if code is not None:
             reason = f"{reason}; the sandbox exited with code {code}"
-        self.dead_reason = reason
-        self.messages.put_nowait({"type": DEAD, "reason": reason})
+        self.dead_reason = self.dead_reason or reason  # keep the reason of a deliberate kill
+        self.messages.put_nowait({"type": DEAD, "reason": self.dead_reason})
 
     async def _exit_code(self, timeout: float) -> int | None:
         try:

@@ -103,7 +103,7 @@ class Holder:
                 self.fork(msg, self._inspect)
             elif op == "checkpoint":
                 self.checkpoint(msg)
-            elif op in ("interrupt", "kill", "input_reply"):
+            elif op in ("interrupt", "kill", "input_reply", "ratchet_reply"):
                 continue  # nothing is running: a late message for a finished cell
             else:
                 self.channel.send({"type": "reply", "id": msg.get("id"), "status": "error", "evalue": f"unknown op {op!r}"})
@@ -217,7 +217,7 @@ class Holder:
                     _signal(pid, signal.SIGINT)
                 elif op == "kill":
                     _signal(pid, signal.SIGKILL)
-                elif op == "input_reply":
+                elif op in ("input_reply", "ratchet_reply"):
                     try:
                         result_channel.send(incoming)
                     except OSError:
@@ -383,6 +383,19 @@ def _install_input(channel: Channel, ctl: Channel, allow_stdin: bool, out: Any, 
     builtins.input = lambda prompt="": ask(prompt)  # type: ignore[assignment]
     getpass.getpass = lambda prompt="Password: ", stream=None: ask(prompt, password=True)  # type: ignore[assignment]
 
+    def ratchet(payload: dict[str, Any]) -> dict[str, Any]:
+        out.flush()
+        err.flush()
+        channel.send({"type": "ratchet", **payload})
+        while True:
+            reply = ctl.recv()
+            if reply.get("op") == "ratchet_reply":
+                return reply
+
+    from . import private
+
+    private._request = ratchet
+
 
 def main() -> None:
     read_fd, write_fd = _high_fd(0), _high_fd(1)
@@ -396,6 +409,9 @@ def main() -> None:
     from .shell import make_shell
 
     shell = make_shell(channel)
+    from . import private
+
+    private.install(shell)
     sys.stdout = sys.stderr = _Sink()  # type: ignore[assignment]
     _set_subreaper()
     channel.send({

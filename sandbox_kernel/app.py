@@ -1,0 +1,27 @@
+"""The kernel application: ipykernel's, plus a config file of our own.
+
+ipykernel reads ``ipython_kernel_config.py`` from the IPython profile only;
+users of a Jupyter kernel expect Jupyter's config dirs, so
+``sandbox_kernel_config.py`` (or ``.json``) is also read from every
+directory of ``jupyter --paths`` (e.g. ``~/.jupyter``, ``$JUPYTER_CONFIG_DIR``).
+"""
+
+from __future__ import annotations
+
+from ipykernel.kernelapp import IPKernelApp
+from jupyter_core.paths import jupyter_config_path
+from traitlets import Type
+from traitlets.config.application import Application
+
+from .kernel import SandboxKernel
+
+CONFIG_FILE = "sandbox_kernel_config"
+
+
+class SandboxKernelApp(IPKernelApp):
+    name = "sandbox-kernel"
+    kernel_class = Type(SandboxKernel, klass="ipykernel.kernelbase.Kernel").tag(config=True)  # type: ignore[assignment]
+
+    def load_config_file(self, suppress_errors: bool = True) -> None:  # type: ignore[override]
+        super().load_config_file(suppress_errors)
+        Application.load_config_file(self, CONFIG_FILE, path=jupyter_config_path())

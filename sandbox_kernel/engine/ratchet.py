@@ -1,0 +1,103 @@
+"""The engine's view of the private-data ratchet of one session.
+
+Requests from cells are validated here and recorded in the host-side store
+(``sandbox_kernel.privacy``); the session then makes sure no sandbox with
+network runs after the session turned private.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..privacy import NetworkMode, PrivacyState, PrivacyStore, PrivateData, Sensitivity, validate_id
+from ..sandbox import BindMount
+
+SYSTEM_NOTICE = (
+    "[SYSTEM] Network access has been restricted because private data entered this "
+    "session. Outbound connections are blocked."
+)
+PRIVATE_ROOT = "/private"
+
+
+@dataclass(frozen=True)
+class PrivateMount:
+    """A host file or folder mounted read-only at /private/<name>, only into
+    sandboxes without network."""
+
+    name: str
+    source: Path
+    sensitivity: Sensitivity
+
+    @classmethod
+    def parse(cls, name: str, spec: Any) -> "PrivateMount":
+        validate_id(name, "private dataset name")
+        if not isinstance(spec, Mapping) or "source" not in spec:
+            raise ValueError(f"private dataset {name!r}: expected {{'source': PATH, 'sensitivity': LEVEL}}, got {spec!r}")
+        source = Path(str(spec["source"])).expanduser().resolve()
+        if not source.exists():
+            raise ValueError(f"private dataset {name!r}: source {source} does not exist")
+        level = Sensitivity.parse(spec.get("sensitivity", "CONFIDENTIAL"), what=f"sensitivity of private dataset {name!r}")
+        if level == Sensitivity.PUBLIC:
+            raise ValueError(f"private dataset {name!r}: sensitivity PUBLIC makes no sense for a private mount")
+        return cls(name, source, level)
+
+
+class Ratchet:
+    def __init__(
+        self,
+        user_id: str,
+        session_id: str,
+        store: PrivacyStore | None = None,
+        mounts: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.data = PrivateData(user_id, session_id, store)
+        self.mounts = {name: PrivateMount.parse(name, spec) for name, spec in (mounts or {}).items()}
+
+    @property
+    def user_id(self) -> str:
+        return self.data.user_id
+
+    @property
+    def session_id(self) -> str:
+        return self.data.session_id
+
+    @property
+    def state(self) -> PrivacyState:
+        return self.data.state
+
+    @property
+    def network_allowed(self) -> bool:
+        return self.state.network_mode == NetworkMode.FULL
+
+    def bind_mounts(self) -> list[BindMount]:
+        return [BindMount(m.source, f"{PRIVATE_ROOT}/{m.name}", readonly=True) for m in self.mounts.values()]
+
+    def mark(self, level: str, reason: str, source: str) -> PrivacyState:
+        return self.data.mark_private(Sensitivity.parse(level), source=source, reason=reason)
+
+    def handle_request(self, payload: Mapping[str, Any]) -> dict[str, Any]:
+        """A cell asked to raise the ratchet; answer JSON for the worker."""
+        try:
+            kind = payload.get("kind")
+            if kind == "dataset":
+                name = payload.get("name")
+                if not isinstance(name, str):
+                    raise ValueError(f"dataset name must be a string, not {type(name).__name__}")
+                state = self.data.add_private_dataset(name, Sensitivity.parse(payload.get("sensitivity", "CONFIDENTIAL")), source="cell")
+            elif kind == "mark":
+                state = self.mark(str(payload.get("sensitivity", "CONFIDENTIAL")), str(payload.get("reason", ""))[:1000], "cell")
+            elif kind == "mount":
+                name = payload.get("name")
+                mount = self.mounts.get(name) if isinstance(name, str) else None
+                if mount is None:
+                    known = ", ".join(sorted(self.mounts)) or "none"
+                    raise ValueError(f"no private dataset named {name!r} is configured (configured: {known})")
+                state = self.data.add_private_dataset(mount.name, mount.sensitivity, source="mount")
+            else:
+                raise ValueError(f"unknown ratchet request {kind!r}")
+        except (ValueError, TypeError) as exc:
+            return {"ok": False, "error": str(exc)}
+        return {"ok": True, "level": state.sensitivity.name}

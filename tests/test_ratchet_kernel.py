@@ -1,0 +1,191 @@
+"""The private-data ratchet through a real kernel: every way up, no way down (guarantee 3)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import require_bwrap
+from kernel_helpers import SandboxKernelHandle
+from sandbox_kernel.privacy import PrivacyStore, PrivateData
+
+IFACES = "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))"
+
+
+def new_kernel(tmp_path: Path, *args: str, env: dict[str, str] | None = None, name: str = "k") -> SandboxKernelHandle:
+    require_bwrap()
+    (tmp_path / f"{name}-ws").mkdir(exist_ok=True)
+    (tmp_path / f"{name}-tmp").mkdir(exist_ok=True)
+    return SandboxKernelHandle(tmp_path / f"{name}-ws", tmp_path / f"{name}-tmp", extra_args=list(args), env=env)
+
+
+def test_cell_raising_the_ratchet_is_stopped_there(fresh_kernel: SandboxKernelHandle) -> None:
+    k = fresh_kernel
+    assert k.run("kept = 'earlier state'").status == "ok"
+    assert "eth0" in k.run(IFACES).stdout or len(eval(k.run(IFACES).stdout)) > 1
+    run = k.run(
+        "import sandbox_kernel.private as p\n"
+        "p.add_dataset('patients', 'CONFIDENTIAL')\n"
+        "open('/workspace/after-ratchet.txt', 'w').write('leaked while online')"
+    )
+    assert run.status == "error" and "stopped at that point" in run.reply["evalue"]
+    assert "[SYSTEM] Network access has been restricted" in run.stderr
+    assert not (k.workspace / "after-ratchet.txt").exists(), "statements after the ratchet ran with network"
+    assert k.run(IFACES).stdout.strip() == "['lo']"
+    assert k.run("kept").result["text/plain"] == "'earlier state'"
+    # in a network-less sandbox the same call just records and returns
+    run = k.run("import sandbox_kernel.private as p\nprint(p.add_dataset('more', 'SECRET'))\nprint('continued')")
+    assert run.status == "ok" and "SECRET" in run.stdout and "continued" in run.stdout
+
+
+def test_magic_and_no_way_down_from_cells(fresh_kernel: SandboxKernelHandle) -> None:
+    k = fresh_kernel
+    k.run("%private ledger INTERNAL")
+    assert k.run(IFACES).stdout.strip() == "['lo']"
+    run = k.run("import sandbox_kernel.private as p\np.add_dataset('other', 'PUBLIC')")
+    assert run.status == "error" and "PUBLIC" in run.reply["evalue"]
+    run = k.run("print(p.add_dataset('ledger', 'INTERNAL'), p.mark_private('CONFIDENTIAL'))")
+    assert run.stdout.split() == ["INTERNAL", "CONFIDENTIAL"]
+    run = k.run("p.add_dataset('', 'SECRET')")
+    assert run.status == "error"
+    # a cell cannot write the host store: it is not mounted anywhere
+    run = k.run("import os\nprint([p for p in ('/root/.local', '/privacy', os.environ.get('SANDBOX_KERNEL_DATA_DIR', '')) if p and os.path.exists(p)])")
+    assert run.stdout.strip() == "[]"
+
+
+def test_private_mount_only_after_the_ratchet(tmp_path: Path) -> None:
+    data = tmp_path / "hr.csv"
+    data.write_text("name,salary\nada,100\n")
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "sandbox_kernel_config.py").write_text(
+        f"c.SandboxKernel.private_datasets = {{'hr': {{'source': {str(data)!r}, 'sensitivity': 'SECRET'}}}}\n"
+    )
+    k = new_kernel(tmp_path, env={"JUPYTER_CONFIG_DIR": str(config)})
+    try:
+        run = k.run("import os\nprint(os.path.exists('/private/hr'), os.path.exists('/private'))")
+        assert run.stdout.strip() == "False False"
+        run = k.run("import sandbox_kernel.private as p\nf = p.open_dataset('hr')\nprint('read online:', f.read())")
+        assert run.status == "error" and "read online" not in run.stdout
+        run = k.run("import sandbox_kernel.private as p\nprint(p.open_dataset('hr').read())")
+        assert run.status == "ok" and "ada,100" in run.stdout
+        run = k.run("open('/private/hr', 'a').write('x')")
+        assert run.status == "error" and run.reply["ename"] in ("OSError", "PermissionError")
+        run = k.run("p.open_dataset('unknown')")
+        assert run.status == "error" and "configured: hr" in run.reply["evalue"]
+        assert k.run(IFACES).stdout.strip() == "['lo']"
+    finally:
+        k.shutdown()
+    assert data.read_text() == "name,salary\nada,100\n"
+
+
+def test_host_api_raise_is_noticed_and_survives_restart_and_new_kernels(tmp_path: Path) -> None:
+    session = f"s-{uuid.uuid4().hex[:8]}"
+    args = ["--SandboxKernel.user_id=tester", f"--SandboxKernel.session_id={session}", "--SandboxKernel.privacy_poll_interval=0.2"]
+    k = new_kernel(tmp_path, *args)
+    store = PrivacyStore(k.data_dir / "privacy")
+    try:
+        k.run("x = 1")
+        assert k.run(IFACES).stdout.strip() != "['lo']"
+        PrivateData("tester", session, store).add_private_dataset("crm-export", "CONFIDENTIAL", source="connector")
+        time.sleep(1.0)
+        run = k.run(IFACES)
+        assert run.stdout.strip() == "['lo']"
+        assert "[SYSTEM]" in run.stderr
+        assert k.run("x").result["text/plain"] == "1"
+        k.km.restart_kernel(now=False)
+        k.kc.wait_for_ready(timeout=60)
+        assert k.run(IFACES).stdout.strip() == "['lo']"
+    finally:
+        k.shutdown()
+    # a brand-new kernel on the same session (same store) starts without network
+    k2 = new_kernel(tmp_path, *args, env={"SANDBOX_KERNEL_DATA_DIR": str(k.data_dir)}, name="k2")
+    try:
+        assert k2.run(IFACES).stdout.strip() == "['lo']"
+    finally:
+        k2.shutdown()
+
+
+def test_corrupt_store_fails_closed(tmp_path: Path) -> None:
+    session = f"s-{uuid.uuid4().hex[:8]}"
+    data_dir = tmp_path / "data"
+    store_file = data_dir / "privacy" / "tester" / f"{session}.json"
+    store_file.parent.mkdir(parents=True)
+    store_file.parent.chmod(0o700)
+    store_file.write_text("{not json")
+    store_file.chmod(0o600)
+    k = new_kernel(tmp_path, "--SandboxKernel.user_id=tester", f"--SandboxKernel.session_id={session}", env={"SANDBOX_KERNEL_DATA_DIR": str(data_dir)})
+    try:
+        assert k.run(IFACES).stdout.strip() == "['lo']"
+    finally:
+        k.shutdown()
+
+
+def test_private_outputs_lose_external_urls(fresh_kernel: SandboxKernelHandle) -> None:
+    k = fresh_kernel
+    code = "from IPython.display import HTML\nHTML('<p>hi</p><img src=\"https://tracker.example/p.png\">')"
+    before = k.run(code).result["text/html"]
+    assert "tracker.example" in before
+    k.run("%private secret-doc")
+    after = k.run(code).result["text/html"]
+    assert "<p>hi</p>" in after and "tracker.example" not in after
+
+
+# ---- the status comm, as the widget speaks it ---------------------------------------------
+class CommClient:
+    def __init__(self, k: SandboxKernelHandle) -> None:
+        self.k = k
+        self.comm_id = uuid.uuid4().hex
+
+    def _send(self, msg_type: str, content: dict[str, Any]) -> None:
+        msg = self.k.kc.session.msg(msg_type, content)
+        self.k.kc.shell_channel.send(msg)
+
+    def open(self) -> list[dict[str, Any]]:
+        self._send("comm_open", {"comm_id": self.comm_id, "target_name": "sandbox_kernel.status", "data": {"version": 1, "type": "hello"}})
+        return self.collect()
+
+    def send(self, data: Any) -> list[dict[str, Any]]:
+        self._send("comm_msg", {"comm_id": self.comm_id, "data": data})
+        return self.collect()
+
+    def collect(self, timeout: float = 10, want: int = 1) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                msg = self.k.kc.get_iopub_msg(timeout=0.2)
+            except Exception:
+                if len(found) >= want:
+                    break
+                continue
+            if msg["msg_type"] == "comm_msg" and msg["content"]["comm_id"] == self.comm_id:
+                found.append(msg["content"]["data"])
+        return found
+
+
+def test_status_comm_reports_and_refuses_lowering(fresh_kernel: SandboxKernelHandle) -> None:
+    k = fresh_kernel
+    k.run("1")
+    comm = CommClient(k)
+    state = comm.open()[-1]
+    assert state["type"] == "state" and state["state"]["network"] == "full" and state["state"]["backend"] == "bwrap"
+    errors = comm.send({"version": 1, "type": "mark_private", "level": "PUBLIC"})
+    assert errors[0]["type"] == "error"
+    errors = comm.send({"version": 2, "type": "request_state"})
+    assert errors[0]["type"] == "error" and "version" in errors[0]["message"]
+    replies = comm.send({"version": 1, "type": "mark_private", "level": "CONFIDENTIAL", "reason": "test"})
+    states = [r for r in replies if r["type"] == "state"]
+    assert states and states[-1]["state"]["level"] == "CONFIDENTIAL" and states[-1]["state"]["network"] == "none"
+    replies = comm.send({"version": 1, "type": "mark_private", "level": "INTERNAL"})
+    assert replies[0]["type"] == "error" and "lower" in replies[0]["message"]
+    replies = comm.send({"version": 1, "type": "request_state"})
+    assert replies[-1]["state"]["level"] == "CONFIDENTIAL"  # nothing went down; the comm still answers
+    run = k.run(IFACES)
+    assert run.stdout.strip() == "['lo']"
+    assert "[SYSTEM]" in run.stderr

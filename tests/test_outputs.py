@@ -655,3 +655,14 @@ def test_limiter_quiet_when_nothing_cut():
     assert lim.admit_text("hello") == "hello"
     assert lim.admit_bundle({"text/plain": "x", "application/json": {"a": 1}})
     assert not lim.truncated and lim.truncation_note() is None
+
+
+def test_private_session_drops_pdf_a_viewer_could_use_to_fetch() -> None:
+    import base64
+
+    pdf = base64.b64encode(b"%PDF-1.4\n1 0 obj<</URI (http://evil.example/leak)>>endobj").decode()
+    public = sanitize_bundle({"application/pdf": pdf, "text/plain": "doc"})
+    private = sanitize_bundle({"application/pdf": pdf, "text/plain": "doc"}, private=True)
+    assert "application/pdf" in public.data
+    assert "application/pdf" not in private.data and private.data["text/plain"] == "doc"
+    assert any("application/pdf" in note for note in private.removed)

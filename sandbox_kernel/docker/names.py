@@ -8,14 +8,13 @@ container some live process still uses.
 from __future__ import annotations
 
 import os
-import re
 import socket
 import time
 import uuid
 from datetime import datetime, timezone
 
-MAX_ID_LENGTH = 64
-_ID_CHARS = re.compile(r"[A-Za-z0-9._-]")
+# One id rule for the whole project; re-exported for the Docker code.
+from ..privacy.identity import MAX_ID_LENGTH, validate_id  # noqa: F401
 
 LABEL_PREFIX = "sandbox_kernel."
 LABEL_MANAGED = "sandbox_kernel.managed"
@@ -30,34 +29,6 @@ LABEL_KIND = "sandbox_kernel.kind"  # "ephemeral" | "persistent" | other users' 
 LABEL_NETWORK = "sandbox_kernel.network"  # NetworkMode value at creation
 
 MANAGED_FILTER = {"label": f"{LABEL_MANAGED}=1"}
-
-
-def validate_id(value: object, what: str = "id") -> str:
-    """Return ``value`` if it is a valid id, else raise ``ValueError`` naming ``what``.
-
-    1-64 characters of ``[A-Za-z0-9._-]``, not starting with ``.`` or ``-`` (so
-    ``.`` and ``..`` are out). Same rule as ``sandbox_kernel.privacy.identity``.
-    """
-    if not isinstance(value, str):
-        raise ValueError(f"{what} must be a string, got {type(value).__name__}")
-    if value == "":
-        raise ValueError(f"{what} is empty: it must be 1-{MAX_ID_LENGTH} characters")
-    shown = repr(value if len(value) <= 80 else value[:80] + "...")
-    if len(value) > MAX_ID_LENGTH:
-        raise ValueError(
-            f"{what} {shown} is invalid: it is {len(value)} characters long, "
-            f"at most {MAX_ID_LENGTH} are allowed"
-        )
-    bad = sorted({c for c in value if not _ID_CHARS.fullmatch(c)})
-    if bad:
-        found = ", ".join(repr(c) for c in bad[:5])
-        raise ValueError(
-            f"{what} {shown} is invalid: it may only contain letters, digits, "
-            f"'.', '_' and '-' (found {found})"
-        )
-    if value[0] in ".-":
-        raise ValueError(f"{what} {shown} is invalid: it must not start with {value[0]!r}")
-    return value
 
 
 def validate_ids(user_id: object, session_id: object) -> tuple[str, str]:

@@ -157,6 +157,10 @@ def _clean_one(mime: str, value: Any, *, private: bool, notes: Notes) -> Any | N
         return clean_tex(value, private=private, notes=notes, where=mime)
     if mime == "image/svg+xml":
         return clean_svg(value, notes=notes)
+    if mime == "application/pdf" and private:
+        # A PDF viewer may follow links or run script: nothing may load once private.
+        notes.add("application/pdf output dropped (a PDF viewer could fetch from the network)")
+        return None
     if mime in _MAGIC:
         problem = _binary_problem(mime, value)
         if problem:

@@ -1,22 +1,11 @@
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from kernel_helpers import SandboxKernelHandle
-
-IN_CI = os.environ.get("CI", "").lower() == "true"
-
-
-def require_bwrap() -> None:
-    if shutil.which("bwrap") is None:
-        if IN_CI:
-            pytest.fail("bubblewrap (bwrap) is required under CI=true")
-        pytest.skip("bubblewrap (bwrap) is not installed")
+from kernel_helpers import SandboxKernelHandle, require_bwrap
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,17 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 KERNEL_NAME = "sandbox-python"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def require_bwrap() -> None:
+    """Skip without bubblewrap, except under CI=true where that is a failure."""
+    import pytest
+
+    if shutil.which("bwrap") is None:
+        if IN_CI:
+            pytest.fail("bubblewrap (bwrap) is required under CI=true")
+        pytest.skip("bubblewrap (bwrap) is not installed")
 
 
 @dataclass

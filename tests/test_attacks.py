@@ -11,8 +11,7 @@ import pickle
 import time
 from pathlib import Path
 
-from conftest import require_bwrap
-from kernel_helpers import SandboxKernelHandle
+from kernel_helpers import SandboxKernelHandle, require_bwrap
 
 
 def test_host_files_outside_the_mounts_are_invisible(kernel: SandboxKernelHandle, tmp_path: Path) -> None:

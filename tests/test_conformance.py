@@ -6,7 +6,7 @@ import unittest
 
 import jupyter_kernel_test as jkt
 
-from conftest import require_bwrap
+from kernel_helpers import require_bwrap
 
 
 class SandboxKernelConformance(jkt.KernelTests):

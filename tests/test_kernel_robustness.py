@@ -11,8 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import require_bwrap
-from kernel_helpers import SandboxKernelHandle
+from kernel_helpers import SandboxKernelHandle, require_bwrap
 
 
 def alive(proc: psutil.Process) -> bool:

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_bwrap
-from kernel_helpers import SandboxKernelHandle
+from kernel_helpers import SandboxKernelHandle, require_bwrap
 
 
 class HostServers:

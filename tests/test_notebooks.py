@@ -8,7 +8,7 @@ import nbformat
 import papermill
 from nbclient import NotebookClient
 
-from conftest import require_bwrap
+from kernel_helpers import require_bwrap
 
 
 def build_notebook() -> nbformat.NotebookNode:

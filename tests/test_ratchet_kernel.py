@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from conftest import require_bwrap
-from kernel_helpers import SandboxKernelHandle
+from kernel_helpers import SandboxKernelHandle, require_bwrap
 from sandbox_kernel.privacy import PrivacyStore, PrivateData
 
 IFACES = "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))"

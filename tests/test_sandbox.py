@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_bwrap
+from kernel_helpers import require_bwrap
 from sandbox_kernel.sandbox import BindMount, BubblewrapSandbox, ResourceLimits, SubprocessSandbox, get_sandbox
 
 PY = sys.executable

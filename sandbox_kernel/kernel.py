@@ -118,6 +118,11 @@ class SandboxKernel(Kernel):
             file_size=self.max_file_size or None,
             open_files=self.max_open_files or None,
         )
+        sandbox = None
+        if self.backend == "docker":
+            from .sandbox.docker_backend import DockerSandbox
+
+            sandbox = DockerSandbox(parent=self)
         store = PrivacyStore(Path(self.privacy_dir)) if self.privacy_dir else default_store()
         self.ratchet = Ratchet(self._user_id(), self._session_id(), store, self.private_datasets)
         self.engine = Session(
@@ -132,6 +137,7 @@ class SandboxKernel(Kernel):
                 network="host" if self.share_host_network else "user",
             ),
             log=self.log,
+            sandbox=sandbox,
             ratchet=self.ratchet,
             on_privacy_change=self._on_privacy_change,
         )

@@ -134,7 +134,10 @@ class BubblewrapSandbox(Sandbox):
             log.error("user-mode network failed (%r): the sandbox runs without network", exc)
         finally:
             os.close(info_r)
-            os.write(block_w, b"1")
+            try:
+                os.write(block_w, b"1")
+            except BrokenPipeError:
+                pass  # bwrap already exited: the caller sees it die
             os.close(block_w)
         return SandboxProcess(process, self.name, helpers)
 

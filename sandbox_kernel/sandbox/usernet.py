@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 
-async def start_user_network(pid: int, timeout: float = 5.0) -> int:
+async def start_user_network(pid: int, timeout: float = 20.0) -> int:
     """Attach pasta to the network namespace of ``pid``; return pasta's pid
     once the namespace has a default route. pasta daemonises only after the
     interface is configured; the caller kills it (by pid) with the sandbox."""

@@ -77,11 +77,17 @@ class Holder:
     standby: "_Child | None" = None
 
     def serve(self) -> None:
+        fork_error: str | None = None
         while True:
             if self.standby is None:
-                self.standby = self._spawn_standby()
-                if self.standby is None:
-                    continue  # this process just ran a cell and is now the holder
+                try:
+                    self.standby = self._spawn_standby()
+                except OSError as exc:  # e.g. the process limit, held by earlier cells' processes
+                    fork_error = f"cannot start a process for the cell: {exc}"
+                else:
+                    fork_error = None
+                    if self.standby is None:
+                        continue  # this process just ran a cell and is now the holder
             try:
                 msg = self.channel.recv()
             except ChannelClosed:
@@ -90,6 +96,9 @@ class Holder:
             if op == "shutdown":
                 self._kill_standby()
                 os._exit(SHUTDOWN_EXIT)
+            elif op in ("execute", "restore") and self.standby is None:
+                self.channel.send({"type": "done", "id": msg.get("id"), "status": "error", "ename": "ProcessLimitError",
+                                   "evalue": f"{fork_error}; stop processes started by earlier cells", "traceback": []})
             elif op in ("execute", "restore"):
                 child, self.standby = self.standby, None
                 try:
@@ -115,9 +124,20 @@ class Holder:
         # Move every object to the permanent generation: the child's garbage
         # collector then never walks (and so never copies) the inherited heap.
         gc.freeze()
-        to_child_r, to_child_w = os.pipe()
-        to_holder_r, to_holder_w = os.pipe()
-        pid = os.fork()
+        delay, deadline = 0.05, time.monotonic() + 10
+        while True:
+            to_child_r, to_child_w = os.pipe()
+            to_holder_r, to_holder_w = os.pipe()
+            try:
+                pid = os.fork()
+                break
+            except BlockingIOError:  # EAGAIN: a process limit; processes may still exit
+                for fd in (to_child_r, to_child_w, to_holder_r, to_holder_w):
+                    os.close(fd)
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
         if pid == 0:
             os.close(to_child_w)
             os.close(to_holder_r)

@@ -1,0 +1,430 @@
+"""Docker backend: every sandbox is a hardened, throw-away container.
+
+The engine asks for one long-lived child per sandbox (``start(spec)``) and talks
+framed JSON over its stdin/stdout. Here that child is a container:
+
+1. the container is *created* through the Docker SDK with the hardened
+   keyword arguments of :func:`sandbox_kernel.docker.hardening.build_container_kwargs`
+   (no capabilities, no-new-privileges, read-only root, capped ``/tmp``, pids,
+   memory without swap and CPU limits, a numeric non-root user, docker-init,
+   private IPC, ``network_mode="none"`` when ``spec.isolate_network`` else the
+   default bridge; never privileged, never the Docker socket), the spec's bind
+   mounts, the host Python installation read-only at its own paths, the spec's
+   environment and working directory, ``auto_remove`` and our labels;
+2. the Docker CLI ``docker start --attach --interactive <id>`` is then run as a
+   local subprocess: its stdin/stdout/stderr *are* the container's, so the
+   engine's :class:`SandboxProcess` machinery works unchanged.
+
+The container goes away whatever happens:
+
+- :meth:`ContainerProcess.kill` removes it by id (``force``), then kills the CLI;
+- it exits by itself when the worker does (shutdown, channel closed) and is then
+  removed by the daemon (``auto_remove``);
+- the CLI gets SIGTERM when the kernel process dies, even by SIGKILL
+  (``PR_SET_PDEATHSIG``), and proxies it into the container: docker-init passes it
+  to the worker's first process, whose death stops the whole container;
+- labels (``sandbox_kernel.managed``, owner pid/start/host/boot) let
+  ``python -m sandbox_kernel.docker.gc`` remove anything left by a crash of the
+  daemon connection or the host.
+
+Every blocking Docker SDK call runs in a thread (``asyncio.to_thread``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import sys
+import threading
+import uuid
+from abc import ABCMeta
+from pathlib import Path
+from typing import Any
+
+from traitlets import Dict, Float, Int, Unicode
+from traitlets.config import Application, Configurable
+from traitlets.traitlets import MetaHasTraits
+
+from .base import BindMount, Sandbox, SandboxProcess, SandboxSpec
+from .bwrap import python_roots
+
+log = logging.getLogger("sandbox_kernel.sandbox")
+
+#: ``sandbox_kernel.kind`` of the containers this backend makes
+KIND = "kernel"
+#: the label holding this backend's per-container id (unique per start)
+LABEL_SANDBOX = "sandbox_kernel.sandbox"
+
+_PR_SET_PDEATHSIG = 1
+try:  # loaded before any fork: only a plain function call happens in the child
+    _LIBC: Any = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - non-Linux
+    _LIBC = None
+
+#: variables the Docker CLI needs to reach the same daemon as the SDK; nothing
+#: else of the host environment is passed to it (and none reaches the container).
+_CLI_ENV = (
+    "PATH", "HOME", "DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONFIG",
+    "DOCKER_CONTEXT", "DOCKER_API_VERSION", "SSH_AUTH_SOCK", "XDG_RUNTIME_DIR",
+)
+
+
+class DockerSandboxError(RuntimeError):
+    """The container could not be made or started (the engine reports it as
+    ``SandboxUnavailable`` with this message)."""
+
+
+class _Meta(MetaHasTraits, ABCMeta):
+    """Sandbox is an ABC, Configurable has traitlets' metaclass: both at once."""
+
+
+class ContainerProcess(SandboxProcess):
+    """The attached Docker CLI; killing it removes the container first."""
+
+    def __init__(self, process: asyncio.subprocess.Process, backend: str, client: Any, container_id: str, name: str) -> None:
+        super().__init__(process, backend)
+        self.client = client
+        self.container_id = container_id
+        self.container_name = name
+        self._removed = False
+
+    async def remove_container(self) -> None:
+        """Remove the container by id (``force``: kills what still runs in it)."""
+        if self._removed:
+            return
+        self._removed = True
+        await asyncio.to_thread(_remove_container, self.client, self.container_id)
+
+    async def kill(self) -> None:
+        try:
+            await self.remove_container()
+        finally:
+            await super().kill()
+
+
+def _remove_container(client: Any, container_id: str) -> None:
+    import docker
+
+    try:
+        client.api.remove_container(container_id, force=True, v=True)
+    except docker.errors.NotFound:
+        pass  # auto_remove was quicker
+    except docker.errors.APIError as exc:
+        # 409 "removal already in progress" (auto_remove racing us) is fine
+        if getattr(exc, "status_code", None) != 409:
+            log.error("could not remove sandbox container %s: %s", container_id[:12], exc)
+    except Exception as exc:  # daemon gone: gc removes it later (labels)
+        log.error("could not remove sandbox container %s: %s", container_id[:12], exc)
+
+
+def _discard_created(future: "asyncio.Future[tuple[Any, str, str]]") -> None:
+    """Remove a container whose creation finished after its caller gave up."""
+    if future.cancelled() or future.exception() is not None:
+        return
+    client, container_id, _ = future.result()
+    threading.Thread(target=_remove_container, args=(client, container_id), daemon=True).start()
+
+
+def _cli_preexec(parent: int) -> None:
+    """In the CLI's child, before exec: its own session; SIGTERM when the kernel dies."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the kernel died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
+    """Run each sandbox in a hardened Docker container (``--SandboxKernel.backend=docker``).
+
+    Settings unset here come from the preset (when given), else from the
+    environment (SANDBOX_DOCKER_IMAGE, SANDBOX_CPU_LIMIT, SANDBOX_MEMORY_LIMIT,
+    SANDBOX_PIDS_LIMIT, SANDBOX_TMPFS_SIZE), else from ContainerConfig's defaults.
+    """
+
+    name = "docker"
+
+    image = Unicode(
+        None, allow_none=True,
+        help="Docker image of the sandboxes (default: $SANDBOX_DOCKER_IMAGE, else sandbox-kernel:latest; "
+        "build docker/Dockerfile). Nothing is pulled: the image must exist on the daemon.",
+    ).tag(config=True)
+    cpu_limit = Float(
+        None, allow_none=True,
+        help="CPU quota in cores (default: preset, else $SANDBOX_CPU_LIMIT, else 1.0); clamped to the daemon's CPU count.",
+    ).tag(config=True)
+    memory_limit = Unicode(
+        None, allow_none=True,
+        help="Memory of the whole container, e.g. '512m' or '2g', with no swap beyond it (default: preset, "
+        "else $SANDBOX_MEMORY_LIMIT, else 512m). A cell that exceeds it is killed by the OOM killer "
+        "(CellDied); earlier state survives. The /tmp tmpfs counts against it.",
+    ).tag(config=True)
+    pids_limit = Int(
+        None, allow_none=True,
+        help="Max processes and threads in the container (default: preset, else $SANDBOX_PIDS_LIMIT, else 256). "
+        "The worker uses 3 or 4 of them.",
+    ).tag(config=True)
+    tmpfs_size = Unicode(
+        None, allow_none=True,
+        help="Size of the /tmp tmpfs, e.g. '64m' (default: preset, else $SANDBOX_TMPFS_SIZE, else 64m).",
+    ).tag(config=True)
+    user = Unicode(
+        "",
+        help="Numeric 'uid:gid' the sandbox runs as (never 0). Default: the kernel's own uid:gid when it "
+        "is not root; a kernel running as root uses the workspace owner when that is not root, else "
+        "65534:65534 (the workspace is never chowned: give it a non-root owner so cells can write it).",
+    ).tag(config=True)
+    preset = Unicode(
+        "",
+        help="Resource preset: low, medium, high or max (see docs/docker.md); the settings above override it.",
+    ).tag(config=True)
+    read_only_mounts = Dict(
+        {}, help="Extra host paths mounted read-only: {host_path: container_path}. The offline test image "
+        "needs {'/usr': '/usr'} (it borrows the host's /usr).",
+    ).tag(config=True)
+    python = Unicode(
+        "",
+        help="Interpreter inside the container. Empty (default): the kernel's own interpreter, whose "
+        "installation (venv and base prefix, when outside /usr) is mounted read-only at the same paths. "
+        "Set e.g. 'python3' to use the image's Python, which then needs IPython (and cloudpickle).",
+    ).tag(config=True)
+    docker_cli = Unicode(
+        "docker", help="The Docker command-line client used to attach to containers (name or path).",
+    ).tag(config=True)
+    start_timeout = Float(60.0, help="Seconds allowed for creating a container.").tag(config=True)
+
+    def __init__(self, parent: Any = None, client: Any = None, **kwargs: Any) -> None:
+        if parent is None and "config" not in kwargs and Application.initialized():
+            # get_sandbox("docker") is called without a parent: still honour
+            # --DockerSandbox.* given to the running application (the kernel).
+            kwargs["config"] = Application.instance().config
+        super().__init__(parent=parent, **kwargs)
+        self._client = client
+        self._max_cpus: float | None = None
+
+    # ---- configuration ---------------------------------------------------------------
+    def container_config(self) -> Any:
+        """The :class:`ContainerConfig` these settings describe (validated)."""
+        from sandbox_kernel.docker.config import ContainerConfig
+
+        overrides: dict[str, Any] = {}
+        for name in ("image", "cpu_limit", "memory_limit", "pids_limit", "tmpfs_size"):
+            value = getattr(self, name)
+            if value is not None:
+                overrides[name] = value
+        if self.user.strip():
+            overrides["user"] = self.user.strip()
+        # Checked here, not when configured: a bad value then shows in the cell
+        # (SandboxUnavailable) instead of stopping the kernel from starting.
+        try:
+            if self.preset.strip():
+                return ContainerConfig.from_preset(self.preset.strip(), **overrides)
+            return ContainerConfig(**overrides)
+        except ValueError as exc:
+            raise DockerSandboxError(f"invalid DockerSandbox setting: {exc}") from exc
+
+    def _connect(self) -> Any:
+        """The Docker client (made on first use) and the daemon's CPU count."""
+        if self._client is None:
+            import docker
+
+            try:
+                client = docker.from_env(timeout=max(30, int(self.start_timeout)))
+                client.ping()
+            except Exception as exc:
+                raise DockerSandboxError(
+                    f"no Docker daemon answers ({exc}); start one (scripts/ensure-docker.sh) "
+                    "or point DOCKER_HOST at one"
+                ) from exc
+            self._client = client
+        if self._max_cpus is None:
+            try:
+                self._max_cpus = float(self._client.info().get("NCPU") or 0) or None
+            except Exception:
+                self._max_cpus = None
+        return self._client
+
+    # ---- the container ---------------------------------------------------------------
+    def labels(self, isolate_network: bool) -> dict[str, str]:
+        from sandbox_kernel.docker import names
+        from sandbox_kernel.privacy.modes import NetworkMode
+
+        return {
+            names.LABEL_MANAGED: "1",
+            names.LABEL_KIND: KIND,
+            names.LABEL_NETWORK: (NetworkMode.NONE if isolate_network else NetworkMode.FULL).value,
+            names.LABEL_CREATED: names.utc_now_iso(),
+            LABEL_SANDBOX: uuid.uuid4().hex,
+            **names.owner_labels(),
+        }
+
+    def build_create_kwargs(self, spec: SandboxSpec) -> dict[str, Any]:
+        """docker-py ``containers.create`` kwargs for ``spec`` (no Docker call except
+        ``chown`` of the writable mounts when this process is root)."""
+        from docker.types import Mount, Ulimit
+
+        from sandbox_kernel.docker.hardening import (
+            build_container_kwargs,
+            check_read_only_mount,
+            prepare_workspace,
+            resolve_user,
+        )
+        from sandbox_kernel.privacy.modes import NetworkMode
+
+        config = self.container_config()
+        working_dir = spec.cwd or config.working_dir
+        try:
+            config = config.replace(working_dir=working_dir, environment={})
+        except ValueError as exc:
+            raise DockerSandboxError(f"invalid working directory {working_dir!r}: {exc}") from exc
+
+        workspace: BindMount | None = None
+        others: list[BindMount] = []
+        for mount in spec.bind_mounts:
+            if workspace is None and not mount.readonly and os.path.normpath(mount.target) == config.working_dir:
+                workspace = mount
+            else:
+                others.append(mount)
+        writable = [m for m in spec.bind_mounts if not m.readonly]
+        if config.user:
+            user = config.user
+        elif os.geteuid() != 0:
+            # the kernel's own ids: it made the state dir and can write the workspace
+            user = f"{os.geteuid()}:{os.getegid() or os.geteuid()}"
+        else:
+            user = resolve_user(None, workspace.source if workspace else (writable[0].source if writable else None))
+        if os.geteuid() == 0:
+            # Only directories the engine made (its state dir) are handed to the
+            # container user; the user's workspace (a notebook folder) is never
+            # chowned or chmodded behind their back.
+            for mount in writable:
+                if mount is not workspace and Path(mount.source).is_dir():
+                    prepare_workspace(mount.source, user)
+            if workspace is not None and not _writable_by(Path(workspace.source), user):
+                log.warning(
+                    "the workspace %s is not writable by the container user %s: give the folder that owner "
+                    "or set --DockerSandbox.user", workspace.source, user,
+                )
+
+        command = list(spec.command)
+        read_only: list[tuple[str, str]] = [(str(src), str(tgt)) for src, tgt in self.read_only_mounts.items()]
+        if self.python:
+            if command and command[0] == sys.executable:
+                command[0] = self.python
+        else:
+            read_only += [(str(root), str(root)) for root in python_roots()]
+
+        try:
+            kwargs = build_container_kwargs(
+                config,
+                network_mode=NetworkMode.NONE if spec.isolate_network else NetworkMode.FULL,
+                workspace=str(workspace.source) if workspace else None,
+                user=user,
+                labels=self.labels(spec.isolate_network),
+                max_cpus=self._max_cpus,
+            )
+            mounts: list[Any] = kwargs["mounts"]
+            taken = {m["Target"] for m in mounts}
+            for mount in others:
+                src, tgt = check_read_only_mount(str(mount.source), mount.target)
+                mounts.append(Mount(target=tgt, source=src, type="bind", read_only=mount.readonly))
+                taken.add(tgt)
+            for src, tgt in read_only:
+                src, tgt = check_read_only_mount(src, tgt)
+                if tgt in taken:
+                    continue
+                mounts.append(Mount(target=tgt, source=src, type="bind", read_only=True))
+                taken.add(tgt)
+        except ValueError as exc:
+            raise DockerSandboxError(f"refused to build the container: {exc}") from exc
+
+        kwargs["environment"] = dict(spec.env)  # exactly the engine's environment
+        ulimits = list(kwargs["ulimits"])
+        for name, value in (("nofile", spec.limits.open_files), ("fsize", spec.limits.file_size)):
+            if value:
+                ulimits.append(Ulimit(name=name, soft=value, hard=value))
+        kwargs["ulimits"] = ulimits
+        from sandbox_kernel.docker.config import container_prefix
+
+        return {
+            **kwargs,
+            "command": command,
+            "name": f"{container_prefix()}-kernel-{uuid.uuid4().hex[:12]}",
+            "stdin_open": True,  # with stdin_once: the container's stdin closes when the CLI's does
+            "auto_remove": True,
+            "detach": True,
+        }
+
+    def _create(self, spec: SandboxSpec) -> tuple[Any, str, str]:
+        import docker
+
+        client = self._connect()
+        kwargs = self.build_create_kwargs(spec)
+        try:
+            container = client.containers.create(**kwargs)
+        except docker.errors.ImageNotFound as exc:
+            raise DockerSandboxError(
+                f"the Docker image {kwargs['image']!r} does not exist on the daemon (nothing is pulled): "
+                "build docker/Dockerfile or set --DockerSandbox.image"
+            ) from exc
+        except docker.errors.DockerException as exc:
+            raise DockerSandboxError(f"could not create the sandbox container: {exc}") from exc
+        return client, container.id, kwargs["name"]
+
+    async def start(self, spec: SandboxSpec) -> SandboxProcess:
+        cli = shutil.which(self.docker_cli)
+        if not cli:
+            raise DockerSandboxError(
+                f"the Docker command-line client {self.docker_cli!r} is not installed "
+                "(Debian/Ubuntu package 'docker.io' or 'docker-ce-cli')"
+            )
+        creation = asyncio.ensure_future(asyncio.to_thread(self._create, spec))
+        try:
+            client, container_id, name = await asyncio.wait_for(asyncio.shield(creation), self.start_timeout)
+        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            # the thread still runs: remove the container it makes, never start it
+            creation.add_done_callback(_discard_created)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise DockerSandboxError(f"creating the sandbox container took over {self.start_timeout:g} s") from exc
+        env = {k: os.environ[k] for k in _CLI_ENV if k in os.environ}
+        parent = os.getpid()
+        try:
+            process = await asyncio.create_subprocess_exec(
+                cli, "start", "--attach", "--interactive", container_id,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                cwd="/",
+                start_new_session=True,
+                preexec_fn=lambda: _cli_preexec(parent),
+                limit=1 << 24,
+            )
+        except BaseException:
+            await asyncio.to_thread(_remove_container, client, container_id)
+            raise
+        log.info("sandbox container %s (%s) started", name, container_id[:12])
+        return ContainerProcess(process, self.name, client, container_id, name)
+
+
+__all__ = ["ContainerProcess", "DockerSandbox", "DockerSandboxError"]
+
+
+def _writable_by(path: Path, user: str) -> bool:
+    """Whether uid:gid ``user`` may write ``path`` by its owner/group/other bits."""
+    import stat as stat_module
+
+    uid, _, gid = user.partition(":")
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    if st.st_uid == int(uid):
+        return bool(st.st_mode & stat_module.S_IWUSR)
+    if st.st_gid == int(gid or uid):
+        return bool(st.st_mode & stat_module.S_IWGRP)
+    return bool(st.st_mode & stat_module.S_IWOTH)

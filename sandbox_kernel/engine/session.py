@@ -271,11 +271,24 @@ class Session:
         async with self._lock:
             await self._replace(reason, emit)
 
-    async def _replace(self, reason: str, emit: Emit | None) -> None:
+    async def checkpoint(self) -> None:
+        """Write a checkpoint of the current state now and wait for it (before a
+        sandbox is stopped on purpose, e.g. an idle agent session)."""
+        async with self._lock:
+            await self._checkpoint_locked()
+
+    async def _checkpoint_locked(self) -> None:
+        if self._checkpoint_handle is not None:
+            self._checkpoint_handle.cancel()
+            self._checkpoint_handle = None
         if self.worker is not None and self.worker.alive:
             rid = f"c{next(self._ids)}"
             self.worker.send({"op": "checkpoint", "id": rid, "wait": True, "path": self._visible(self.state_dir, IN_STATE), "cell": self._last_done_count, "def_names": list(self.replay.defs)})
             await self._await_done(self.worker, rid, emit=None, timeout=120)
+
+    async def _replace(self, reason: str, emit: Emit | None) -> None:
+        if self.worker is not None and self.worker.alive:
+            await self._checkpoint_locked()
             self.worker.dead_reason = reason
             await self.worker.kill()
         await self._ensure_worker(emit)

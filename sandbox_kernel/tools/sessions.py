@@ -1,0 +1,284 @@
+"""Live engine sessions for agent tools, one per (user_id, session_id).
+
+Each ``ToolSession`` keeps a real ``sandbox_kernel.engine.Session`` (the
+kernel's engine: same workspace layout, same ratchet store) between tool
+calls, so variables really persist. Calls on one session are serialised by
+an asyncio lock; sessions idle longer than ``idle_timeout`` are checkpointed
+and shut down, and resumed from their checkpoint dir when used again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..engine import EngineConfig, Session
+from ..engine.ratchet import Ratchet
+from ..engine.replay import ReplayLog
+from ..privacy import PrivacyStore, default_user_id, validate_id
+from ..sandbox import ResourceLimits
+from .notebook import MAX_CELLS, NOTEBOOK_FILE, Notebook
+from .workspace import data_dir, session_dir, workspace_dir
+
+log = logging.getLogger("sandbox_kernel.tools")
+
+USER_ENV = "SANDBOX_KERNEL_USER_ID"
+SESSION_ENV = "SANDBOX_KERNEL_SESSION_ID"
+DEFAULT_SESSION = "default"
+GiB = 1 << 30
+
+_identity: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("sandbox_kernel_tools_identity", default=None)
+
+
+def set_identity(user_id: str, session_id: str) -> contextvars.Token:
+    """Bind the session the tools act on for the current context (task)."""
+    return _identity.set((validate_id(user_id, "user_id"), validate_id(session_id, "session_id")))
+
+
+def reset_identity(token: contextvars.Token) -> None:
+    _identity.reset(token)
+
+
+def current_identity(user_id: str | None = None, session_id: str | None = None) -> tuple[str, str]:
+    """Explicit ids, else the context's, else $SANDBOX_KERNEL_USER_ID / _SESSION_ID,
+    else (OS user, "default")."""
+    bound = _identity.get()
+    user = user_id or (bound[0] if bound else None) or os.environ.get(USER_ENV) or default_user_id()
+    session = session_id or (bound[1] if bound else None) or os.environ.get(SESSION_ENV) or DEFAULT_SESSION
+    return validate_id(user, "user_id"), validate_id(session, "session_id")
+
+
+@dataclass
+class ToolsConfig:
+    #: engine backend for cells: auto | bwrap | docker | subprocess
+    backend: str = "auto"
+    #: how sandbox_execute runs commands: "sandbox" (the engine's backend via
+    #: Sandbox.run; bwrap by default) or "docker" (SandboxManager)
+    shell_backend: str = "sandbox"
+    idle_timeout: float = 1800.0
+    max_cells: int = MAX_CELLS
+    #: None: $SANDBOX_KERNEL_DATA_DIR or <jupyter data dir>/sandbox_kernel, read when used
+    data_dir: Path | None = None
+    limits: ResourceLimits = field(default_factory=lambda: ResourceLimits(address_space=8 * GiB, processes=512, file_size=4 * GiB, open_files=1024))
+    network: str = "user"
+    trust_outputs: bool = False
+    max_output_bytes: int = 10 * 1024 * 1024
+    #: {name: {"source": path, "sensitivity": level}} mounted at /private/<name> once private
+    private_datasets: Mapping[str, Any] = field(default_factory=dict)
+    shell_timeout: float = 60.0
+    #: {host_path: container_path} read-only mounts for the Docker shell
+    docker_read_only_mounts: Mapping[str, str] = field(default_factory=dict)
+
+    def root(self) -> Path:
+        return Path(self.data_dir) if self.data_dir is not None else data_dir()
+
+
+class ToolSession:
+    """One agent session: notebook, workspace, and (while live) its engine."""
+
+    def __init__(self, registry: SessionRegistry, user_id: str, session_id: str) -> None:
+        self.registry = registry
+        self.config = registry.config
+        self.user_id = user_id
+        self.session_id = session_id
+        root = self.config.root()
+        self.workspace = workspace_dir(user_id, session_id, root)
+        self.dir = session_dir(user_id, session_id, root)
+        self.state_dir = self.dir / "state"
+        self.store = PrivacyStore(root / "privacy")
+        self.notebook = Notebook.load(user_id, session_id, self.dir / NOTEBOOK_FILE, self.config.max_cells)
+        self.ratchet = Ratchet(user_id, session_id, self.store, self.config.private_datasets)
+        self.engine: Session | None = None
+        self.lock = asyncio.Lock()
+        self.last_used = time.monotonic()
+        self.resumed = 0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.user_id, self.session_id)
+
+    async def ensure_engine(self) -> Session:
+        """The live engine; started (or resumed from the checkpoint) if needed.
+        Raises ``SandboxUnavailable`` when no sandbox can be started."""
+        if self.engine is not None:
+            return self.engine
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        resuming = (self.state_dir / "checkpoint.json").exists()
+        engine = Session(
+            EngineConfig(
+                backend=self.config.backend,
+                workspace=self.workspace,
+                state_dir=self.state_dir,
+                limits=self.config.limits,
+                trust_outputs=self.config.trust_outputs,
+                max_output_bytes=self.config.max_output_bytes,
+                network=self.config.network,
+            ),
+            log=log,
+            ratchet=self.ratchet,
+        )
+        # definitions and imports of earlier cells are replayed, not pickled
+        engine.replay = ReplayLog.from_json(self.notebook.replay)
+        engine._last_done_count = self.notebook.execution_count
+        try:
+            await engine.start()
+        except BaseException:
+            await engine.shutdown()
+            raise
+        if resuming:
+            self.resumed += 1
+        self.engine = engine
+        self.notebook.engine = engine
+        return engine
+
+    async def checkpoint(self, engine: Session | None = None) -> None:
+        """Take a checkpoint now and wait for it (before the sandbox goes away)."""
+        engine = engine or self.engine
+        if engine is None or engine.worker is None or not engine.worker.alive:
+            return
+        await engine.checkpoint()
+
+    async def suspend(self) -> None:
+        """Checkpoint and stop the sandbox; the next call resumes from the checkpoint."""
+        engine, self.engine = self.engine, None
+        self.notebook.engine = None
+        if engine is None:
+            return
+        try:
+            await self.checkpoint(engine)
+        except Exception as exc:  # the last background checkpoint is still there
+            log.warning("checkpoint before suspending %s/%s failed: %s", self.user_id, self.session_id, exc)
+        finally:
+            await engine.shutdown()
+
+    def privacy(self) -> dict[str, Any]:
+        state = self.ratchet.state
+        return {**state.to_json(), "network": "full" if self.ratchet.network_allowed else "none"}
+
+
+class SessionRegistry:
+    """The live tool sessions of this process."""
+
+    def __init__(self, config: ToolsConfig | None = None) -> None:
+        self.config = config or ToolsConfig()
+        self._sessions: dict[tuple[str, str], ToolSession] = {}
+        self._lock = asyncio.Lock()
+        self._reaper: asyncio.Task | None = None
+        self._docker: Any = None
+
+    async def get(self, user_id: str, session_id: str) -> ToolSession:
+        user_id = validate_id(user_id, "user_id")
+        session_id = validate_id(session_id, "session_id")
+        async with self._lock:
+            session = self._sessions.get((user_id, session_id))
+            if session is None:
+                session = await asyncio.to_thread(ToolSession, self, user_id, session_id)
+                self._sessions[session.key] = session
+            self._ensure_reaper()
+            return session
+
+    @asynccontextmanager
+    async def use(self, user_id: str, session_id: str) -> AsyncIterator[ToolSession]:
+        """The session, held exclusively (calls on one session run one at a time)."""
+        while True:
+            session = await self.get(user_id, session_id)
+            await session.lock.acquire()
+            if self._sessions.get(session.key) is session:
+                break
+            session.lock.release()  # it expired while we waited: take the new one
+        try:
+            session.last_used = time.monotonic()
+            yield session
+        finally:
+            session.last_used = time.monotonic()
+            session.lock.release()
+
+    def live(self) -> list[ToolSession]:
+        return list(self._sessions.values())
+
+    async def expire_idle(self, max_idle: float | None = None) -> list[tuple[str, str]]:
+        """Suspend sessions idle longer than ``max_idle`` (default: the config's)."""
+        limit = self.config.idle_timeout if max_idle is None else max_idle
+        now = time.monotonic()
+        expired = []
+        for session in list(self._sessions.values()):
+            if session.lock.locked() or now - session.last_used < limit:
+                continue
+            async with session.lock:
+                if now - session.last_used < limit:
+                    continue
+                async with self._lock:
+                    if self._sessions.get(session.key) is session:
+                        del self._sessions[session.key]
+                await session.suspend()
+                expired.append(session.key)
+        return expired
+
+    def _ensure_reaper(self) -> None:
+        if self._reaper is not None and not self._reaper.done():
+            return
+        if self.config.idle_timeout <= 0:
+            return
+
+        async def reap() -> None:
+            interval = max(0.05, min(60.0, self.config.idle_timeout / 4))
+            while self._sessions:
+                await asyncio.sleep(interval)
+                try:
+                    await self.expire_idle()
+                except Exception as exc:  # never let the reaper die
+                    log.error("expiring idle sessions failed: %s", exc)
+
+        self._reaper = asyncio.get_running_loop().create_task(reap())
+
+    def docker_manager(self) -> Any:
+        if self._docker is None:
+            from ..docker import SandboxManager
+
+            self._docker = SandboxManager(
+                read_only_mounts=dict(self.config.docker_read_only_mounts) or None,
+                workspace_root=self.config.root() / "workspaces",
+                network_mode_getter=lambda u, s: Ratchet(u, s, PrivacyStore(self.config.root() / "privacy")).state.network_mode,
+            )
+        return self._docker
+
+    async def aclose(self) -> None:
+        """Shut every live session down (checkpointed) and stop the reaper."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            try:
+                await self._reaper
+            except (asyncio.CancelledError, Exception):
+                pass
+            self._reaper = None
+        async with self._lock:
+            sessions, self._sessions = list(self._sessions.values()), {}
+        for session in sessions:
+            async with session.lock:
+                await session.suspend()
+        if self._docker is not None:
+            await self._docker.aclose_all()
+            self._docker = None
+
+
+_default: SessionRegistry | None = None
+
+
+def get_registry() -> SessionRegistry:
+    global _default
+    if _default is None:
+        _default = SessionRegistry()
+    return _default
+
+
+def set_registry(registry: SessionRegistry | None) -> None:
+    global _default
+    _default = registry

@@ -1,0 +1,295 @@
+"""The agent tools over the real engine (bwrap): notebook, sessions, shell, export."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from sandbox_kernel.tools import (
+    CellState,
+    SessionRegistry,
+    ToolFatalError,
+    ToolRetryError,
+    ToolsConfig,
+    WorkspacePathError,
+    repl_clear_notebook,
+    repl_delete_cell,
+    repl_execute_cell,
+    repl_export_ipynb,
+    repl_rerun_cell,
+    repl_show_cell,
+    repl_show_notebook,
+    resolve_agent_path,
+    sandbox_execute,
+)
+
+pytestmark = pytest.mark.asyncio
+
+
+def ids(reg: SessionRegistry, session: str = "s1", user: str = "alice") -> dict:
+    return {"user_id": user, "session_id": session, "registry": reg}
+
+
+async def notebook(reg: SessionRegistry, session: str = "s1", user: str = "alice"):
+    return (await reg.get(user, session)).notebook
+
+
+async def test_state_outputs_and_persistence(registry: SessionRegistry, data_dir: Path) -> None:
+    kw = ids(registry)
+    r = await repl_execute_cell("x = 41\nprint('line1\\nline2')\nx + 1", **kw)
+    assert "line1\nline2" in r.text and "42" in r.text and "COMPLETED" in r.text
+    r = await repl_execute_cell("def f(a):\n    return a * x\nf(2)", **kw)
+    assert "82" in r.text
+    r = await repl_execute_cell("import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()", **kw)
+    assert r.images and r.images[0][0] == "image/png" and "[image #1: image/png]" in r.text
+    assert "iVBOR" not in r.text  # no base64 in the text
+    r = await repl_execute_cell("from IPython.display import display, HTML\ndisplay(HTML('<b>bold</b>'))\n1/0", **kw)
+    assert "ZeroDivisionError" in r.text and "ERROR" in r.text and "\x1b[" not in r.text
+    nb = await notebook(registry)
+    assert [c.state for c in nb.cells] == [CellState.COMPLETED] * 3 + [CellState.ERROR]
+    assert [c.execution_count for c in nb.cells] == [1, 2, 3, 4]
+    c0, c3 = nb.cells[0], nb.cells[3]
+    assert c0.stdout == "line1\nline2\n" and c0.result == {"text/plain": "42"}
+    assert c0.duration is not None and c0.started_at is not None
+    assert c3.error.ename == "ZeroDivisionError" and c3.error.traceback
+    assert any(o.output_type.value == "display_data" and "text/html" in (o.data or {}) for o in c3.outputs)
+    saved = json.loads((data_dir / "sessions/alice/s1/notebook.json").read_text())
+    assert [c["code"] for c in saved["cells"]][0].startswith("x = 41") and len(saved["cells"]) == 4
+    # workspace layout
+    assert (data_dir / "workspaces/alice/s1").is_dir()
+
+
+async def test_rerun_delete_clear_show(registry: SessionRegistry, data_dir: Path) -> None:
+    kw = ids(registry)
+    await repl_execute_cell("n = 0", **kw)
+    await repl_execute_cell("n += 1\nn", **kw)
+    r = await repl_rerun_cell(1, **kw)
+    assert "2" in r.text.splitlines()[-1]
+    nb = await notebook(registry)
+    assert nb.cells[1].execution_count == 3
+    shown = await repl_show_notebook(**kw)
+    assert "[0] (1) COMPLETED" in shown.text and "[1] (3) COMPLETED" in shown.text
+    r = await repl_show_cell(1, **kw)
+    assert "n += 1" in r.text
+    r = await repl_delete_cell(0, **kw)
+    assert "1 cell(s) left" in r.text
+    assert len(json.loads((data_dir / "sessions/alice/s1/notebook.json").read_text())["cells"]) == 1
+    r = await repl_clear_notebook(**kw)
+    assert "1 cell(s) removed" in r.text
+    assert "empty" in (await repl_show_notebook(**kw)).text
+    r = await repl_execute_cell("n", **kw)  # variables survive clearing the notebook
+    assert r.text.splitlines()[-1] == "2"
+
+
+async def test_long_output_truncated_full_kept(registry: SessionRegistry) -> None:
+    kw = ids(registry)
+    r = await repl_execute_cell("print('\\n'.join(str(i) for i in range(20000)))", **kw)
+    assert "characters truncated" in r.text and "repl_show_cell(0, full=True)" in r.text
+    assert len(r.text) < 6000
+    full = await repl_show_cell(0, full=True, **kw)
+    assert "\n10000\n" in full.text and "19999" in full.text
+
+
+async def test_timeout_keeps_state(registry: SessionRegistry) -> None:
+    kw = ids(registry)
+    await repl_execute_cell("keep = 'yes'", **kw)
+    r = await repl_execute_cell("import time\nkeep = 'no'\ntime.sleep(30)", timeout=1, **kw)
+    assert "TIMEOUT" in r.text and "timed out" in r.text
+    assert (await notebook(registry)).cells[1].state == CellState.TIMEOUT
+    r = await repl_execute_cell("keep", **kw)
+    assert "'yes'" in r.text
+
+
+async def test_max_cells(data_dir: Path) -> None:
+    reg = SessionRegistry(ToolsConfig(backend="bwrap", max_cells=2))
+    try:
+        kw = ids(reg)
+        await repl_execute_cell("1", **kw)
+        await repl_execute_cell("2", **kw)
+        with pytest.raises(ToolRetryError, match="notebook is full .2 cells"):
+            await repl_execute_cell("3", **kw)
+        assert len((await notebook(reg)).cells) == 2
+    finally:
+        await reg.aclose()
+
+
+async def test_bad_inputs_of_every_tool(registry: SessionRegistry, data_dir: Path) -> None:
+    kw = ids(registry)
+    await repl_execute_cell("a = 1", **kw)
+    cases = [
+        (repl_execute_cell(123, **kw), "code must be a string"),
+        (repl_execute_cell("1", timeout=-1, **kw), "timeout must be between"),
+        (repl_execute_cell("1", timeout="x", **kw), "timeout must be a number"),
+        (repl_rerun_cell(5, **kw), "there is no cell 5"),
+        (repl_rerun_cell("0", **kw), "cell number must be an integer"),
+        (repl_show_cell(-1, **kw), "there is no cell -1"),
+        (repl_delete_cell(7, **kw), "there is no cell 7"),
+        (repl_export_ipynb("../../escape.ipynb", **kw), "climbs out of the workspace"),
+        (repl_export_ipynb("/etc/x.ipynb", **kw), "outside the workspace"),
+        (repl_export_ipynb("out.txt", **kw), "must end with .ipynb"),
+        (repl_export_ipynb("", **kw), "path is empty"),
+        (sandbox_execute("", **kw), "command must be a non-empty string"),
+        (sandbox_execute("ls", timeout=0, **kw), "timeout must be between"),
+        (repl_show_notebook(user_id="../x", session_id="s1", registry=registry), "user_id '../x' is invalid"),
+        (repl_clear_notebook(user_id="alice", session_id="a/b", registry=registry), "session_id 'a/b' is invalid"),
+    ]
+    for coro, message in cases:
+        with pytest.raises(ToolRetryError, match=message):
+            await coro
+    # nothing stored was lost
+    nb = await notebook(registry)
+    assert len(nb.cells) == 1 and nb.cells[0].code == "a = 1"
+    assert not (data_dir / "escape.ipynb").exists()
+
+
+async def test_path_confinement(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (ws / "link").symlink_to(outside)
+    (ws / "sub" / "up").symlink_to("../..")
+    assert resolve_agent_path(ws, "/workspace/sub/a.ipynb") == (ws / "sub" / "a.ipynb").resolve()
+    assert resolve_agent_path(ws, "./sub/../b.ipynb") == (ws / "b.ipynb").resolve()
+    for bad, msg in [("link/x.ipynb", "symlink"), ("sub/up/x", "symlink"), ("../x", "climbs out"),
+                     ("/tmp/x", "outside the workspace"), ("/workspace/../etc/passwd", "climbs out"), ("a\x00b", "NUL")]:
+        with pytest.raises(WorkspacePathError, match=msg):
+            resolve_agent_path(ws, bad)
+
+
+async def test_corrupt_notebook_reported_not_replaced(registry: SessionRegistry, data_dir: Path) -> None:
+    path = data_dir / "sessions/alice/broken/notebook.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    with pytest.raises(ToolFatalError, match=r"^\[FATAL\].*notebook file .* is corrupt"):
+        await repl_execute_cell("1", **ids(registry, "broken"))
+    with pytest.raises(ToolFatalError, match="corrupt"):
+        await repl_show_notebook(**ids(registry, "broken"))
+    assert path.read_text() == "{not json"
+
+
+async def test_sandbox_execute_shares_workspace_and_is_confined(registry: SessionRegistry, data_dir: Path) -> None:
+    kw = ids(registry)
+    await repl_execute_cell("open('/workspace/from_cell.txt', 'w').write('hello')", **kw)
+    r = await sandbox_execute("cat from_cell.txt; pwd; echo out >&2; exit 3", **kw)
+    assert r.text.startswith("Exit code: 3") and "hello" in r.text and "/workspace" in r.text and "out" in r.text
+    r = await sandbox_execute(f"ls {data_dir} 2>&1; ls /workspaces 2>&1; echo $HOME", **kw)
+    assert "No such file" in r.text
+    r = await sandbox_execute("sleep 20", timeout=1, **kw)
+    assert "timed out" in r.text
+
+
+async def test_concurrent_sessions_are_isolated(registry: SessionRegistry, data_dir: Path) -> None:
+    a, b = ids(registry, "sa"), ids(registry, "sb")
+    await asyncio.gather(
+        repl_execute_cell("secret = 'A'\nopen('a.txt', 'w').write('A')", **a),
+        repl_execute_cell("secret = 'B'\nopen('b.txt', 'w').write('B')", **b),
+    )
+    ra, rb = await asyncio.gather(repl_execute_cell("secret", **a), repl_execute_cell("secret", **b))
+    assert "'A'" in ra.text and "'B'" in rb.text
+    ra = await sandbox_execute("ls; cat ../sb/b.txt 2>&1", **a)
+    assert "a.txt" in ra.text and "b.txt" not in ra.text.split("\n")[1]
+    rb = await repl_execute_cell("import os\nsorted(os.listdir('/workspace'))", **b)
+    assert "['b.txt']" in rb.text
+    assert len((await notebook(registry, "sa")).cells) == 2 and len((await notebook(registry, "sb")).cells) == 3
+
+
+async def test_event_loop_not_blocked(registry: SessionRegistry) -> None:
+    kw = ids(registry)
+    await repl_execute_cell("1", **kw)  # sandbox started
+    lags: list[float] = []
+
+    async def probe() -> None:
+        while True:
+            t = time.monotonic()
+            await asyncio.sleep(0.01)
+            lags.append(time.monotonic() - t - 0.01)
+
+    task = asyncio.create_task(probe())
+    t0 = time.monotonic()
+    shell = asyncio.create_task(sandbox_execute("sleep 2; echo shell-done", **ids(registry, "other")))
+    r = await repl_execute_cell("import time\ntime.sleep(5)\nprint('done')", **kw)
+    assert "done" in (await shell).text
+    task.cancel()
+    elapsed = time.monotonic() - t0
+    assert "done" in r.text and elapsed >= 5
+    assert len(lags) > 200, len(lags)
+    assert max(lags) < 0.25, max(lags)
+
+
+async def test_calls_on_one_session_are_serialised(registry: SessionRegistry) -> None:
+    kw = ids(registry)
+    await repl_execute_cell("log = []", **kw)
+    await asyncio.gather(*(repl_execute_cell(f"import time\nlog.append({i}); time.sleep(0.2); log.append({i})", **kw) for i in range(3)))
+    r = await repl_execute_cell("all(log[i] == log[i + 1] for i in range(0, len(log), 2)), len(log)", **kw)
+    assert "(True, 6)" in r.text
+
+
+async def test_idle_expiry_and_resume(data_dir: Path) -> None:
+    reg = SessionRegistry(ToolsConfig(backend="bwrap", idle_timeout=600))
+    try:
+        kw = ids(reg)
+        await repl_execute_cell("import math\nvalue = 21\ndef double(v):\n    return 2 * v", **kw)
+        engine = (await reg.get("alice", "s1")).engine
+        expired = await reg.expire_idle(0)
+        assert expired == [("alice", "s1")] and not reg.live()
+        assert engine.worker is None
+        r = await repl_execute_cell("double(value), math.floor(2.5)", **kw)
+        assert "(42, 2)" in r.text and "restored" in r.text
+        shown = await repl_show_notebook(**kw)
+        assert "[1] (2) COMPLETED" in shown.text
+    finally:
+        await reg.aclose()
+    # a brand-new registry (a new process) resumes the same session
+    reg2 = SessionRegistry(ToolsConfig(backend="bwrap"))
+    try:
+        r = await repl_execute_cell("double(value)", **ids(reg2))
+        assert "42" in r.text.splitlines()[-1]
+        assert len((await notebook(reg2)).cells) == 3
+    finally:
+        await reg2.aclose()
+
+
+async def test_ratchet_rise_gives_system_notice_and_cuts_shell_network(registry: SessionRegistry, data_dir: Path) -> None:
+    kw = ids(registry, "priv")
+    r = await sandbox_execute("cat /proc/net/dev | tail -n +3 | cut -d: -f1", **kw)
+    public_ifaces = set(r.text.split()[3:])
+    r = await repl_execute_cell("import sandbox_kernel.private as p\np.add_dataset('payroll', 'SECRET')", **kw)
+    assert r.text.startswith("[SYSTEM] Network access has been restricted")
+    r = await repl_execute_cell("x = 1", **kw)
+    assert not r.text.startswith("[SYSTEM]")  # only on the call during which it rose
+    r = await sandbox_execute("cat /proc/net/dev | tail -n +3 | cut -d: -f1", **kw)
+    assert set(r.text.split()[3:]) == {"lo"}, (public_ifaces, r.text)
+    nb = await notebook(registry, "priv")
+    assert nb.cells[0].privacy_raised == {"from": "PUBLIC", "to": "SECRET", "datasets": ["payroll"]}
+    assert "privacy" in (await repl_show_cell(0, **kw)).text
+
+
+async def test_export_ipynb(registry: SessionRegistry, data_dir: Path) -> None:
+    kw = ids(registry, "exp")
+    await repl_execute_cell("print('a\\nb')\n'x\\ny'", **kw)
+    await repl_execute_cell("import matplotlib.pyplot as plt\nplt.plot([1]); plt.show()", **kw)
+    await repl_execute_cell("for i in range(2):\n    print(i)\nraise ValueError('bad')", **kw)
+    await repl_execute_cell("import sandbox_kernel.private as p\np.add_dataset('hr', 'CONFIDENTIAL')", **kw)
+    r = await repl_export_ipynb("/workspace/out/analysis.ipynb", **kw)
+    assert "Saved 4 cell(s) to /workspace/out/analysis.ipynb" in r.text
+    path = data_dir / "workspaces/alice/exp/out/analysis.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata.kernelspec.name == "sandbox-python"
+    assert nb.metadata.language_info.name == "python" and nb.metadata.language_info.version.count(".") == 2
+    assert nb.cells[2].source == "for i in range(2):\n    print(i)\nraise ValueError('bad')"
+    assert nb.cells[0].outputs[0].output_type == "stream" and nb.cells[0].outputs[0].text == "a\nb\n"
+    assert nb.cells[0].outputs[1].output_type == "execute_result" and nb.cells[0].outputs[1].data["text/plain"] == "'x\\ny'"
+    assert nb.cells[1].outputs[0].output_type == "display_data" and "image/png" in nb.cells[1].outputs[0].data
+    err = nb.cells[2].outputs[-1]
+    assert err.output_type == "error" and err.ename == "ValueError" and err.evalue == "bad"
+    privacy = nb.metadata.sandbox_kernel.privacy
+    assert privacy["level"] == "CONFIDENTIAL" and [d["name"] for d in privacy["datasets"]] == ["hr"]
+    assert privacy["raised_by"][0]["cell_id"] == nb.cells[3].id and privacy["raised_by"][0]["to"] == "CONFIDENTIAL"

@@ -1,0 +1,94 @@
+"""The PydanticAI adapter driven by a test model (no LLM service)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pydantic_ai = pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent  # noqa: E402
+from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart, RetryPromptPart  # noqa: E402
+from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
+from pydantic_ai.toolsets import FunctionToolset  # noqa: E402
+
+from sandbox_kernel.privacy import PrivacyStore, PrivateData, Sensitivity  # noqa: E402
+from sandbox_kernel.tools import SessionRegistry  # noqa: E402
+from sandbox_kernel.tools.pydantic_ai import PrivateDataMCPToolset, get_all_tools  # noqa: E402
+
+pytestmark = pytest.mark.asyncio
+
+
+def scripted(calls: list[tuple[str, dict]]):
+    """A model that makes the given tool calls one by one, then answers 'done'."""
+    step = {"i": 0}
+
+    def model(messages, info: AgentInfo) -> ModelResponse:
+        i = step["i"]
+        step["i"] += 1
+        if i < len(calls):
+            name, args = calls[i]
+            return ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=f"c{i}")])
+        from pydantic_ai.messages import TextPart
+
+        return ModelResponse(parts=[TextPart("done")])
+
+    return FunctionModel(model)
+
+
+def returns(result) -> list:
+    return [p for m in result.all_messages() for p in getattr(m, "parts", []) if isinstance(p, (ToolReturnPart, RetryPromptPart))]
+
+
+async def test_agent_calls_the_tools(registry: SessionRegistry, data_dir: Path) -> None:
+    tools = get_all_tools("pa", "s1", registry)
+    assert [t.name for t in tools][:2] == ["repl_execute_cell", "repl_rerun_cell"]
+    calls = [
+        ("repl_execute_cell", {"code": "y = 5"}),
+        ("repl_execute_cell", {"code": "y * 3"}),
+        ("repl_show_cell", {"cell_number": 42}),
+        ("repl_execute_cell", {"code": "import matplotlib.pyplot as plt\nplt.plot([1]); plt.show()"}),
+        ("sandbox_execute", {"command": "echo shell-ok"}),
+        ("repl_export_ipynb", {"path": "pa.ipynb"}),
+    ]
+    result = await Agent(scripted(calls), tools=tools).run("go")
+    parts = returns(result)
+    assert result.output == "done"
+    assert "15" in str(parts[1].content)
+    assert (isinstance(parts[2], RetryPromptPart) or getattr(parts[2], "outcome", None) == "retried") and "there is no cell 42" in str(parts[2].content)
+    assert "shell-ok" in str(parts[4].content)
+    assert (data_dir / "workspaces/pa/s1/pa.ipynb").exists()
+    # the figure went to the model as an image, not as base64 text
+    images = [c for m in result.all_messages() for p in getattr(m, "parts", []) for c in (p.content if isinstance(getattr(p, "content", None), list) else []) if getattr(c, "media_type", "") == "image/png"]
+    assert images
+
+
+async def test_test_model_smoke(registry: SessionRegistry) -> None:
+    from pydantic_ai.models.test import TestModel
+
+    result = await Agent(TestModel(call_tools=["repl_show_notebook"]), tools=get_all_tools("pa", "s2", registry)).run("go")
+    assert "empty" in result.output
+
+
+async def test_private_data_routing_is_one_way(data_dir: Path) -> None:
+    normal, isolated = FunctionToolset(), FunctionToolset()
+
+    @normal.tool_plain
+    def fetch() -> str:
+        return "normal"
+
+    @isolated.tool_plain
+    def fetch() -> str:  # noqa: F811
+        return "isolated"
+
+    store = PrivacyStore(data_dir / "privacy")
+    routed = PrivateDataMCPToolset(normal, isolated=isolated, user_id="pa", session_id="s3", store=store)
+    agent = Agent(scripted([("fetch", {})]), toolsets=[routed])
+    async with routed:
+        assert "normal" in str(returns(await agent.run("go"))[0].content)
+        PrivateData("pa", "s3", store).add_private_dataset("hr", Sensitivity.SECRET, source="cell")
+        agent = Agent(scripted([("fetch", {})]), toolsets=[routed])
+        assert "isolated" in str(returns(await agent.run("go"))[0].content)
+        assert routed.private

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 from kernel_helpers import SandboxKernelHandle, require_bwrap
 from sandbox_kernel.privacy import PrivacyStore, PrivateData

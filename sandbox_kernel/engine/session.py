@@ -90,6 +90,7 @@ class Session:
         self._last_done_count = 0
         self._pending_notices: list[str] = []
         self._closed = False
+        self._warned = False  # the isolation warning is shown once per session
         self.started_at: float | None = None
 
     # ---- public facts ----------------------------------------------------------------
@@ -360,7 +361,7 @@ class Session:
             for text in self._pending_notices:
                 guarded("stream", {"name": "stderr", "text": text})
             self._pending_notices.clear()
-            if self.warnings and not getattr(self, "_warned", False):
+            if self.warnings and not self._warned:
                 self._warned = True
                 guarded("stream", {"name": "stderr", "text": f"{NOTICE} WARNING: {self.warnings[0]}\n"})
             rid = f"x{next(self._ids)}"
@@ -546,8 +547,7 @@ class Session:
                 emit(kind, {**content, "data": clean.data, "metadata": clean.metadata})
                 return
             if kind == "error":
-                size = sum(len(line) for line in content.get("traceback", []))
-                if limiter.admit_bundle({"text/plain": "x" * min(size, 1)}):
+                if limiter.admit_bundle({"text/plain": "\n".join(content.get("traceback", []))}):
                     emit(kind, content)
                 return
             emit(kind, content)

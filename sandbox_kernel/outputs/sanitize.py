@@ -12,7 +12,6 @@ anything either, so external URLs go too, even from trusted outputs.
 from __future__ import annotations
 
 import base64
-import binascii
 import math
 import re
 from dataclasses import dataclass, field

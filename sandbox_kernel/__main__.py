@@ -19,8 +19,7 @@ def main(argv: list[str] | None = None) -> None:
     if args and args[0] == "gc":
         from .docker.gc import main as gc_main
 
-        gc_main(args[1:])
-        return
+        sys.exit(gc_main(args[1:]))
     from .app import SandboxKernelApp
 
     SandboxKernelApp.launch_instance(argv=args)

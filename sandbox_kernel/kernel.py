@@ -158,7 +158,14 @@ class SandboxKernel(Kernel):
 
     # ---- status comm (the widget) ----------------------------------------------------
     def status(self) -> dict[str, Any]:
-        state = self.ratchet.state.to_json()
+        privacy = self.ratchet.state
+        state = privacy.to_json()
+        if privacy.mark is not None:
+            # A whole-session mark (widget, host API) is listed with what made the
+            # session private, so the popup can say who did it and why.
+            mark = privacy.mark
+            name = "session marked private" + (f": {mark.reason}" if mark.reason else "")
+            state["datasets"] = [*state["datasets"], {"name": name[:200], "level": mark.sensitivity.name, "source": mark.source, "added_at": mark.added_at}]
         return {
             **state,
             "network": "full" if self.engine.network_allowed else "none",

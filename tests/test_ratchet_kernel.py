@@ -179,6 +179,8 @@ def test_status_comm_reports_and_refuses_lowering(fresh_kernel: SandboxKernelHan
     replies = comm.send({"version": 1, "type": "mark_private", "level": "CONFIDENTIAL", "reason": "test"})
     states = [r for r in replies if r["type"] == "state"]
     assert states and states[-1]["state"]["level"] == "CONFIDENTIAL" and states[-1]["state"]["network"] == "none"
+    # the popup can say who made the session private, and why
+    assert any(d["source"] == "widget" and "test" in d["name"] for d in states[-1]["state"]["datasets"])
     replies = comm.send({"version": 1, "type": "mark_private", "level": "INTERNAL"})
     assert replies[0]["type"] == "error" and "lower" in replies[0]["message"]
     replies = comm.send({"version": 1, "type": "request_state"})

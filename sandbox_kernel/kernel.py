@@ -323,8 +323,8 @@ class SandboxKernel(Kernel):
     async def do_shutdown(self, restart):  # type: ignore[override]
         if getattr(self, "_privacy_poll", None) is not None:
             self._privacy_poll.stop()
-        if self.status_comm is not None:
-            self.status_comm.close()
+        # The status comm is left open on purpose: a comm_close from the kernel
+        # tells the widget not to re-open it, but after a restart it must.
         if self._loop is not None and self._loop is not asyncio.get_running_loop():
             future = asyncio.run_coroutine_threadsafe(self.engine.shutdown(), self._loop)
             await asyncio.wrap_future(future)

@@ -62,6 +62,7 @@ export class StatusClient implements IDisposable {
       this._onConnectionStatusChanged,
       this
     );
+    sessionContext.iopubMessage.connect(this._onIopubMessage, this);
     this._attach(sessionContext.session?.kernel ?? null);
   }
 
@@ -188,6 +189,19 @@ export class StatusClient implements IDisposable {
       if (this._needsComm()) {
         this._openComm();
       }
+    }
+  }
+
+  /**
+   * A restart made by another client (the REST API, nbclient, a second tab)
+   * reaches this page only as the old kernel's `shutdown_reply` with
+   * `restart: true` (no 'restarting' status): treat it as one, so the comm
+   * is re-opened with the new kernel process.
+   */
+  private _onIopubMessage(_: ISessionContext, msg: { header: { msg_type: string }; content: unknown }): void {
+    const content = msg.content as { restart?: unknown } | null;
+    if (msg.header.msg_type === 'shutdown_reply' && content && content.restart === true) {
+      this._onStatusChanged(this.sessionContext, 'restarting');
     }
   }
 
@@ -326,7 +340,10 @@ export class StatusClient implements IDisposable {
     }
     this._setPhase('ready', true);
     const from: Level = previous ? previous.level : 'PUBLIC';
-    if (parsed.changed && levelRank(parsed.state.level) > levelRank(from)) {
+    // A rise is news when the kernel says so, or when a state we already knew
+    // (kept across a restart) is below the new one: a rise that happened while
+    // the comm was being re-opened must still be notified.
+    if ((parsed.changed || previous !== null) && levelRank(parsed.state.level) > levelRank(from)) {
       this._levelRaised.emit({
         from,
         to: parsed.state.level,

@@ -198,11 +198,14 @@ class Session:
         except (OSError, RuntimeError) as exc:
             raise SandboxUnavailable(f"could not start the {self.sandbox.name} sandbox: {exc}") from exc
         worker = WorkerHandle(process, self.log)
+        if self._closed:  # shut down while this sandbox was starting: leave nothing behind
+            await worker.kill()
+            raise SandboxUnavailable("the session is shut down")
         try:
             msg = await asyncio.wait_for(worker.messages.get(), READY_TIMEOUT)
         except asyncio.TimeoutError:
             msg = {"type": DEAD, "reason": f"no answer within {READY_TIMEOUT:.0f} s"}
-        if msg.get("type") != "ready":
+        if msg.get("type") != "ready" or self._closed:
             await worker.kill()
             tail = "\n".join(worker.stderr_tail)
             raise SandboxUnavailable(f"the {self.sandbox.name} sandbox failed to start: {msg.get('reason', msg)}\n{tail}".strip())

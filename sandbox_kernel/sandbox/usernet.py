@@ -10,53 +10,60 @@ unix sockets are per network namespace, so the host's are unreachable too.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import shutil
 import signal
-import subprocess
-import tempfile
 import time
+
+_PR_SET_PDEATHSIG = 1
 
 async def start_user_network(pid: int, timeout: float = 20.0) -> int:
     """Attach pasta to the network namespace of ``pid``; return pasta's pid
-    once the namespace has a default route. pasta daemonises only after the
-    interface is configured; the caller kills it (by pid) with the sandbox."""
+    once the namespace has a default route.
+
+    pasta runs in the foreground as our child with PR_SET_PDEATHSIG, so it
+    dies with the kernel even when the kernel is SIGKILLed (a daemonised pasta
+    outlives its namespace); the caller kills it with the sandbox.
+    """
     pasta = shutil.which("pasta")
     if pasta is None:
         raise FileNotFoundError("pasta is not installed (Debian/Ubuntu package 'passt')")
-    return await asyncio.to_thread(_attach, pasta, pid, timeout)
+    argv = [pasta, "--foreground", "--quiet", "--config-net", "--no-map-gw",
+            "-t", "none", "-u", "none", "-T", "none", "-U", "none"]
+    if os.geteuid() == 0:
+        # As root, enter only the network namespace: joining bwrap's user
+        # namespace too races its set-up ("Couldn't switch to pasta
+        # namespaces"). pasta would otherwise drop to nobody, who cannot.
+        argv += ["--runas", "0", "--netns-only", "--netns", f"/proc/{pid}/ns/net"]
+    else:
+        argv.append(str(pid))
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE, preexec_fn=_die_with_parent, start_new_session=True,
+        )
+        while time.monotonic() < deadline and proc.returncode is None:
+            if _has_default_route(pid):
+                return proc.pid
+            try:
+                await asyncio.wait_for(proc.wait(), 0.005)
+            except asyncio.TimeoutError:
+                pass
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+            break
+        err = (await proc.stderr.read()).decode(errors="replace").strip().splitlines() if proc.stderr else []
+        last = err[-1] if err else f"exit code {proc.returncode}"
+        await asyncio.sleep(0.02)
+    raise RuntimeError(f"pasta did not configure the sandbox's network: {last or 'timed out'}")
 
 
-def _attach(pasta: str, pid: int, timeout: float) -> int:
-    with tempfile.TemporaryDirectory(prefix="sandbox-kernel-pasta-") as tmp:
-        pidfile = os.path.join(tmp, "pasta.pid")
-        argv = [pasta, "--quiet", "--config-net", "--no-map-gw", "-t", "none", "-u", "none",
-                "-T", "none", "-U", "none", "--pid", pidfile]
-        if os.geteuid() == 0:
-            # As root, enter only the network namespace: joining bwrap's user
-            # namespace too races its set-up ("Couldn't switch to pasta
-            # namespaces"). pasta would otherwise drop to nobody, who cannot.
-            argv += ["--runas", "0", "--netns-only", "--netns", f"/proc/{pid}/ns/net"]
-        else:
-            argv.append(str(pid))
-        deadline = time.monotonic() + timeout
-        last = ""
-        while time.monotonic() < deadline:
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True, timeout=timeout)
-            if done.returncode == 0:
-                with open(pidfile) as fh:
-                    helper = int(fh.read().strip())
-                while time.monotonic() < deadline:
-                    if _has_default_route(pid):
-                        return helper
-                    time.sleep(0.002)
-                os.kill(helper, signal.SIGKILL)
-                raise RuntimeError("pasta started but the sandbox got no default route")
-            last = done.stderr.strip().splitlines()[-1:] or [""]
-            last = last[0]
-            time.sleep(0.01)
-        raise RuntimeError(f"pasta did not configure the sandbox's network: {last}")
+def _die_with_parent() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _has_default_route(pid: int) -> bool:

@@ -1,0 +1,163 @@
+"""Fixtures of the browser tests: a real JupyterLab server and Debian's chromium.
+
+The browser is Debian's ``/usr/bin/chromium`` driven by Playwright through
+``executable_path`` (Playwright's own browser download is never used). The
+tests are skipped only when that binary is missing, and fail instead under
+``CI=true``. Screenshots, the server log and the browser console go to
+``test-artifacts/browser/`` at the repository root (git-ignored).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from lab_helpers import REPO, LabServer  # noqa: E402
+
+CHROMIUM = Path("/usr/bin/chromium")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+ARTIFACTS = REPO / "test-artifacts" / "browser"
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    # Belt and braces for "loopback only": no name but 127.0.0.1 resolves.
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+]
+
+
+def _require(condition: bool, why: str) -> None:
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"{why} (required under CI=true)")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    """test-artifacts/browser, emptied of the previous run's files."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for old in ARTIFACTS.iterdir():
+        if old.is_file() and old.suffix in {".png", ".log", ".txt", ".html"}:
+            old.unlink()
+    return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> Path:
+    _require(CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK), f"{CHROMIUM} is not installed")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="module")
+def lab(chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[LabServer]:
+    """One JupyterLab server for the module; every kernel it started is shut down after."""
+    root = tmp_path_factory.mktemp("lab")
+    server = LabServer(root)
+    try:
+        yield server
+    finally:
+        leftovers = server.stop()
+        shutil.copyfile(server.log_path, artifacts / "jupyter-lab.log")
+        assert not leftovers, (
+            "processes started by the server (kernels, bwrap sandboxes, pasta network helpers) were still "
+            f"alive after every kernel was shut down and the server stopped; killed now: {leftovers}"
+        )
+
+
+class BrowserLog:
+    """What the page did: every request that was not to the test server, console lines, page errors."""
+
+    def __init__(self) -> None:
+        self.foreign: list[str] = []
+        self.console: list[str] = []
+        self.page_errors: list[str] = []
+
+    def on_request(self, request: Any) -> None:
+        url = request.url
+        parts = urlsplit(url)
+        if parts.scheme in {"data", "blob", "about", "chrome-extension", "devtools"}:
+            return
+        if parts.hostname not in {"127.0.0.1"}:
+            self.foreign.append(url)
+
+    def on_websocket(self, ws: Any) -> None:
+        host = urlsplit(ws.url).hostname
+        if host != "127.0.0.1":
+            self.foreign.append(ws.url)
+
+
+@pytest.fixture(scope="module")
+def browser_context(lab: LabServer, chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[tuple[Any, BrowserLog]]:
+    from playwright.sync_api import sync_playwright
+
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    log = BrowserLog()
+    with sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=str(chromium_path),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 900},
+            timeout=60_000,
+        )
+        context.set_default_timeout(30_000)
+        context.on("request", log.on_request)
+        try:
+            yield context, log
+        finally:
+            context.close()
+            (artifacts / "browser-console.log").write_text("\n".join(log.console + ["--- page errors ---"] + log.page_errors))
+
+
+@pytest.fixture
+def page(browser_context: tuple[Any, BrowserLog], request: pytest.FixtureRequest, artifacts: Path) -> Iterator[Any]:
+    """A fresh tab; on failure a screenshot named after the test is kept."""
+    context, log = browser_context
+    log.console.append(f"=== {time.strftime('%H:%M:%S')} start {request.node.name}")
+    page = context.new_page()
+    page.on("websocket", log.on_websocket)
+    page.on("console", lambda msg: log.console.append(f"[{request.node.name}] {msg.type}: {msg.text}"))
+    page.on("pageerror", lambda exc: log.page_errors.append(f"[{request.node.name}] {exc.message}\n{exc.stack}"))
+    errors_before = len(log.page_errors)
+    try:
+        yield page
+    finally:
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            name = re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)
+            try:
+                page.screenshot(path=str(artifacts / f"FAILED-{name}.png"))
+                (artifacts / f"FAILED-{name}.html").write_text(page.content())
+            except Exception:  # the page may be gone
+                pass
+        page.close()
+        log.console.append(f"=== {time.strftime('%H:%M:%S')} end {request.node.name}")
+    ours = [e for e in log.page_errors[errors_before:] if "sandbox-kernel-status" in e]
+    assert not ours, f"uncaught errors in the extension: {ours}"
+    assert not log.foreign, f"the browser talked to something other than the loopback test server: {log.foreign[:10]}"
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

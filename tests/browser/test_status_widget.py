@@ -403,3 +403,20 @@ def test_widget_follows_kernel_after_rest_restart(page: Page, lab: LabServer, sh
         expect(toast(page, "entered this session (nb5.ipynb)")).to_be_visible(timeout=10_000)
     finally:
         shot(page, "nb5-after-rest-restart-and-ratchet")
+
+
+def test_item_hidden_for_other_kernels(page: Page, lab: LabServer, shot: Shots) -> None:
+    """The item belongs to sandboxed notebooks only: on a stock ipykernel notebook
+    it is not shown (the other tests show it is for sandbox-python)."""
+    from lab_helpers import notebook_json
+
+    nb = notebook_json(["1 + 1"])
+    nb["metadata"]["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    lab.request("PUT", "/api/contents/plain.ipynb", {"type": "notebook", "format": "json", "content": nb})
+    page.goto(lab.url("/lab/tree/plain.ipynb?reset"), wait_until="domcontentloaded", timeout=APP_LOAD_TIMEOUT)
+    page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible", timeout=APP_LOAD_TIMEOUT)
+    lab.wait_kernel_idle("plain.ipynb", timeout=KERNEL_TIMEOUT / 1000)
+    expect(page.locator(".jp-Notebook .jp-Cell").first).to_be_visible()
+    page.wait_for_timeout(1500)
+    shot(page, "plain-python3-no-item")
+    expect(page.locator(f"{ITEM}:visible")).to_have_count(0)

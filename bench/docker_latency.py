@@ -21,27 +21,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from jupyter_client.manager import KernelManager
 
 
-def round_trip(kc: Any, code: str, timeout: float = 120) -> float:
-    started = time.perf_counter()
-    msg_id = kc.execute(code)
-    while True:
-        reply = kc.get_shell_msg(timeout=timeout)
-        if reply["parent_header"].get("msg_id") == msg_id:
-            break
-    elapsed = time.perf_counter() - started
-    if reply["content"]["status"] != "ok":
-        raise RuntimeError(f"{code!r} failed: {reply['content']}")
-    while True:  # drain iopub so queues do not grow
-        try:
-            kc.get_iopub_msg(timeout=0.01)
-        except Exception:
-            break
-    return elapsed
+from kernel_latency import round_trip  # noqa: E402 - same folder, same measurement
 
 
 def measure(kernel_name: str, args: list[str], cells: int, workdir: Path) -> dict[str, float]:

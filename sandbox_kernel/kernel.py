@@ -27,6 +27,7 @@ from traitlets import Bool, Dict, Enum, Float, Int, Unicode
 from . import __version__
 from .engine import EngineConfig, Session
 from .engine.ratchet import Ratchet
+from .language import language_info
 from .privacy import PrivacyStore, default_store, default_user_id, session_id_for_notebook, validate_id
 from .sandbox import ResourceLimits
 from .status_comm import StatusComm
@@ -49,15 +50,7 @@ class SandboxKernel(Kernel):
     implementation_version = __version__
     language = "python"
     language_version = platform.python_version()
-    language_info = {
-        "name": "python",
-        "version": platform.python_version(),
-        "mimetype": "text/x-python",
-        "file_extension": ".py",
-        "pygments_lexer": "ipython3",
-        "codemirror_mode": {"name": "ipython", "version": 3},
-        "nbconvert_exporter": "python",
-    }
+    language_info = language_info()
     banner = f"Python {platform.python_version()} in a sandbox (sandbox_kernel {__version__})"
     help_links = [{"text": "sandbox_kernel", "url": "https://pypi.org/project/sandbox-kernel/"}]
 

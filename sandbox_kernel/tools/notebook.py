@@ -14,7 +14,6 @@ import asyncio
 import enum
 import json
 import os
-import platform
 import tempfile
 import time
 import uuid
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..language import language_info
 
 if TYPE_CHECKING:
     from ..engine import Session
@@ -450,16 +450,3 @@ def _bundle(data: dict[str, Any] | None) -> dict[str, Any]:
         else:
             out[mime] = json.dumps(value)
     return out
-
-
-def language_info() -> dict[str, Any]:
-    """What the worker really runs: the host interpreter, inside the sandbox."""
-    return {
-        "name": "python",
-        "version": platform.python_version(),
-        "mimetype": "text/x-python",
-        "file_extension": ".py",
-        "pygments_lexer": "ipython3",
-        "codemirror_mode": {"name": "ipython", "version": 3},
-        "nbconvert_exporter": "python",
-    }

@@ -297,11 +297,14 @@ class Session:
             await self.worker.kill()
         await self._ensure_worker(emit)
 
-    async def _enforce_ratchet(self, emit: Emit | None) -> None:
+    async def _enforce_ratchet(
+        self, emit: Emit | None, reason: str = "the session became private: its network was cut", rerun: bool = False
+    ) -> None:
         """No sandbox with network may run once the session is private."""
         if self.sandbox_has_network and not self.network_allowed:
-            await self._replace("the session became private: its network was cut", emit)
-            notice = f"{SYSTEM_NOTICE}\nThe sandbox was replaced by one without network; the state of earlier cells carried over.\n"
+            await self._replace(reason, emit)
+            notice = f"{SYSTEM_NOTICE}\nThe sandbox was replaced by one without network; the state of earlier cells carried over."
+            notice += " Run this cell again.\n" if rerun else "\n"
             if emit is not None:
                 emit("stream", {"name": "stderr", "text": notice})
             else:
@@ -320,9 +323,7 @@ class Session:
         Returns whether the state changed."""
         if self.ratchet is None:
             return False
-        current = self.ratchet.state.to_json()
-        changed = current != self._last_privacy
-        self._last_privacy = current
+        changed = self._notify_privacy_change()
         if self.sandbox_has_network and not self.network_allowed:
             if self._running is not None and self.worker is not None:
                 self._kill_reason = "the session became private while this cell ran with network, so the cell was stopped"
@@ -331,6 +332,14 @@ class Session:
             elif not self._lock.locked():
                 async with self._lock:
                     await self._enforce_ratchet(None)
+        return changed
+
+    def _notify_privacy_change(self) -> bool:
+        """Tell the listener (the widget) when the stored state moved; return whether it did."""
+        assert self.ratchet is not None
+        current = self.ratchet.state.to_json()
+        changed = current != self._last_privacy
+        self._last_privacy = current
         if changed and self.on_privacy_change is not None:
             self.on_privacy_change(SYSTEM_NOTICE if not self.network_allowed else None)
         return changed
@@ -390,9 +399,8 @@ class Session:
                 guarded("error", {"ename": "CellDied", "evalue": evalue, "traceback": [f"CellDied: {evalue}"]})
                 result.ename, result.evalue, result.traceback = "CellDied", evalue, [f"CellDied: {evalue}"]
                 if self._replace_reason is not None:
-                    await self._replace(self._replace_reason, guarded)
-                    guarded("stream", {"name": "stderr", "text": f"{SYSTEM_NOTICE}\nThe sandbox was replaced by one without network; the state of earlier cells carried over. Run this cell again.\n"})
-                    await self.refresh_privacy()
+                    await self._enforce_ratchet(guarded, self._replace_reason, rerun=True)
+                    self._notify_privacy_change()
                 elif done.get("type") == DEAD:
                     await self._ensure_worker(guarded)
             else:
@@ -499,9 +507,8 @@ class Session:
             worker.send({"op": "kill"})
         else:
             worker.send({"op": "ratchet_reply", **reply})
-        if reply.get("ok") and self.on_privacy_change is not None:
-            self._last_privacy = self.ratchet.state.to_json()
-            self.on_privacy_change(SYSTEM_NOTICE if not self.network_allowed else None)
+        if reply.get("ok"):
+            self._notify_privacy_change()
 
     def _forward(self, msg: dict[str, Any], emit: Emit) -> None:
         kind = msg.get("type")

@@ -266,7 +266,7 @@ class Holder:
         shell = self.shell
         sys.stdout, sys.stderr = out, err
         allow_stdin = bool(msg.get("allow_stdin"))
-        _install_input(self.channel, ctl, allow_stdin, out, err)
+        _install_host_requests(self.channel, ctl, allow_stdin, out, err)
         shell.execution_count = int(msg.get("execution_count") or shell.execution_count)
         shell.payload_manager.clear_payload()
         shell._last_error = None
@@ -380,7 +380,9 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def _install_input(channel: Channel, ctl: Channel, allow_stdin: bool, out: Any, err: Any) -> None:
+def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, out: Any, err: Any) -> None:
+    """Route what a cell asks of the host (input(), getpass, the ratchet) over the
+    channel, with the answers relayed by the holder on the private pipe."""
     from IPython.core.error import StdinNotImplementedError
 
     def ask(prompt: Any = "", password: bool = False) -> str:

@@ -13,7 +13,7 @@ def main(argv: list[str] | None = None) -> None:
         install_main(args[1:])
         return
     if args and args[0] == "mcp":
-        from .tools.mcp_server import main as mcp_main
+        from .tools.mcp_app import main as mcp_main
 
         sys.exit(mcp_main(args[1:]))
     if args and args[0] == "gc":

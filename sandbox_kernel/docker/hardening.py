@@ -171,6 +171,58 @@ def prepare_workspace(workspace: str | Path, user: str) -> None:
         os.chmod(path, 0o700)
 
 
+_ACL_ACCESS = "system.posix_acl_access"
+_ACL_DEFAULT = "system.posix_acl_default"
+_ACL_USER_OBJ, _ACL_USER, _ACL_GROUP_OBJ, _ACL_MASK, _ACL_OTHER = 0x01, 0x02, 0x04, 0x10, 0x20
+_ACL_UNDEFINED_ID = 0xFFFFFFFF
+
+
+def _acl_blob(named_users: list[int]) -> bytes:
+    """A POSIX ACL in the kernel's xattr format (version 2): the owner and the
+    named users get rwx, the owning group and others nothing."""
+    import struct
+
+    entries = [(_ACL_USER_OBJ, 7, _ACL_UNDEFINED_ID)]
+    entries += [(_ACL_USER, 7, uid) for uid in sorted(set(named_users))]
+    entries += [(_ACL_GROUP_OBJ, 0, _ACL_UNDEFINED_ID), (_ACL_MASK, 7, _ACL_UNDEFINED_ID), (_ACL_OTHER, 0, _ACL_UNDEFINED_ID)]
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, perm, ident) for tag, perm, ident in entries)
+
+
+def share_workspace(workspace: str | Path, user: str) -> None:
+    """Let ``user`` (the container) and this process's uid both write ``workspace``
+    and everything created in it later, without handing the directory over.
+
+    Needed when the directory is also used by sandboxes running as this
+    process's uid (the agent tools' bwrap cells) and this process is root: the
+    container may not run as root, and :func:`prepare_workspace`'s chown would
+    lock the cells out. A POSIX ACL grants both uids rwx on the directory and,
+    as its default ACL, on every file and folder created in it (by either
+    side). Nobody else gains access. Entries that existed before keep their
+    permissions. When not root nothing is done: the container then runs as
+    the directory's owner, which is this process's uid.
+    """
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0):
+        return
+    uid = int(validate_user(user).partition(":")[0])
+    users = [uid, os.geteuid()]
+    # The directory is opened without following a symlink, and the ACL set on
+    # that descriptor: a path swapped underneath cannot redirect it.
+    fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        try:
+            os.setxattr(fd, _ACL_ACCESS, _acl_blob(users))
+            os.setxattr(fd, _ACL_DEFAULT, _acl_blob(users))
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"cannot share the workspace {workspace} between this process (uid {os.geteuid()}) and the "
+                f"container (uid {uid}): setting a POSIX ACL failed ({exc.strerror}). Use a filesystem with "
+                "ACL support, or run as a non-root user (the container then runs as that user)",
+            ) from exc
+    finally:
+        os.close(fd)
+
+
 def build_container_kwargs(
     config: ContainerConfig,
     *,

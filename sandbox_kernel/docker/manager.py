@@ -48,6 +48,7 @@ from .hardening import (
     most_restrictive,
     prepare_workspace,
     resolve_user,
+    share_workspace,
 )
 from .names import (
     LABEL_MANAGED,
@@ -160,6 +161,11 @@ class SandboxManager:
         before the reaper removes a persistent container (default
         ``SANDBOX_SESSION_TIMEOUT``), output kept per command, and seconds after a
         timeout before the host kills the container itself.
+    shared_workspace:
+        the workspaces are also written by sandboxes running as this process's
+        uid (the agent tools' bwrap cells). As root the container user is then
+        granted access by a POSIX ACL instead of being given the directory
+        (which would lock the cells out); see ``hardening.share_workspace``.
     """
 
     def __init__(
@@ -174,8 +180,12 @@ class SandboxManager:
         session_timeout: float | None = None,
         max_output_bytes: int = 1024 * 1024,
         kill_grace: float = 5.0,
+        shared_workspace: bool = False,
     ) -> None:
         self.config = config if config is not None else ContainerConfig()
+        #: the workspaces are also used by sandboxes running as this process's
+        #: uid: share them (ACL) instead of handing them to the container user
+        self.shared_workspace = bool(shared_workspace)
         if not isinstance(self.config, ContainerConfig):
             raise ValueError("config must be a ContainerConfig")
         self.read_only_mounts = check_read_only_mounts(read_only_mounts)
@@ -260,6 +270,19 @@ class SandboxManager:
             raise ValueError(f"workspace {workspace} is not a plain directory")
         return workspace
 
+    def prepare_workspace(self, user_id: str, session_id: str) -> tuple[Path, str]:
+        """The session's workspace made writable for its containers, and the
+        ``uid:gid`` they run as. Called before each container starts; callers
+        sharing the workspace call it earlier too, so that files made before
+        the first container inherit the shared access."""
+        workspace = self.workspace_for(user_id, session_id)
+        user = resolve_user(self.config.user, workspace)
+        if self.shared_workspace:
+            share_workspace(workspace, user)
+        else:
+            prepare_workspace(workspace, user)
+        return workspace, user
+
     # ----------------------------------------------------------------- ratchet
 
     def network_mode_for(self, user_id: str, session_id: str) -> NetworkMode:
@@ -280,9 +303,7 @@ class SandboxManager:
     def _new_session(
         self, user_id: str, session_id: str, mode: NetworkMode, *, ephemeral: bool
     ) -> SandboxSession:
-        workspace = self.workspace_for(user_id, session_id)
-        user = resolve_user(self.config.user, workspace)
-        prepare_workspace(workspace, user)
+        workspace, user = self.prepare_workspace(user_id, session_id)
         name = container_name(self.prefix, user_id, session_id, ephemeral=ephemeral)
         labels = container_labels(
             user_id, session_id, kind="ephemeral" if ephemeral else "persistent", network=mode.value

@@ -51,6 +51,9 @@ class ReplayLog:
                 self.defs.pop(node.name, None)  # keep definition order: re-defined goes last
                 self.defs[node.name] = _dedent(text)
 
+    def __bool__(self) -> bool:
+        return bool(self.imports or self.defs)
+
     def to_json(self) -> dict[str, object]:
         return {"imports": list(self.imports), "defs": dict(self.defs)}
 

@@ -184,7 +184,10 @@ class Session:
             raise SandboxUnavailable("the session is shut down")
         if self.worker is not None and self.worker.alive:
             return self.worker
-        recovering = self.worker is not None or (self.state_dir / "checkpoint.json").exists()
+        # A session handed a replay log (agent tools resuming a notebook whose
+        # process died before its first checkpoint) recovers too: its imports
+        # and definitions come back even without pickled variables.
+        recovering = self.worker is not None or (self.state_dir / "checkpoint.json").exists() or bool(self.replay)
         reason = self.worker.dead_reason if self.worker is not None else None
         if self.worker is not None:
             await self.worker.kill()

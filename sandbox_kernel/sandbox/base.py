@@ -85,10 +85,10 @@ class SandboxSpec:
 class SandboxProcess:
     """A long-lived sandboxed child with pipes on stdin, stdout and stderr."""
 
-    def __init__(self, process: asyncio.subprocess.Process, backend: str, helpers: Sequence[int] = ()) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, backend: str, helpers: Sequence[asyncio.subprocess.Process] = ()) -> None:
         self.process = process
         self.backend = backend
-        #: pids of helper processes (e.g. the user-mode network) that die with the sandbox
+        #: helper processes (e.g. the user-mode network) that die with the sandbox
         self.helpers = list(helpers)
 
     @property
@@ -119,12 +119,14 @@ class SandboxProcess:
 
     async def kill(self) -> None:
         """Kill the whole sandbox: it leads its own session, so its group goes too."""
-        for pid in self.helpers:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.helpers.clear()
+        helpers, self.helpers = self.helpers, []
+        for helper in helpers:
+            if helper.returncode is None:
+                try:
+                    helper.kill()
+                except ProcessLookupError:
+                    pass
+            await helper.wait()
         if self.process.returncode is None:
             for target in (lambda: os.killpg(self.process.pid, signal.SIGKILL), self.process.kill):
                 try:
@@ -158,12 +160,16 @@ class Sandbox(ABC):
         env: Mapping[str, str] | None = None,
         limits: ResourceLimits | None = None,
         stdin: bytes | None = None,
+        network: str = "user",
     ) -> SandboxResult:
-        """Run a command to completion (the seeds' API); kill it on timeout."""
+        """Run a command to completion (the seeds' API); kill it on timeout.
+        ``network`` is the kind of network when ``isolate_network`` is False
+        (see :attr:`SandboxSpec.network`)."""
         spec = SandboxSpec(
             command=list(command),
             bind_mounts=list(bind_mounts),
             isolate_network=isolate_network,
+            network=network,
             isolate_pid=isolate_pid,
             cwd=cwd,
             env=dict(env or {}),

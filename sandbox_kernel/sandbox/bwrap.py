@@ -126,7 +126,7 @@ class BubblewrapSandbox(Sandbox):
         finally:
             os.close(info_w)
             os.close(block_r)
-        helpers: list[int] = []
+        helpers: list[asyncio.subprocess.Process] = []
         try:
             info = await asyncio.to_thread(_read_info, info_r)
             helpers.append(await start_user_network(int(info["child-pid"])))

@@ -18,9 +18,10 @@ import time
 
 _PR_SET_PDEATHSIG = 1
 
-async def start_user_network(pid: int, timeout: float = 20.0) -> int:
-    """Attach pasta to the network namespace of ``pid``; return pasta's pid
-    once the namespace has a default route.
+async def start_user_network(pid: int, timeout: float = 20.0) -> asyncio.subprocess.Process:
+    """Attach pasta to the network namespace of ``pid``; return pasta's process
+    once the namespace has a default route (the caller kills and awaits it, so
+    its pipe transport is closed while the event loop still runs).
 
     pasta runs in the foreground as our child with PR_SET_PDEATHSIG, so it
     dies with the kernel even when the kernel is SIGKILLed (a daemonised pasta
@@ -47,7 +48,7 @@ async def start_user_network(pid: int, timeout: float = 20.0) -> int:
         )
         while time.monotonic() < deadline and proc.returncode is None:
             if _has_default_route(pid):
-                return proc.pid
+                return proc
             try:
                 await asyncio.wait_for(proc.wait(), 0.005)
             except asyncio.TimeoutError:

@@ -1,7 +1,10 @@
 """The agent tools as an MCP server (official ``mcp`` SDK, ``MCPServer``).
 
-    python -m sandbox_kernel.tools.mcp_server [--transport stdio|streamable-http] ...
-    sandbox-kernel mcp ...                  (the same, once wired into the CLI)
+    python -m sandbox_kernel mcp [--transport stdio|streamable-http] ...
+    python -m sandbox_kernel.tools.mcp_server ...      (the same)
+
+Configuration and start-up: :mod:`sandbox_kernel.tools.mcp_app`
+(``MCPServerApp``, traitlets like the kernel's).
 
 Errors: bad arguments (unknown cell, bad path, invalid id...) come back as a
 tool error (``isError``) with a plain message the model can act on;
@@ -20,12 +23,10 @@ private-data ratchet by starting a fresh one). Over HTTP, with
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
 import uuid
-from collections.abc import Sequence
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -35,7 +36,7 @@ from ..privacy import default_user_id, validate_id
 from . import repl, shell
 from .errors import ToolFatalError, ToolRetryError, classify
 from .render import ToolResult
-from .sessions import SESSION_ENV, USER_ENV, SessionRegistry, ToolsConfig
+from .sessions import SESSION_ENV, USER_ENV, SessionRegistry
 
 log = logging.getLogger("sandbox_kernel.tools.mcp")
 
@@ -136,56 +137,7 @@ def build_server(
     return server
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="sandbox-kernel mcp", description="Serve the sandbox_kernel agent tools over MCP.")
-    p.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio")
-    p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (streamable-http)")
-    p.add_argument("--port", type=int, default=8000, help="HTTP port (streamable-http)")
-    p.add_argument("--path", default="/mcp", help="HTTP endpoint path (streamable-http)")
-    p.add_argument("--user-id", default=None, help=f"user id (default ${USER_ENV} or the OS user)")
-    p.add_argument("--session-id", default=None, help=f"session id (default ${SESSION_ENV} or a fresh mcp-<random> id)")
-    p.add_argument("--identity-headers", action="store_true",
-                   help="HTTP only: take the session from X-Sandbox-User-Id / X-Sandbox-Session-Id headers "
-                        "(only behind a gateway that sets them: clients could otherwise pick any session)")
-    p.add_argument("--backend", choices=["auto", "bwrap", "docker", "subprocess"], default="auto", help="sandbox for cells")
-    p.add_argument("--shell-backend", choices=["sandbox", "docker"], default="sandbox", help="where sandbox_execute runs commands")
-    p.add_argument("--idle-timeout", type=float, default=1800.0, help="seconds before an idle session is suspended (checkpointed)")
-    p.add_argument("--data-dir", default=None, help="data dir (default $SANDBOX_KERNEL_DATA_DIR or <jupyter data dir>/sandbox_kernel)")
-    p.add_argument("--log-level", default="WARNING")
-    return p.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
-    from pathlib import Path
-
-    config = ToolsConfig(backend=args.backend, shell_backend=args.shell_backend, idle_timeout=args.idle_timeout,
-                         data_dir=Path(args.data_dir).absolute() if args.data_dir else None)
-    registry = SessionRegistry(config)
-    try:
-        server = build_server(registry, args.user_id, args.session_id, identity_headers=args.identity_headers)
-    except ValueError as exc:
-        print(f"sandbox-kernel mcp: {exc}", file=sys.stderr)
-        return 2
-    import anyio
-
-    async def serve() -> None:
-        try:
-            if args.transport == "stdio":
-                await server.run_stdio_async()
-            else:
-                await server.run_streamable_http_async(host=args.host, port=args.port, streamable_http_path=args.path)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await registry.aclose()
-
-    try:
-        anyio.run(serve)
-    except KeyboardInterrupt:
-        pass
-    return 0
-
-
 if __name__ == "__main__":
+    from .mcp_app import main
+
     sys.exit(main())

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engine import EngineConfig, Session
 from ..engine.ratchet import Ratchet
@@ -27,6 +27,9 @@ from ..privacy import PrivacyStore, default_user_id, validate_id
 from ..sandbox import ResourceLimits
 from .notebook import MAX_CELLS, NOTEBOOK_FILE, Notebook
 from .workspace import data_dir, session_dir, workspace_dir
+
+if TYPE_CHECKING:  # the docker package is imported only when the Docker shell is used
+    from ..docker import ContainerConfig
 
 log = logging.getLogger("sandbox_kernel.tools")
 
@@ -73,9 +76,14 @@ class ToolsConfig:
     max_output_bytes: int = 10 * 1024 * 1024
     #: {name: {"source": path, "sensitivity": level}} mounted at /private/<name> once private
     private_datasets: Mapping[str, Any] = field(default_factory=dict)
-    shell_timeout: float = 60.0
     #: {host_path: container_path} read-only mounts for the Docker shell
     docker_read_only_mounts: Mapping[str, str] = field(default_factory=dict)
+    #: container settings (image, limits, mounts) of the Docker shell; None: ContainerConfig()
+    #: (environment defaults), so deployments and tests can pick an image without env vars
+    docker_config: ContainerConfig | None = None
+    #: keep one Docker shell container per session between commands (faster,
+    #: /tmp and background processes survive) instead of one per command
+    docker_persistent: bool = False
 
     def root(self) -> Path:
         return Path(self.data_dir) if self.data_dir is not None else data_dir()
@@ -91,6 +99,9 @@ class ToolSession:
         self.session_id = session_id
         root = self.config.root()
         self.workspace = workspace_dir(user_id, session_id, root)
+        if self.config.shell_backend == "docker":
+            # before any cell writes: what cells create must be writable by the shell's containers
+            registry.docker_manager().prepare_workspace(user_id, session_id)
         self.dir = session_dir(user_id, session_id, root)
         self.state_dir = self.dir / "state"
         self.store = PrivacyStore(root / "privacy")
@@ -99,7 +110,6 @@ class ToolSession:
         self.engine: Session | None = None
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
-        self.resumed = 0
 
     @property
     def key(self) -> tuple[str, str]:
@@ -111,7 +121,6 @@ class ToolSession:
         if self.engine is not None:
             return self.engine
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        resuming = (self.state_dir / "checkpoint.json").exists()
         engine = Session(
             EngineConfig(
                 backend=self.config.backend,
@@ -133,8 +142,6 @@ class ToolSession:
         except BaseException:
             await engine.shutdown()
             raise
-        if resuming:
-            self.resumed += 1
         self.engine = engine
         self.notebook.engine = engine
         return engine
@@ -243,10 +250,14 @@ class SessionRegistry:
         if self._docker is None:
             from ..docker import SandboxManager
 
+            # workspace_root/<user>/<session> is workspace_dir(user, session, root):
+            # the shell mounts the very directory the REPL cells use
             self._docker = SandboxManager(
                 read_only_mounts=dict(self.config.docker_read_only_mounts) or None,
+                config=self.config.docker_config,
                 workspace_root=self.config.root() / "workspaces",
                 network_mode_getter=lambda u, s: Ratchet(u, s, PrivacyStore(self.config.root() / "privacy")).state.network_mode,
+                shared_workspace=True,
             )
         return self._docker
 

@@ -48,7 +48,8 @@ async def _run_local(session: ToolSession, command: str, timeout: float) -> tupl
     for attempt in range(2):
         try:
             result = await sandbox.run([_shell(), "-c", command], bind_mounts=mounts, timeout=timeout,
-                                       isolate_network=isolated, cwd=cwd, env=env, limits=session.config.limits)
+                                       isolate_network=isolated, network=session.config.network,
+                                       cwd=cwd, env=env, limits=session.config.limits)
             break
         except BrokenPipeError as exc:
             # bwrap died while its user-mode network was being set up, before the
@@ -87,7 +88,13 @@ async def sandbox_execute(command: str, timeout: float = 60, *, user_id: str | N
             await session.engine.refresh_privacy()
         if session.config.shell_backend == "docker":
             manager = session.registry.docker_manager()
-            code, text = await manager.aexecute_command(session.user_id, session.session_id, command, timeout)
+            try:
+                code, text = await manager.aexecute_command(session.user_id, session.session_id, command, timeout,
+                                                            persistent=session.config.docker_persistent)
+            except (ValueError, TypeError):
+                raise
+            except Exception as exc:  # the daemon went away mid-session (requests' errors are OSErrors)
+                raise ToolFatalError(f"Docker failed: {type(exc).__name__}: {exc}") from exc
         else:
             code, text, _ = await _run_local(session, command, float(timeout))
     body = truncate(text.rstrip("\n"), MAX_SHELL_OUTPUT, "redirect the output to a file in /workspace and read parts of it")

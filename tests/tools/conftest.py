@@ -1,19 +1,18 @@
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
+from kernel_helpers import require_bwrap
 from sandbox_kernel.tools import SessionRegistry, ToolsConfig, set_registry
 
 
 @pytest.fixture
 def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap (bwrap) is not installed")
+    require_bwrap()
     path = tmp_path / "data"
     path.mkdir()
     monkeypatch.setenv("SANDBOX_KERNEL_DATA_DIR", str(path))

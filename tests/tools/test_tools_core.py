@@ -255,6 +255,32 @@ async def test_idle_expiry_and_resume(data_dir: Path) -> None:
         await reg2.aclose()
 
 
+async def test_resume_without_checkpoint_replays_definitions(data_dir: Path) -> None:
+    """The process died before the session's first checkpoint: a new process
+    still brings back imports and definitions (the notebook keeps the replay
+    log) and says that variables were lost."""
+    reg = SessionRegistry(ToolsConfig(backend="bwrap", idle_timeout=600))
+    try:
+        kw = ids(reg, "crash")
+        await repl_execute_cell("import math\nvalue = 21\ndef double(v):\n    return 2 * v", **kw)
+        session = await reg.get("alice", "crash")
+        await session.engine.shutdown()  # no checkpoint taken, like a killed process
+        session.engine = None
+    finally:
+        await reg.aclose()
+    for leftover in (data_dir / "sessions/alice/crash/state").glob("checkpoint*"):
+        leftover.unlink()
+    reg2 = SessionRegistry(ToolsConfig(backend="bwrap", idle_timeout=600))
+    try:
+        r = await repl_execute_cell("double(math.floor(2.5))", **ids(reg2, "crash"))
+        assert r.text.rstrip().endswith("4") and "COMPLETED" in r.text, r.text
+        assert "imports and definitions were replayed, variables were not restored" in r.text
+        r = await repl_execute_cell("value", **ids(reg2, "crash"))
+        assert "NameError" in r.text
+    finally:
+        await reg2.aclose()
+
+
 async def test_ratchet_rise_gives_system_notice_and_cuts_shell_network(registry: SessionRegistry, data_dir: Path) -> None:
     kw = ids(registry, "priv")
     r = await sandbox_execute("cat /proc/net/dev | tail -n +3 | cut -d: -f1", **kw)
@@ -268,6 +294,40 @@ async def test_ratchet_rise_gives_system_notice_and_cuts_shell_network(registry:
     nb = await notebook(registry, "priv")
     assert nb.cells[0].privacy_raised == {"from": "PUBLIC", "to": "SECRET", "datasets": ["payroll"]}
     assert "privacy" in (await repl_show_cell(0, **kw)).text
+
+
+def _ifaces(text: str) -> list[str]:
+    return next(line.split()[1:] for line in text.splitlines() if line.startswith("IFACES"))
+
+
+async def test_shell_network_follows_the_config_and_the_ratchet(data_dir: Path) -> None:
+    """``ToolsConfig.network``: "user" (default) cannot reach a service on the
+    host's 127.0.0.1, "host" (the explicit opt-in) can; once private, neither
+    has any network."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    probe = (f"python -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 3); print('reached')\"; "
+             "echo; echo IFACES $(tail -n +3 /proc/net/dev | cut -d: -f1)")
+    try:
+        for network, reaches in (("user", False), ("host", True)):
+            reg = SessionRegistry(ToolsConfig(backend="bwrap", idle_timeout=600, network=network))
+            try:
+                kw = ids(reg, f"net-{network}")
+                r = await sandbox_execute(probe, **kw)
+                assert ("reached" in r.text) is reaches, (network, r.text)
+                assert set(_ifaces(r.text)) - {"lo"}, r.text  # an interface besides lo
+                await repl_execute_cell("import sandbox_kernel.private as p\np.mark_private('CONFIDENTIAL', 'test')", **kw)
+                r = await sandbox_execute(probe, **kw)
+                assert "reached" not in r.text, (network, r.text)
+                assert _ifaces(r.text) == ["lo"], r.text
+            finally:
+                await reg.aclose()
+    finally:
+        listener.close()
 
 
 async def test_export_ipynb(registry: SessionRegistry, data_dir: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_kernel.tools import OutputType, SessionRegistry, repl_execute_cell
+from sandbox_kernel.tools import OutputType, SessionRegistry, repl_execute_cell, repl_export_ipynb
 
 CELLS = [
     "import math\nvalue = 6 * 7\nprint('value', value)",
@@ -52,3 +52,49 @@ async def test_kernel_and_tools_agree(kernel, registry: SessionRegistry, data_di
     tool_outputs = [normalise_cell(c) for c in nb.cells]
     assert tool_outputs == kernel_outputs
     assert any(o[0] == "error" and o[1] == "NameError" for o in tool_outputs[4])
+
+
+def normalise_ipynb(cell) -> list:
+    out = []
+    for o in cell.outputs:
+        if o.output_type == "stream":
+            out.append(("stream", o.name, o.text))
+        elif o.output_type in ("execute_result", "display_data"):
+            out.append((o.output_type, o.data.get("text/plain"), sorted(o.data)))
+        else:
+            out.append(("error", o.ename, o.evalue))
+    return out
+
+
+AGENT_CELLS = [
+    *CELLS[:5],
+    "import pandas as pd\nframe = pd.DataFrame({'k': range(3), 'sq': [shout(str(i)) for i in range(3)]})\nframe",
+    "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2]); plt.show()",
+    "open('made_by_agent.txt', 'w').write('from the agent')\nprint(open('made_by_agent.txt').read())",
+]
+
+
+@pytest.mark.asyncio
+async def test_exported_notebook_reruns_on_the_kernel(registry: SessionRegistry, data_dir: Path) -> None:
+    """What an agent did opens as a real notebook and re-runs, unchanged, on the
+    sandboxed kernel named in its metadata, with the same outputs."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    for code in AGENT_CELLS:
+        await repl_execute_cell(code, user_id="u", session_id="rerun", registry=registry)
+    await repl_export_ipynb("report/agent.ipynb", user_id="u", session_id="rerun", registry=registry)
+    path = data_dir / "workspaces/u/rerun/report/agent.ipynb"
+    exported = nbformat.read(path, as_version=4)
+    expected = [normalise_ipynb(c) for c in exported.cells]
+    assert any(o[1] == "NameError" for o in expected[4]) and "image/png" in expected[6][0][2]
+
+    rerun = nbformat.read(path, as_version=4)
+    for cell in rerun.cells:
+        cell.outputs = []
+    assert rerun.metadata.kernelspec.name == "sandbox-python"
+    # no kernel_name: nbclient starts the kernel the notebook names; cwd is the workspace
+    NotebookClient(rerun, timeout=120, allow_errors=True, resources={"metadata": {"path": str(path.parent.parent)}}).execute()
+    nbformat.validate(rerun)
+    assert [normalise_ipynb(c) for c in rerun.cells] == expected
+    assert rerun.metadata.language_info.name == "python"

@@ -1,0 +1,459 @@
+"""``sandbox-kernel mcp``: the MCP server's configuration and life cycle.
+
+Configuration is traitlets, like the kernel's: the flags (aliases of the
+traits), ``--MCPServerApp.<option>=<value>``, and ``c.MCPServerApp.<option>``
+in ``sandbox_kernel_config.py`` (the kernel's config file, read from every
+``jupyter --paths`` config dir); the command line wins. A bad value exits
+with status 2 and a message naming the option. The options become a
+:class:`~sandbox_kernel.tools.sessions.ToolsConfig` (the library API), the
+way the kernel's traits become the engine's ``EngineConfig``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from jupyter_core.paths import jupyter_config_path
+from mcp.server.mcpserver import MCPServer
+from traitlets import Bool, Bunch, Dict, Enum, Float, Int, TraitError, Unicode, validate
+from traitlets.config import Config
+from traitlets.config.application import Application, boolean_flag
+from traitlets.config.loader import ArgumentError, KVArgParseConfigLoader
+
+from ..app import CONFIG_FILE
+from ..privacy import validate_id
+from ..sandbox import ResourceLimits
+from .mcp_server import build_server
+from .sessions import SESSION_ENV, USER_ENV, SessionRegistry, ToolsConfig
+
+log = logging.getLogger("sandbox_kernel.tools.mcp")
+
+# ---------------------------------------------------------------- configuration
+
+#: the command-line shortcuts of the traits (the flags of the former argparse CLI)
+ALIASES: dict[str, str] = {
+    "transport": "MCPServerApp.transport",
+    "host": "MCPServerApp.host",
+    "port": "MCPServerApp.port",
+    "path": "MCPServerApp.path",
+    "user-id": "MCPServerApp.user_id",
+    "session-id": "MCPServerApp.session_id",
+    "backend": "MCPServerApp.backend",
+    "shell-backend": "MCPServerApp.shell_backend",
+    "docker-image": "MCPServerApp.docker_image",
+    "idle-timeout": "MCPServerApp.idle_timeout",
+    "data-dir": "MCPServerApp.data_dir",
+    "log-level": "MCPServerApp.log_level",
+}
+_FLAG_OF = {trait.split(".", 1)[1]: f"--{flag}" for flag, trait in ALIASES.items()}
+_FLAG_OF.update(identity_headers="--identity-headers", docker_persistent="--docker-persistent")
+_DEFAULTS = ToolsConfig()
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message names the option."""
+
+
+def _option(name: str) -> str:
+    """How an option is named in messages: ``--port (MCPServerApp.port)``."""
+    flag = _FLAG_OF.get(name)
+    return f"{flag} (MCPServerApp.{name})" if flag else f"MCPServerApp.{name}"
+
+
+def _bad(name: str, message: str) -> TraitError:
+    return TraitError(f"{_option(name)}: {message}")
+
+
+def _config_error(exc: BaseException) -> ConfigError:
+    """A ConfigError naming the option for traitlets' own messages
+    ("The 'port' trait of an MCPServerApp instance expected an int...")."""
+    text = str(exc)
+    if not text.startswith(("--", "MCPServerApp.")):
+        match = re.search(r"The '(\w+)' trait", text)
+        if match:
+            text = f"{_option(match.group(1))}: {text}"
+    return ConfigError(text)
+
+
+class LogLevel(Enum):
+    """Application's log-level Enum, also accepting WARNING and lower case (as the argparse CLI did)."""
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.strip().upper()
+        return super().validate(obj, value)
+
+
+class MCPServerApp(Application):
+    """``sandbox-kernel mcp``: the agent tools over MCP, configured with traitlets.
+
+    Every option is a trait: ``--MCPServerApp.<name>=<value>`` on the command
+    line, ``c.MCPServerApp.<name> = ...`` in ``sandbox_kernel_config.py`` (read
+    from every directory of ``jupyter --paths``, like the kernel's), plus the
+    short flags of :data:`ALIASES`. The command line wins over the file.
+
+    >>> app = MCPServerApp()
+    >>> app.initialize(["--backend", "subprocess"])
+    >>> app.tools_config().backend
+    'subprocess'
+    """
+
+    name = "sandbox-kernel-mcp"
+    description = (
+        "Serve the sandbox_kernel agent tools (a sandboxed notebook and shell) over MCP. "
+        f"Options also come from {CONFIG_FILE}.py / .json in the Jupyter config dirs "
+        "(`jupyter --paths`); the command line wins."
+    )
+    examples = (
+        "python -m sandbox_kernel mcp --user-id alice --session-id s1\n"
+        "python -m sandbox_kernel mcp --transport streamable-http --port 8000\n"
+        "python -m sandbox_kernel mcp --MCPServerApp.network=host --MCPServerApp.max_cells=200"
+    )
+    aliases = {**Application.aliases, **ALIASES}  # type: ignore[assignment]
+    flags = {  # type: ignore[assignment]
+        **Application.flags,
+        **boolean_flag(
+            "identity-headers", "MCPServerApp.identity_headers",
+            "HTTP only: take the session from the X-Sandbox-User-Id / X-Sandbox-Session-Id headers "
+            "(only behind a trusted gateway that sets them).",
+            "Use the fixed --user-id / --session-id (the default).",
+        ),
+        **boolean_flag(
+            "docker-persistent", "MCPServerApp.docker_persistent",
+            "Keep one Docker shell container per session between commands.",
+            "One Docker shell container per command (the default).",
+        ),
+    }
+
+    # -- server -------------------------------------------------------------
+    transport = Enum(
+        ["stdio", "streamable-http"], default_value="stdio",
+        help="MCP transport: 'stdio' (the client starts this process) or 'streamable-http' "
+        "(serve http://<host>:<port><path>).",
+    ).tag(config=True)
+    host = Unicode(
+        "127.0.0.1", help="Bind address of the streamable-http transport (the default: this machine only).",
+    ).tag(config=True)
+    port = Int(8000, help="TCP port of the streamable-http transport (1-65535).").tag(config=True)
+    path = Unicode("/mcp", help="Endpoint path of the streamable-http transport.").tag(config=True)
+    log_level = LogLevel(
+        (0, 10, 20, 30, 40, 50, "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "CRITICAL"),
+        default_value=logging.WARN,
+        help="Log level, a name or a number (30: WARN, the default). Logs go to stderr.",
+    ).tag(config=True)
+
+    # -- which session ------------------------------------------------------
+    user_id = Unicode(
+        "", help=f"User id of the session the tools act on. Empty (the default): ${USER_ENV}, else the OS user name.",
+    ).tag(config=True)
+    session_id = Unicode(
+        "", help=f"Session id the tools act on (fixed per server: the model cannot switch to a fresh "
+        f"session to escape the private-data ratchet). Empty (the default): ${SESSION_ENV}, else a new mcp-<random> id.",
+    ).tag(config=True)
+    identity_headers = Bool(
+        False, help="HTTP only: take the user and session per request from the X-Sandbox-User-Id / "
+        "X-Sandbox-Session-Id headers. Only behind a trusted gateway that sets them: clients could "
+        "otherwise pick any session.",
+    ).tag(config=True)
+
+    # -- sandboxes ----------------------------------------------------------
+    backend = Enum(
+        ["auto", "bwrap", "docker", "subprocess"], default_value=_DEFAULTS.backend,
+        help="Sandbox of the notebook cells: 'bwrap', 'docker', or 'subprocess' (development only: "
+        "isolates nothing); 'auto' picks bwrap, else subprocess.",
+    ).tag(config=True)
+    shell_backend = Enum(
+        ["sandbox", "docker"], default_value=_DEFAULTS.shell_backend,
+        help="Where sandbox_execute runs commands: 'sandbox' (the cells' sandbox backend) or 'docker' "
+        "(hardened containers, see docker_persistent).",
+    ).tag(config=True)
+    docker_image = Unicode(
+        "", help="Image of the Docker shell (shell_backend='docker'). Empty (the default): "
+        "$SANDBOX_DOCKER_IMAGE, else sandbox-kernel:latest.",
+    ).tag(config=True)
+    docker_persistent = Bool(
+        _DEFAULTS.docker_persistent,
+        help="Docker shell: keep one container per session between commands (faster; /tmp and background "
+        "processes survive) instead of a fresh container per command.",
+    ).tag(config=True)
+    docker_read_only_mounts = Dict(
+        {}, help="Docker shell: extra read-only mounts {host path: container path}.",
+    ).tag(config=True)
+    network = Enum(
+        ["user", "host"], default_value=_DEFAULTS.network,
+        help="Network of public sessions' sandboxes: 'user' (a user-mode network: internet, but not the "
+        "host's loopback) or 'host' (the HOST's network namespace: exposes every service listening on the "
+        "host's loopback, this server included, and the host's abstract unix sockets to the agent's code). "
+        "Private sessions never get network either way.",
+    ).tag(config=True)
+    memory_limit = Int(
+        _DEFAULTS.limits.address_space or 0,
+        help="Address-space limit of the sandboxed processes, in bytes (0: none; the default is 8 GiB).",
+    ).tag(config=True)
+    max_processes = Int(
+        _DEFAULTS.limits.processes or 0,
+        help="RLIMIT_NPROC inside the sandbox (0: none). Not enforced by Linux for host root: use the "
+        "docker backend for a hard cap.",
+    ).tag(config=True)
+    max_file_size = Int(
+        _DEFAULTS.limits.file_size or 0,
+        help="Largest file sandboxed code may write, in bytes (0: none; the default is 4 GiB).",
+    ).tag(config=True)
+    max_open_files = Int(
+        _DEFAULTS.limits.open_files or 0,
+        help="Open file descriptors per sandboxed process (0: none).",
+    ).tag(config=True)
+
+    # -- sessions and outputs -----------------------------------------------
+    idle_timeout = Float(
+        _DEFAULTS.idle_timeout,
+        help="Seconds before an idle session is checkpointed and its sandbox stopped (resumed on the next "
+        "call; 0: never).",
+    ).tag(config=True)
+    data_dir = Unicode(
+        "", help="Where notebooks, workspaces and the privacy store live (a relative path is taken from the "
+        "current directory). Empty (the default): $SANDBOX_KERNEL_DATA_DIR, else <jupyter data dir>/sandbox_kernel.",
+    ).tag(config=True)
+    max_cells = Int(_DEFAULTS.max_cells, help="Most cells a notebook may hold.").tag(config=True)
+    max_output_bytes = Int(
+        _DEFAULTS.max_output_bytes,
+        help="Output a single cell may produce before it is truncated, in bytes.",
+    ).tag(config=True)
+    trust_outputs = Bool(
+        _DEFAULTS.trust_outputs,
+        help="Keep HTML, SVG and JavaScript outputs unsanitised. Outputs come from untrusted code: only for "
+        "code you trust.",
+    ).tag(config=True)
+    private_datasets = Dict(
+        {}, help="Private datasets mounted read-only at /private/<name>, only into sandboxes without network: "
+        "{name: {'source': host path, 'sensitivity': 'INTERNAL'|'CONFIDENTIAL'|'SECRET'}} (sensitivity "
+        "defaults to CONFIDENTIAL; on the command line: name=<JSON object> or name=<path>). Using one "
+        "raises the session's ratchet.",
+    ).tag(config=True)
+
+    # -- validation ---------------------------------------------------------
+    @validate("port")
+    def _check_port(self, proposal: Bunch) -> int:
+        if not 1 <= proposal.value <= 65535:
+            raise _bad("port", f"must be between 1 and 65535, got {proposal.value}")
+        return proposal.value
+
+    @validate("host")
+    def _check_host(self, proposal: Bunch) -> str:
+        value = proposal.value.strip()
+        if not value or any(c.isspace() for c in value):
+            raise _bad("host", f"must be a host name or address, got {proposal.value!r}")
+        return value
+
+    @validate("path")
+    def _check_path(self, proposal: Bunch) -> str:
+        if not proposal.value.startswith("/") or any(c.isspace() for c in proposal.value):
+            raise _bad("path", f"must start with '/' and contain no spaces, got {proposal.value!r}")
+        return proposal.value
+
+    @validate("user_id", "session_id")
+    def _check_id(self, proposal: Bunch) -> str:
+        name = proposal.trait.name
+        if proposal.value == "":
+            return ""  # the default: environment, OS user / random id
+        try:
+            return validate_id(proposal.value, name)
+        except ValueError as exc:
+            raise _bad(name, str(exc)) from None
+
+    @validate("idle_timeout")
+    def _check_idle_timeout(self, proposal: Bunch) -> float:
+        if not proposal.value >= 0 or proposal.value == float("inf"):  # NaN fails too
+            raise _bad("idle_timeout", f"must be a number of seconds >= 0 (0: never), got {proposal.value}")
+        return proposal.value
+
+    @validate("memory_limit", "max_processes", "max_file_size", "max_open_files")
+    def _check_limit(self, proposal: Bunch) -> int:
+        if proposal.value < 0:
+            raise _bad(proposal.trait.name, f"must be >= 0 (0: no limit), got {proposal.value}")
+        return proposal.value
+
+    @validate("max_cells", "max_output_bytes")
+    def _check_positive(self, proposal: Bunch) -> int:
+        if proposal.value < 1:
+            raise _bad(proposal.trait.name, f"must be >= 1, got {proposal.value}")
+        return proposal.value
+
+    @validate("data_dir")
+    def _check_data_dir(self, proposal: Bunch) -> str:
+        if not proposal.value:
+            return ""
+        if "\0" in proposal.value:
+            raise _bad("data_dir", "must be a path")
+        return str(Path(proposal.value).expanduser().absolute())
+
+    @validate("docker_image")
+    def _check_docker_image(self, proposal: Bunch) -> str:
+        if proposal.value and (not proposal.value.strip() or any(c.isspace() for c in proposal.value)):
+            raise _bad("docker_image", f"{proposal.value!r} is not an image reference (no spaces allowed)")
+        return proposal.value
+
+    @validate("docker_read_only_mounts")
+    def _check_mounts(self, proposal: Bunch) -> dict[str, str]:
+        from ..docker import check_read_only_mounts
+
+        try:
+            return check_read_only_mounts({str(k): str(v) for k, v in proposal.value.items()})
+        except ValueError as exc:
+            raise _bad("docker_read_only_mounts", str(exc)) from None
+
+    @validate("private_datasets")
+    def _check_private_datasets(self, proposal: Bunch) -> dict[str, dict[str, str]]:
+        from ..engine.ratchet import PrivateMount
+
+        result: dict[str, dict[str, str]] = {}
+        for name, spec in proposal.value.items():
+            if isinstance(spec, str):  # from the command line: name=<JSON object> or name=<path>
+                if spec.lstrip().startswith("{"):
+                    try:
+                        spec = json.loads(spec)
+                    except json.JSONDecodeError as exc:
+                        raise _bad("private_datasets", f"private dataset {name!r}: invalid JSON ({exc})") from None
+                else:
+                    spec = {"source": spec}
+            try:
+                mount = PrivateMount.parse(str(name), spec)
+            except ValueError as exc:
+                raise _bad("private_datasets", str(exc)) from None
+            # the checked, absolute form: the sessions resolve nothing relative later
+            result[mount.name] = {"source": str(mount.source), "sensitivity": mount.sensitivity.name}
+        return result
+
+    # -- life cycle ---------------------------------------------------------
+    def _create_loader(self, argv: Any, aliases: Any, flags: Any, classes: Any) -> KVArgParseConfigLoader:
+        return KVArgParseConfigLoader(argv, aliases, flags, classes=classes, log=self.log,
+                                      subcommands=self.subcommands, prog="sandbox-kernel mcp")
+
+    def parse_command_line(self, argv: Sequence[str] | None = None) -> None:  # type: ignore[override]
+        """Application's, but a bad value raises (``TraitError``) instead of being
+        logged as CRITICAL with exit status 1 (``catch_config_error``)."""
+        parse = getattr(Application.parse_command_line, "__wrapped__", Application.parse_command_line)
+        parse(self, list(argv) if argv is not None else None)
+
+    def initialize(self, argv: Sequence[str] | None = None) -> None:  # type: ignore[override]
+        """Parse the command line, then read the config files (the command line wins).
+        Raises :class:`ConfigError` on a bad value (``SystemExit`` for ``--help``
+        and argument syntax errors, as argparse does)."""
+        try:
+            self.parse_command_line(argv)
+            if self.extra_args:
+                raise ConfigError(f"unexpected argument(s): {' '.join(self.extra_args)} (see --help)")
+            self.load_config_file()
+        except (TraitError, ArgumentError) as exc:
+            raise _config_error(exc) from None
+
+    def load_config_file(self, suppress_errors: bool = False) -> None:  # type: ignore[override]
+        """Read ``sandbox_kernel_config.py`` / ``.json`` (the kernel's file) from every
+        directory of :func:`jupyter_config_path` (earlier directories win over
+        later ones, the command line over every file). A broken file is an error (:class:`ConfigError`),
+        not a warning: a server must not start on a half-read configuration."""
+        new_config = Config()
+        for directory in reversed(jupyter_config_path()):  # lowest priority first
+            try:
+                for config, filename in self._load_config_files(
+                    CONFIG_FILE, path=[directory], log=self.log, raise_config_file_errors=True,
+                ):
+                    new_config.merge(config)
+                    if filename not in self._loaded_config_files:
+                        self._loaded_config_files.append(filename)
+            except Exception as exc:
+                if suppress_errors:
+                    self.log.error("cannot read %s in %s: %s", CONFIG_FILE, directory, exc)
+                    continue
+                raise ConfigError(
+                    f"cannot read {os.path.join(directory, CONFIG_FILE)}.py/.json: {type(exc).__name__}: {exc}"
+                ) from None
+        new_config.merge(self.cli_config)
+        self.update_config(new_config)
+
+    def tools_config(self) -> ToolsConfig:
+        """The :class:`ToolsConfig` these options ask for (``ValueError`` on a bad value)."""
+        docker_config = None
+        if self.docker_image:
+            from ..docker import ContainerConfig
+
+            docker_config = ContainerConfig(image=self.docker_image)
+        return ToolsConfig(
+            backend=self.backend,
+            shell_backend=self.shell_backend,
+            idle_timeout=self.idle_timeout,
+            max_cells=self.max_cells,
+            data_dir=Path(self.data_dir) if self.data_dir else None,
+            limits=ResourceLimits(
+                address_space=self.memory_limit or None,
+                processes=self.max_processes or None,
+                file_size=self.max_file_size or None,
+                open_files=self.max_open_files or None,
+            ),
+            network=self.network,
+            trust_outputs=self.trust_outputs,
+            max_output_bytes=self.max_output_bytes,
+            private_datasets={name: dict(spec) for name, spec in self.private_datasets.items()},
+            docker_read_only_mounts=dict(self.docker_read_only_mounts),
+            docker_config=docker_config,
+            docker_persistent=self.docker_persistent,
+        )
+
+    def make_server(self) -> tuple[SessionRegistry, MCPServer]:
+        """The session registry and the MCP server (:class:`ConfigError` on a bad
+        value, e.g. an invalid ``$SANDBOX_KERNEL_SESSION_ID``)."""
+        try:
+            registry = SessionRegistry(self.tools_config())
+            server = build_server(registry, self.user_id or None, self.session_id or None,
+                                  identity_headers=self.identity_headers)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return registry, server
+
+    def start(self) -> None:
+        """Build the registry and the server, serve the chosen transport until the
+        client goes away (stdio) or the process is interrupted, then close the
+        registry (sessions checkpointed). :class:`ConfigError` before serving."""
+        logging.basicConfig(level=self.log_level, stream=sys.stderr)
+        registry, server = self.make_server()
+        if self.identity_headers and self.transport == "stdio":
+            log.warning("--identity-headers has no effect with the stdio transport")
+        import anyio
+
+        async def serve() -> None:
+            try:
+                if self.transport == "stdio":
+                    await server.run_stdio_async()
+                else:
+                    await server.run_streamable_http_async(host=self.host, port=self.port,
+                                                           streamable_http_path=self.path)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await registry.aclose()
+
+        try:
+            anyio.run(serve)
+        except KeyboardInterrupt:
+            pass
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``sandbox-kernel mcp``: 0 after serving, 2 on a bad option (message on stderr)."""
+    app = MCPServerApp()
+    try:
+        app.initialize(list(sys.argv[1:] if argv is None else argv))
+        app.start()
+    except ConfigError as exc:
+        print(f"sandbox-kernel mcp: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help, --version, argument syntax errors (argparse prints them)
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 2)
+    return 0

@@ -29,10 +29,9 @@ from .engine import EngineConfig, Session
 from .engine.ratchet import Ratchet
 from .language import language_info
 from .privacy import PrivacyStore, default_store, default_user_id, session_id_for_notebook, validate_id
-from .sandbox import ResourceLimits
+from .sandbox.limit_traits import GiB, LimitTraits
 from .status_comm import StatusComm
 
-GiB = 1 << 30
 _comm_manager: CommManager | None = None
 
 
@@ -43,7 +42,7 @@ def _get_comm_manager(*args: Any, **kwargs: Any) -> CommManager:
     return _comm_manager
 
 
-class SandboxKernel(Kernel):
+class SandboxKernel(Kernel, LimitTraits):
     """Python 3 (sandboxed): every cell runs in a bubblewrap or Docker sandbox."""
 
     implementation = "sandbox_kernel"
@@ -66,13 +65,6 @@ class SandboxKernel(Kernel):
     cell_timeout = Float(
         0.0, help="Seconds after which a running cell is killed (its changes discarded). 0 disables it.",
     ).tag(config=True)
-    memory_limit = Int(8 * GiB, help="Address-space limit of the sandboxed processes, in bytes (0: none).").tag(config=True)
-    max_processes = Int(
-        512, help="RLIMIT_NPROC inside the sandbox (0: none). Not enforced by Linux for host root; "
-        "use the docker backend for a hard cap.",
-    ).tag(config=True)
-    max_file_size = Int(4 * GiB, help="Largest file a cell may write, in bytes (0: none).").tag(config=True)
-    max_open_files = Int(1024, help="Open file descriptors per sandboxed process (0: none).").tag(config=True)
     tmp_size = Int(1 * GiB, help="Size cap of the sandbox's private /tmp, in bytes.").tag(config=True)
     trust_outputs = Bool(
         False, help="Pass HTML, SVG and JavaScript outputs to the frontend unsanitised. Outputs come "
@@ -105,12 +97,6 @@ class SandboxKernel(Kernel):
         self.comm_manager = comm.get_comm_manager(parent=self, kernel=self)
         for msg_type in ("comm_open", "comm_msg", "comm_close"):
             self.shell_handlers[msg_type] = getattr(self.comm_manager, msg_type)
-        limits = ResourceLimits(
-            address_space=self.memory_limit or None,
-            processes=self.max_processes or None,
-            file_size=self.max_file_size or None,
-            open_files=self.max_open_files or None,
-        )
         sandbox = None
         if self.backend == "docker":
             from .sandbox.docker_backend import DockerSandbox
@@ -122,7 +108,7 @@ class SandboxKernel(Kernel):
             EngineConfig(
                 backend=self.backend,
                 workspace=Path(self.workspace or Path.cwd()),
-                limits=limits,
+                limits=self.resource_limits(),
                 tmp_size=self.tmp_size,
                 trust_outputs=self.trust_outputs,
                 max_output_bytes=self.max_output_bytes,

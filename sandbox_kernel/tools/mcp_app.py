@@ -29,7 +29,7 @@ from traitlets.config.loader import ArgumentError, KVArgParseConfigLoader
 
 from ..app import CONFIG_FILE
 from ..privacy import validate_id
-from ..sandbox import ResourceLimits
+from ..sandbox.limit_traits import LimitTraits
 from .mcp_server import build_server
 from .sessions import SESSION_ENV, USER_ENV, SessionRegistry, ToolsConfig
 
@@ -91,7 +91,7 @@ class LogLevel(Enum):
         return super().validate(obj, value)
 
 
-class MCPServerApp(Application):
+class MCPServerApp(Application, LimitTraits):
     """``sandbox-kernel mcp``: the agent tools over MCP, configured with traitlets.
 
     Every option is a trait: ``--MCPServerApp.<name>=<value>`` on the command
@@ -192,23 +192,6 @@ class MCPServerApp(Application):
         "host's loopback) or 'host' (the HOST's network namespace: exposes every service listening on the "
         "host's loopback, this server included, and the host's abstract unix sockets to the agent's code). "
         "Private sessions never get network either way.",
-    ).tag(config=True)
-    memory_limit = Int(
-        _DEFAULTS.limits.address_space or 0,
-        help="Address-space limit of the sandboxed processes, in bytes (0: none; the default is 8 GiB).",
-    ).tag(config=True)
-    max_processes = Int(
-        _DEFAULTS.limits.processes or 0,
-        help="RLIMIT_NPROC inside the sandbox (0: none). Not enforced by Linux for host root: use the "
-        "docker backend for a hard cap.",
-    ).tag(config=True)
-    max_file_size = Int(
-        _DEFAULTS.limits.file_size or 0,
-        help="Largest file sandboxed code may write, in bytes (0: none; the default is 4 GiB).",
-    ).tag(config=True)
-    max_open_files = Int(
-        _DEFAULTS.limits.open_files or 0,
-        help="Open file descriptors per sandboxed process (0: none).",
     ).tag(config=True)
 
     # -- sessions and outputs -----------------------------------------------
@@ -391,12 +374,7 @@ class MCPServerApp(Application):
             idle_timeout=self.idle_timeout,
             max_cells=self.max_cells,
             data_dir=Path(self.data_dir) if self.data_dir else None,
-            limits=ResourceLimits(
-                address_space=self.memory_limit or None,
-                processes=self.max_processes or None,
-                file_size=self.max_file_size or None,
-                open_files=self.max_open_files or None,
-            ),
+            limits=self.resource_limits(),
             network=self.network,
             trust_outputs=self.trust_outputs,
             max_output_bytes=self.max_output_bytes,

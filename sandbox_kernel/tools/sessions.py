@@ -25,6 +25,7 @@ from ..engine.ratchet import Ratchet
 from ..engine.replay import ReplayLog
 from ..privacy import PrivacyStore, default_user_id, validate_id
 from ..sandbox import ResourceLimits
+from ..sandbox.limit_traits import DEFAULT_LIMITS
 from .notebook import MAX_CELLS, NOTEBOOK_FILE, Notebook
 from .workspace import data_dir, session_dir, workspace_dir
 
@@ -36,7 +37,6 @@ log = logging.getLogger("sandbox_kernel.tools")
 USER_ENV = "SANDBOX_KERNEL_USER_ID"
 SESSION_ENV = "SANDBOX_KERNEL_SESSION_ID"
 DEFAULT_SESSION = "default"
-GiB = 1 << 30
 
 _identity: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("sandbox_kernel_tools_identity", default=None)
 
@@ -70,7 +70,7 @@ class ToolsConfig:
     max_cells: int = MAX_CELLS
     #: None: $SANDBOX_KERNEL_DATA_DIR or <jupyter data dir>/sandbox_kernel, read when used
     data_dir: Path | None = None
-    limits: ResourceLimits = field(default_factory=lambda: ResourceLimits(address_space=8 * GiB, processes=512, file_size=4 * GiB, open_files=1024))
+    limits: ResourceLimits = DEFAULT_LIMITS
     network: str = "user"
     trust_outputs: bool = False
     max_output_bytes: int = 10 * 1024 * 1024

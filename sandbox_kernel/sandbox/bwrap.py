@@ -30,6 +30,9 @@ ETC_ALLOWED = (
     "fonts",
 )
 
+#: host system directories every sandbox sees read-only (besides python_roots())
+SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/sbin")
+
 SANDBOX_PASSWD = "sandbox:x:1000:1000:sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
 SANDBOX_GROUP = "sandbox:x:1000:\nnogroup:x:65534:\n"
 
@@ -84,13 +87,12 @@ class BubblewrapSandbox(Sandbox):
             argv += ["--info-fd", str(info_fd)]
         if block_fd is not None:
             argv += ["--block-fd", str(block_fd)]
-        argv += ["--ro-bind", "/usr", "/usr"]
-        for name in ("bin", "lib", "lib32", "lib64", "sbin"):
-            host = Path("/") / name
+        for name in SYSTEM_DIRS:  # /usr first: the merged-/usr symlinks point into it
+            host = Path(name)
             if host.is_symlink():
-                argv += ["--symlink", os.readlink(host), f"/{name}"]
+                argv += ["--symlink", os.readlink(host), name]
             elif host.is_dir():
-                argv += ["--ro-bind", str(host), f"/{name}"]
+                argv += ["--ro-bind", name, name]
         etc = ETC_ALLOWED + (("resolv.conf", "hosts") if not spec.isolate_network else ())
         for name in etc:
             if os.path.exists(f"/etc/{name}"):

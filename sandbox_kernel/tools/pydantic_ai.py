@@ -44,9 +44,9 @@ except ImportError:  # pragma: no cover - depends on the pydantic-ai version
 
 from ..privacy import PrivacyStore, session_has_private_data
 from ..sandbox.base import BindMount, SandboxSpec
-from ..sandbox.bwrap import BubblewrapSandbox, python_roots
+from ..sandbox.bwrap import SYSTEM_DIRS, BubblewrapSandbox, python_roots
 from . import repl, shell
-from .errors import ToolRetryError
+from .errors import FATAL_PREFIX, ToolRetryError
 from .render import ToolResult
 from .sessions import SessionRegistry, current_identity
 from .workspace import data_dir
@@ -137,9 +137,6 @@ def get_all_tools(user_id: str | None = None, session_id: str | None = None, reg
 
 def get_toolset(user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None) -> FunctionToolset:
     return FunctionToolset(get_all_tools(user_id, session_id, registry))
-
-
-FATAL_PREFIX = "[FATAL]"
 
 
 def _fatal(message: object) -> bool:
@@ -295,12 +292,8 @@ def private_data_mcp_http(
     return PrivateDataMCPToolset(normal, isolated=isolated, user_id=user_id or "", session_id=session_id or "", store=store)
 
 
-#: paths a bubblewrap sandbox shows besides the bind mounts and python_roots()
-_SANDBOX_SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
-
-
 def _visible_in_sandbox(path: str, bind_mounts: Sequence[BindMount]) -> bool:
-    roots = [*_SANDBOX_SYSTEM_PATHS, *(str(r) for r in python_roots()), *(m.target for m in bind_mounts)]
+    roots = [*SYSTEM_DIRS, *(str(r) for r in python_roots()), *(m.target for m in bind_mounts)]
     p = PurePosixPath(os.path.normpath(path))
     return any(p == PurePosixPath(r) or PurePosixPath(r) in p.parents for r in roots)
 

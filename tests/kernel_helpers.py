@@ -1,10 +1,14 @@
-"""Driving real sandbox kernels through jupyter_client, for the tests."""
+"""Helpers shared by the tests: real sandbox kernels driven through
+jupyter_client, free loopback ports, waiting for a server process to listen."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
+import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +19,37 @@ from jupyter_client.manager import KernelManager
 
 KERNEL_NAME = "sandbox-python"
 IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 (the tests never listen anywhere else)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tcp_ready(port: int) -> bool:
+    """Something accepts connections on 127.0.0.1:``port``."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
+def wait_until(check: Callable[[], bool], what: str, proc: subprocess.Popen, timeout: float = 30) -> None:
+    """Poll ``check`` until it holds; fail with ``proc``'s stderr if it exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read() if proc.stderr else ""
+            if isinstance(err, bytes):
+                err = err.decode(errors="replace")
+            raise AssertionError(f"{what} exited with {proc.returncode}: {err[-2000:]}")
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{what} did not start in {timeout}s")
 
 
 def require_bwrap() -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from kernel_helpers import IN_CI, require_bwrap
+from kernel_helpers import IN_CI, free_port, require_bwrap, tcp_ready, wait_until
 
 pytest.importorskip("pydantic_ai")
 try:  # needs pydantic-ai-slim[mcp], i.e. fastmcp-slim[client]
@@ -334,31 +334,6 @@ async def test_stdio_factory_set_up_errors(store: PrivacyStore, data: Path, tmp_
 #: the isolated instance's URL: the unix socket transport ignores host and port,
 #: but the server's DNS-rebinding guard wants a Host header of localhost:<port>
 ISOLATED_URL = "http://localhost:8000/mcp"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(check, what: str, proc: subprocess.Popen, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"{what} exited with {proc.returncode}: {proc.stderr.read().decode(errors='replace')[-2000:]}")
-        if check():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what} did not start in {timeout}s")
-
-
-def tcp_ready(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
 
 
 def uds_ready(path: Path) -> bool:

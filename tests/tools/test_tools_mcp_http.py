@@ -5,10 +5,8 @@ and per-request sessions behind a trusted gateway (`--identity-headers`)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,18 +15,14 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from kernel_helpers import free_port, tcp_ready, wait_until
+
 pytestmark = pytest.mark.asyncio
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class HttpServer:
     def __init__(self, data_dir: Path, *extra: str) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sandbox_kernel", "mcp", "--transport", "streamable-http",
@@ -37,18 +31,11 @@ class HttpServer:
             env={**os.environ, "SANDBOX_KERNEL_DATA_DIR": str(data_dir)},
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
-        deadline = time.monotonic() + 60
-        while True:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the MCP server exited ({self.proc.returncode}): {self.proc.stderr.read()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.5).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise AssertionError("the MCP server did not listen within 60 s")
-                time.sleep(0.1)
+        try:
+            wait_until(lambda: tcp_ready(self.port), "the MCP server", self.proc, timeout=60)
+        except AssertionError:
+            self.stop()
+            raise
 
     def client(self, headers: dict[str, str] | None = None) -> Client:
         if headers is None:

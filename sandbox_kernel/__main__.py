@@ -1,8 +1,32 @@
-"""``python -m sandbox_kernel``: run the kernel, or ``install`` its kernelspec."""
+"""``python -I -m sandbox_kernel``: run the kernel, or one of its commands.
+
+The kernel's working directory is the notebook's folder, which is also the
+sandbox's ``/workspace``: anything there was possibly written by a cell.
+``python -m`` puts that directory first on ``sys.path`` (and a plain
+interpreter adds the user's site-packages), so a cell could plant
+``traitlets.py`` and have it imported on the HOST at the next start. The
+kernelspec therefore starts ``python -I`` (isolated: no cwd on the path, no
+user site, no ``PYTHON*`` variables), and as a second line of defence for
+kernelspecs installed by older versions the working directory is dropped from
+``sys.path`` here before anything else is imported.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
+
+
+def _drop_cwd_from_path() -> None:
+    """Remove the entries ``-m``/``-c`` put first for the working directory."""
+    try:
+        cwd = os.path.realpath(os.getcwd())
+    except OSError:
+        cwd = None
+    sys.path[:] = [p for p in sys.path if p != "" and (cwd is None or os.path.realpath(p) != cwd)]
+
+
+_drop_cwd_from_path()
 
 
 def main(argv: list[str] | None = None) -> None:

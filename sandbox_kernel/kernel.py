@@ -88,6 +88,12 @@ class SandboxKernel(Kernel, LimitTraits):
         "This exposes every service listening on the host's loopback (Jupyter server included) and the "
         "host's abstract unix sockets to cell code. Private sessions never get network either way.",
     ).tag(config=True)
+    sandbox_uid = Int(
+        -1, help="Host uid the sandbox runs as when the kernel runs as root: -1 picks 65534 (nobody), so "
+        "cells get no more file access than any other unprivileged user; the workspace is shared with it "
+        "by POSIX ACLs. 0 keeps host root's file access inside the sandbox (unsafe). Ignored when the kernel "
+        "is not root (the sandbox then has the kernel user's access).",
+    ).tag(config=True)
     privacy_poll_interval = Float(1.0, help="Seconds between checks of the ratchet store for rises made by other processes.").tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:
@@ -114,6 +120,7 @@ class SandboxKernel(Kernel, LimitTraits):
                 max_output_bytes=self.max_output_bytes,
                 interrupt_grace=self.interrupt_grace,
                 network="host" if self.share_host_network else "user",
+                sandbox_uid=None if self.sandbox_uid < 0 else self.sandbox_uid,
             ),
             log=self.log,
             sandbox=sandbox,

@@ -48,5 +48,5 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ -n "$(find labexten
     .venv/bin/python -c "import sandbox_kernel" || { echo "setup: pip install failed" >&2; exit 1; }
     touch "$stamp"
 fi
-.venv/bin/python -m sandbox_kernel install --sys-prefix >/dev/null
+.venv/bin/python -I -m sandbox_kernel install --sys-prefix >/dev/null
 echo "setup: ready (kernelspec sandbox-python installed in .venv)" >&2

@@ -371,7 +371,7 @@ class SandboxManager:
         raise RuntimeError(
             f"container {name!r} already exists for this session and is in use "
             f"({why}, pid label {labels.get(LABEL_OWNER_PID)!r}); close it there or run "
-            "`python -m sandbox_kernel.docker.gc`"
+            "`sandbox-kernel gc`"
         )
 
     def _remove_container(self, container_id: str) -> None:

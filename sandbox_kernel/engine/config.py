@@ -27,3 +27,6 @@ class EngineConfig:
     #: or "host" (shares the host's network: its loopback services and abstract
     #: unix sockets become reachable from cells)
     network: str = "user"
+    #: host uid of the sandboxes when the kernel runs as root (None: the
+    #: unprivileged default; 0: root, unsafe)
+    sandbox_uid: int | None = None

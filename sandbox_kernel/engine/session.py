@@ -159,12 +159,17 @@ class Session:
             "SANDBOX_KERNEL_BACKEND": self.sandbox.name,
             **self.config.extra_env,
         }
+        # Isolated (-I): the worker's own modules (IPython, traitlets...) are
+        # imported before the workspace joins the import path, so a module a
+        # cell planted there cannot stop the next sandbox from starting; cells
+        # then import from their folder as in ipykernel.
         bootstrap = (
-            f"import sys; sys.path.insert(0, {lib_path!r}); import runpy; "
+            f"import sys; sys.dont_write_bytecode = True; sys.path.insert(0, {lib_path!r}); "
+            f"import {WORKER_PACKAGE}.main, {WORKER_PACKAGE}.shell; sys.path.insert(0, ''); import runpy; "
             f"runpy.run_module({WORKER_PACKAGE!r}, run_name='__main__')"
         )
         return SandboxSpec(
-            command=[sys.executable, "-u", "-c", bootstrap],
+            command=[sys.executable, "-I", "-u", "-c", bootstrap],
             bind_mounts=mounts,
             isolate_network=self.isolate_network,
             network=self.config.network,
@@ -172,6 +177,7 @@ class Session:
             env=env,
             limits=self.config.limits,
             tmp_size=self.config.tmp_size,
+            sandbox_uid=self.config.sandbox_uid,
         )
 
     async def start(self) -> None:

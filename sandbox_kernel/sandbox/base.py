@@ -80,6 +80,9 @@ class SandboxSpec:
     #: (the sandbox reaches the internet, not the host's loopback or abstract
     #: sockets); "host" shares the host's network namespace, loopback included.
     network: str = "user"
+    #: host uid the sandbox runs as when this process is root: None picks the
+    #: unprivileged default (``host_ids.SANDBOX_UID``), 0 keeps root (unsafe)
+    sandbox_uid: int | None = None
 
 
 class SandboxProcess:
@@ -194,8 +197,14 @@ async def spawn(
     env: Mapping[str, str] | None,
     cwd: str | None,
     pass_fds: Sequence[int] = (),
+    run_as: tuple[int, int] | None = None,
 ) -> asyncio.subprocess.Process:
-    """Start ``argv`` in its own session with pipes and rlimits (shared by backends)."""
+    """Start ``argv`` in its own session with pipes and rlimits (shared by
+    backends), as the host ``run_as`` (uid, gid) when given (no supplementary
+    groups: root's would otherwise stay)."""
+    ids: dict[str, object] = {}
+    if run_as is not None:
+        ids = {"user": run_as[0], "group": run_as[1], "extra_groups": []}
     return await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.PIPE,
@@ -207,4 +216,5 @@ async def spawn(
         preexec_fn=limits.apply,
         limit=1 << 24,
         pass_fds=tuple(pass_fds),
+        **ids,  # type: ignore[arg-type]
     )

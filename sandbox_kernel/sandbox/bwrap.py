@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from .base import Sandbox, SandboxProcess, SandboxSpec, spawn
+from .host_ids import SHARE_TREE_LIMIT, grant, run_as_for, share_tree
 from .usernet import start_user_network
 
 log = logging.getLogger("sandbox_kernel.sandbox")
@@ -67,6 +68,8 @@ class BubblewrapSandbox(Sandbox):
                 "'bubblewrap', or choose another backend"
             )
         self.executable = found
+        #: read-write mounts whose existing entries were shared with the sandbox uid
+        self._shared: set[tuple[Path, int]] = set()
 
     def build_argv(self, spec: SandboxSpec, info_fd: int | None = None, block_fd: int | None = None) -> list[str]:
         argv = [
@@ -115,16 +118,37 @@ class BubblewrapSandbox(Sandbox):
         argv += list(spec.command)
         return argv
 
+    def _run_as(self, spec: SandboxSpec) -> tuple[int, int] | None:
+        """The unprivileged host uid to start bwrap as (None: this process's),
+        after granting it access to everything the sandbox mounts."""
+        run_as = run_as_for(spec.sandbox_uid)
+        if run_as is None:
+            return None
+        uid, gid = run_as
+        for root in python_roots():
+            grant(root, uid, gid, write=False)
+        for mount in spec.bind_mounts:
+            grant(Path(mount.source), uid, gid, write=not mount.readonly)
+            if not mount.readonly and (Path(mount.source), uid) not in self._shared:
+                self._shared.add((Path(mount.source), uid))
+                if share_tree(Path(mount.source), uid, gid) > SHARE_TREE_LIMIT:
+                    log.warning("%s has more than %d entries: only the first were shared with the sandbox's uid %d",
+                                mount.source, SHARE_TREE_LIMIT, uid)
+        return run_as
+
     async def start(self, spec: SandboxSpec) -> SandboxProcess:
+        run_as = await asyncio.to_thread(self._run_as, spec)
         if spec.isolate_network or spec.network == "host":
-            process = await spawn(self.build_argv(spec), spec.limits, env={}, cwd="/")
+            process = await spawn(self.build_argv(spec), spec.limits, env={}, cwd="/", run_as=run_as)
             return SandboxProcess(process, self.name)
         # User-mode network: bwrap makes an empty network namespace and waits
         # (block fd) until pasta has given it an interface, then runs the command.
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
         try:
-            process = await spawn(self.build_argv(spec, info_w, block_r), spec.limits, env={}, cwd="/", pass_fds=(info_w, block_r))
+            process = await spawn(
+                self.build_argv(spec, info_w, block_r), spec.limits, env={}, cwd="/", pass_fds=(info_w, block_r), run_as=run_as,
+            )
         finally:
             os.close(info_w)
             os.close(block_r)

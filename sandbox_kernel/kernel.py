@@ -94,7 +94,10 @@ class SandboxKernel(Kernel, LimitTraits):
         "by POSIX ACLs. 0 keeps host root's file access inside the sandbox (unsafe). Ignored when the kernel "
         "is not root (the sandbox then has the kernel user's access).",
     ).tag(config=True)
-    privacy_poll_interval = Float(1.0, help="Seconds between checks of the ratchet store for rises made by other processes.").tag(config=True)
+    privacy_poll_interval = Float(
+        0.25, help="Seconds between checks of the ratchet store for rises made by other processes (a check is a "
+        "stat() while nothing changed). A rise cuts the sandbox's network within about this time.",
+    ).tag(config=True)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -140,6 +143,12 @@ class SandboxKernel(Kernel, LimitTraits):
         notebook = os.environ.get("JPY_SESSION_NAME")
         if notebook:
             return session_id_for_notebook(notebook)
+        # No notebook path (nbclient, papermill, a bare KernelManager): a kernel
+        # restarted by its manager keeps its connection file, so it keeps its
+        # session, and with it the ratchet's level.
+        connection_file = getattr(self.parent, "connection_file", "") if self.parent is not None else ""
+        if connection_file:
+            return session_id_for_notebook(os.path.abspath(connection_file))
         return f"kernel-{uuid.uuid4().hex[:16]}"
 
     # ---- status comm (the widget) ----------------------------------------------------

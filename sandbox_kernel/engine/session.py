@@ -334,6 +334,9 @@ class Session:
             return False
         changed = self._notify_privacy_change()
         if self.sandbox_has_network and not self.network_allowed:
+            # Cut first, carry state afterwards: the network goes within the
+            # poll interval, however busy or uncooperative the sandbox is.
+            await self.cut_network()
             if self._running is not None and self.worker is not None:
                 self._kill_reason = "the session became private while this cell ran with network, so the cell was stopped"
                 self._replace_reason = "the session became private"
@@ -342,6 +345,20 @@ class Session:
                 async with self._lock:
                     await self._enforce_ratchet(None)
         return changed
+
+    async def cut_network(self) -> bool:
+        """Take the network of the live sandbox away now (no-op without one)."""
+        if self.worker is None or not self.worker.alive or self.isolate_network:
+            return False
+        if self.worker.process.network_cut:
+            return True
+        cut = await self.worker.process.cut_network()
+        if not cut and self.config.network == "host":
+            # The host's own network cannot be taken away: the sandbox goes.
+            self.worker.dead_reason = "the session became private while the sandbox shared the host network"
+            await self.worker.kill()
+        self.log.warning("network of the sandbox cut: the session became private")
+        return cut
 
     def _notify_privacy_change(self) -> bool:
         """Tell the listener (the widget) when the stored state moved; return whether it did."""
@@ -513,6 +530,7 @@ class Session:
                 "so it was stopped at that point"
             )
             self._replace_reason = "private data entered the session"
+            asyncio.ensure_future(self.cut_network())  # daemonised children lose it too
             worker.send({"op": "kill"})
         else:
             worker.send({"op": "ratchet_reply", **reply})

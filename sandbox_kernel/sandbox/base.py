@@ -120,6 +120,27 @@ class SandboxProcess:
     async def wait(self) -> int:
         return await self.process.wait()
 
+    async def cut_network(self) -> bool:
+        """Take the sandbox's network away NOW, without its cooperation, and
+        return whether it is gone (False: only killing the sandbox can do it).
+
+        A user-mode network lives in its helper (pasta): when the helper dies
+        its tap interface, the default route and every connection through it
+        go with it, whatever the sandbox is busy with."""
+        helpers, self.helpers = self.helpers, []
+        for helper in helpers:
+            if helper.returncode is None:
+                try:
+                    helper.kill()
+                except ProcessLookupError:
+                    pass
+            await helper.wait()
+        self.network_cut = True
+        return bool(helpers)
+
+    #: set once :meth:`cut_network` succeeded
+    network_cut = False
+
     async def kill(self) -> None:
         """Kill the whole sandbox: it leads its own session, so its group goes too."""
         helpers, self.helpers = self.helpers, []

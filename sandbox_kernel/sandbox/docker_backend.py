@@ -99,11 +99,32 @@ class ContainerProcess(SandboxProcess):
         self._removed = True
         await asyncio.to_thread(_remove_container, self.client, self.container_id)
 
+    async def cut_network(self) -> bool:
+        """Disconnect the container from every network (the daemon does it,
+        not the container): its interfaces but ``lo`` vanish at once."""
+        if self._removed:
+            return False
+        try:
+            await asyncio.to_thread(_disconnect_all, self.client, self.container_id)
+        except Exception as exc:
+            log.error("could not disconnect sandbox container %s: %s", self.container_id[:12], exc)
+            return False
+        self.network_cut = True
+        return True
+
     async def kill(self) -> None:
         try:
             await self.remove_container()
         finally:
             await super().kill()
+
+
+def _disconnect_all(client: Any, container_id: str) -> None:
+    info = client.api.inspect_container(container_id)
+    networks = (info.get("NetworkSettings") or {}).get("Networks") or {}
+    for name in networks:
+        if name != "none":
+            client.api.disconnect_container_from_network(container_id, name, force=True)
 
 
 def _remove_container(client: Any, container_id: str) -> None:

@@ -36,15 +36,30 @@ async def start_user_network(pid: int, timeout: float = 20.0) -> asyncio.subproc
         # As root, enter only the network namespace: joining bwrap's user
         # namespace too races its set-up ("Couldn't switch to pasta
         # namespaces"). pasta would otherwise drop to nobody, who cannot.
-        argv += ["--runas", "0", "--netns-only", "--netns", f"/proc/{pid}/ns/net"]
+        # The namespace is opened here, with all of root's capabilities, and
+        # handed over as a descriptor: the sandbox runs as an unprivileged uid
+        # and pasta, which sheds capabilities early, could not open it by pid.
+        netns_fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        argv += ["--runas", "0", "--netns-only", "--netns", f"/proc/self/fd/{netns_fd}"]
+        pass_fds: tuple[int, ...] = (netns_fd,)
     else:
         argv.append(str(pid))
+        pass_fds = ()
+    try:
+        return await _run_pasta(argv, pid, timeout, pass_fds)
+    finally:
+        for fd in pass_fds:
+            os.close(fd)
+
+
+async def _run_pasta(argv: list[str], pid: int, timeout: float, pass_fds: tuple[int, ...]) -> asyncio.subprocess.Process:
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE, preexec_fn=_die_with_parent, start_new_session=True,
+            pass_fds=pass_fds,
         )
         while time.monotonic() < deadline and proc.returncode is None:
             if _has_default_route(pid):

@@ -112,7 +112,9 @@ class SandboxKernel(Kernel, LimitTraits):
 
             sandbox = DockerSandbox(parent=self)
         store = PrivacyStore(Path(self.privacy_dir)) if self.privacy_dir else default_store()
-        self.ratchet = Ratchet(self._user_id(), self._session_id(), store, self.private_datasets)
+        self.ratchet = Ratchet(
+            self._user_id(), self._session_id(), store, self.private_datasets, workspace=Path(self.workspace or Path.cwd()),
+        )
         self.engine = Session(
             EngineConfig(
                 backend=self.backend,

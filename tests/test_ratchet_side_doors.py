@@ -4,6 +4,10 @@ keeps its network after a host-side rise."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -110,22 +114,180 @@ def test_host_rise_cuts_a_busy_uncooperative_sandbox_at_once(tmp_path: Path) -> 
         k.shutdown()
 
 
-def _identity(k: SandboxKernelHandle) -> tuple[str, str]:
-    """user_id and session_id of the kernel's ratchet, from its status comm."""
-    comm_id = "side-doors-status"
-    k.kc.session.send(
-        k.kc.shell_channel.socket, "comm_open",
-        {"comm_id": comm_id, "target_name": "sandbox_kernel.status", "data": {"version": 1}},
-    )
+def _state(k: SandboxKernelHandle) -> dict:
+    """The session's state as the kernel's status comm reports it to the widget."""
+    comm_id = f"side-doors-{time.monotonic_ns()}"
+    msg = k.kc.session.msg("comm_open", {"comm_id": comm_id, "target_name": "sandbox_kernel.status", "data": {"version": 1, "type": "hello"}})
+    k.kc.shell_channel.send(msg)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
-            msg = k.kc.get_iopub_msg(timeout=1)
+            msg = k.kc.get_iopub_msg(timeout=0.5)
         except Exception:
             continue
         if msg["msg_type"] == "comm_msg" and msg["content"].get("comm_id") == comm_id:
             data = msg["content"]["data"]
-            state = data.get("state", data)
-            if "session_id" in state:
-                return state["user_id"], state["session_id"]
+            if data.get("type") == "state":
+                return data["state"]
     raise AssertionError("no status from the kernel's comm")
+
+
+def _identity(k: SandboxKernelHandle) -> tuple[str, str]:
+    state = _state(k)
+    return state["user_id"], state["session_id"]
+
+
+# ---- rule 1: the level belongs to the folder too -----------------------------------------
+
+
+def _kernel_in(workspace: Path, tmp: Path) -> SandboxKernelHandle:
+    require_bwrap()
+    workspace.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    return SandboxKernelHandle(workspace, tmp, extra_args=["--SandboxKernel.backend=bwrap"], env={"SANDBOX_KERNEL_DATA_DIR": str(tmp.parent / "shared-data")})
+
+
+def _wait_for_lo(k: SandboxKernelHandle, timeout: float = 15) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if k.run(IFACES).stdout.strip() == "['lo']":
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_private_notebook_raises_every_notebook_sharing_its_folder(tmp_path: Path) -> None:
+    """Notebook A (private) copies rows into its folder; notebook B in the same
+    folder, public with network, must not read them with network."""
+    folder = tmp_path / "project"
+    a = _kernel_in(folder, tmp_path / "a-tmp")
+    b = _kernel_in(folder, tmp_path / "b-tmp")
+    parent = _kernel_in(tmp_path, tmp_path / "p-tmp")  # its workspace contains the folder
+    sibling = _kernel_in(tmp_path / "other", tmp_path / "s-tmp")
+    try:
+        for k in (a, b, parent, sibling):
+            assert len(eval(k.run(IFACES).stdout)) > 1
+        a.run("%private patients CONFIDENTIAL")  # stops that cell; the next runs network-less
+        run = a.run("open('/workspace/rows.csv', 'w').write('ada,42\\n')")
+        assert (folder / "rows.csv").exists(), (run.stdout, run.stderr, run.errors)
+        assert _wait_for_lo(b), "B still has network while A's private rows sit in the shared folder"
+        assert _wait_for_lo(parent), "a notebook whose folder contains A's folder kept its network"
+        assert len(eval(sibling.run(IFACES).stdout)) > 1, "a sibling folder must not rise"
+        # B's own cells say why, and the level never comes back down
+        run = b.run("import sandbox_kernel.private as p\nprint(p.mark_private('INTERNAL'))")
+        assert run.stdout.strip() == "CONFIDENTIAL", (run.stdout, run.stderr, run.errors)
+        source, reason = _mark_of(b)
+        assert source == "workspace" and "project" in reason, (source, reason)
+        b.km.restart_kernel(now=True)
+        b.kc.wait_for_ready(timeout=60)
+        assert b.run(IFACES).stdout.strip() == "['lo']"
+    finally:
+        for k in (a, b, parent, sibling):
+            k.shutdown()
+
+
+def _mark_of(k: SandboxKernelHandle) -> tuple[str, str]:
+    for entry in _state(k).get("datasets", []):
+        if entry.get("name", "").startswith("session marked private"):
+            return entry["source"], entry["name"]
+    return "", ""
+
+
+# ---- rule 2: a host-side raiser can wait for the cut ---------------------------------------
+
+
+def _sandbox_routes(k: SandboxKernelHandle) -> list[bool]:
+    """Whether each process inside the kernel's sandboxes has a default route,
+    read from the host (/proc/<pid>/net/route shows the process's namespace)."""
+    found = []
+    for bwrap in k.sandboxes():
+        for proc in bwrap.children(recursive=True):
+            try:
+                with open(f"/proc/{proc.pid}/net/route") as fh:
+                    next(fh)
+                    found.append(any(line.split()[1] == "00000000" for line in fh if line.strip()))
+            except (OSError, StopIteration, IndexError):
+                continue
+    return found
+
+
+def test_host_raiser_with_wait_returns_only_after_the_cut(tmp_path: Path) -> None:
+    k = _kernel(tmp_path)
+    try:
+        user_id, session_id = _identity(k)
+        assert any(_sandbox_routes(k)), "the public sandbox should have a default route"
+        msg_id = k.kc.execute("import time\ntime.sleep(20)")  # busy while the connector raises
+        time.sleep(0.5)
+        store = PrivacyStore(k.data_dir / "privacy")
+        started = time.monotonic()
+        PrivateData(user_id, session_id, store).add_private_dataset("crm", "SECRET", source="connector", wait=True)
+        took = time.monotonic() - started
+        routes = _sandbox_routes(k)
+        assert not any(routes), f"add_private_dataset(wait=True) returned while a sandbox still had a route: {routes}"
+        print(f"wait=True returned {took * 1000:.0f} ms after the call, no route left")
+        while True:
+            reply = k.kc.get_shell_msg(timeout=60)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                break
+        assert k.run(IFACES).stdout.strip() == "['lo']"
+    finally:
+        k.shutdown()
+
+
+def test_wait_times_out_naming_a_holder_that_keeps_its_network(tmp_path: Path) -> None:
+    """A holder that does not confirm (here: a record claiming network, as a
+    hung kernel would leave it) makes ``wait`` fail loudly instead of returning."""
+    from sandbox_kernel.privacy import Sensitivity
+    from sandbox_kernel.privacy.enforcement import EnforcementRecord
+
+    store = PrivacyStore(tmp_path / "privacy")
+    record = EnforcementRecord(store.root, "alice", "s1", workspace=tmp_path)
+    record.report(Sensitivity.PUBLIC, True)
+    try:
+        started = time.monotonic()
+        try:
+            PrivateData("alice", "s1", store).add_private_dataset("crm", "SECRET", wait=0.5)
+        except TimeoutError as exc:
+            assert "did not confirm" in str(exc) and str(os.getpid()) in str(exc)
+        else:
+            raise AssertionError("wait returned although a holder still had network")
+        assert time.monotonic() - started >= 0.5
+        record.report(Sensitivity.SECRET, False)
+        PrivateData("alice", "s1", store).add_private_dataset("crm2", "SECRET", wait=2)  # confirmed: returns
+    finally:
+        record.close()
+
+
+# ---- rule 3: a lost or lowered record fails closed -----------------------------------------
+
+
+def test_a_deleted_store_record_fails_closed_after_restart(tmp_path: Path) -> None:
+    k = _kernel(tmp_path)
+    try:
+        k.run("%private payroll CONFIDENTIAL")
+        assert k.run(IFACES).stdout.strip() == "['lo']"
+        user_id, session_id = _identity(k)
+        record = PrivacyStore(k.data_dir / "privacy").path_for(user_id, session_id)
+        assert record.exists()
+        shutil.rmtree(record.parent)  # the attack: the session's record (and its folder) vanish
+        k.km.restart_kernel(now=True)
+        k.kc.wait_for_ready(timeout=60)
+        assert k.run(IFACES).stdout.strip() == "['lo']", "a lost record made the session public again"
+    finally:
+        k.shutdown()
+
+
+def test_store_read_in_a_fresh_process_fails_closed_when_the_record_vanished(tmp_path: Path) -> None:
+    store = PrivacyStore(tmp_path / "privacy")
+    PrivateData("alice", "s1", store).add_private_dataset("crm", "CONFIDENTIAL")
+    store.path_for("alice", "s1").unlink()
+    code = (
+        "import sys; from sandbox_kernel.privacy import PrivacyStore\n"
+        "s = PrivacyStore(sys.argv[1]).read('alice', 's1')\n"
+        "print(s.sensitivity.name, bool(s.error))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(store.root)], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["SECRET", "True"], (out.stdout, out.stderr)
+    # an untouched session is not affected
+    out = subprocess.run([sys.executable, "-c", code.replace("'s1'", "'s2'"), str(store.root)], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["PUBLIC", "False"], (out.stdout, out.stderr)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..privacy import NetworkMode, PrivacyState, PrivacyStore, PrivateData, Sensitivity, validate_id
+from ..privacy import NetworkMode, PrivacyState, PrivacyStore, PrivateData, PrivacyStoreError, Sensitivity, merge, validate_id
+from ..privacy.workspace_levels import WorkspaceLevels
 from ..sandbox import BindMount
 
 SYSTEM_NOTICE = (
@@ -52,9 +53,14 @@ class Ratchet:
         session_id: str,
         store: PrivacyStore | None = None,
         mounts: Mapping[str, Any] | None = None,
+        workspace: Path | None = None,
     ) -> None:
         self.data = PrivateData(user_id, session_id, store)
         self.mounts = {name: PrivateMount.parse(name, spec) for name, spec in (mounts or {}).items()}
+        #: the folder the session's sandboxes mount read-write: its level is
+        #: shared with every session whose workspace overlaps it
+        self.workspace = workspace
+        self.folders = WorkspaceLevels.beside(self.data.store) if workspace is not None else None
 
     @property
     def user_id(self) -> str:
@@ -65,8 +71,23 @@ class Ratchet:
         return self.data.session_id
 
     @property
-    def state(self) -> PrivacyState:
+    def own_state(self) -> PrivacyState:
+        """The session's own record (what was raised in or for this session)."""
         return self.data.state
+
+    @property
+    def state(self) -> PrivacyState:
+        """The session's level: its own, and that of its folder (a private
+        session sharing the workspace raises this one too)."""
+        own = self.data.state
+        if self.folders is None or self.workspace is None:
+            return own
+        if own.has_private_data:
+            try:
+                self.folders.rise(self.workspace, own, f"session {self.session_id} of {self.user_id}")
+            except (PrivacyStoreError, OSError, ValueError) as exc:
+                return merge(own, PrivacyState.build(error=f"the folder's level could not be recorded: {exc}"))
+        return merge(own, self.folders.read(self.workspace))
 
     @property
     def network_allowed(self) -> bool:
@@ -100,4 +121,4 @@ class Ratchet:
                 raise ValueError(f"unknown ratchet request {kind!r}")
         except (ValueError, TypeError) as exc:
             return {"ok": False, "error": str(exc)}
-        return {"ok": True, "level": state.sensitivity.name}
+        return {"ok": True, "level": max(state.sensitivity, self.state.sensitivity).name}

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..outputs import OutputLimiter, sanitize_bundle
+from ..privacy.enforcement import EnforcementRecord
 from ..sandbox import BindMount, Sandbox, SandboxSpec, get_sandbox
 from ..sandbox.subprocess_backend import WARNING as SUBPROCESS_WARNING
 from .config import EngineConfig
@@ -92,6 +93,12 @@ class Session:
         self._closed = False
         self._warned = False  # the isolation warning is shown once per session
         self.started_at: float | None = None
+        #: tells host-side raisers waiting for the cut what this session enforces
+        self._enforcement: EnforcementRecord | None = None
+        if ratchet is not None:
+            self._enforcement = EnforcementRecord(
+                ratchet.data.store.root, ratchet.user_id, ratchet.session_id, workspace=Path(self.config.workspace),
+            )
 
     # ---- public facts ----------------------------------------------------------------
     @property
@@ -113,7 +120,21 @@ class Session:
 
     @property
     def sandbox_has_network(self) -> bool:
+        """The live sandbox was started with network (it is replaced once private)."""
         return self.worker is not None and self.worker.alive and not self.isolate_network
+
+    @property
+    def network_reachable(self) -> bool:
+        """The live sandbox can still send: started with network, not cut since."""
+        return self.sandbox_has_network and self.worker is not None and not self.worker.process.network_cut
+
+    def _report_enforcement(self) -> None:
+        if self._enforcement is None or self.ratchet is None:
+            return
+        try:
+            self._enforcement.report(self.ratchet.state.sensitivity, self.network_reachable)
+        except OSError as exc:
+            self.log.warning("could not report the enforced privacy level: %s", exc)
 
     # ---- lifecycle -------------------------------------------------------------------
     def _visible(self, host: Path, inside: str) -> str:
@@ -221,6 +242,7 @@ class Session:
         self.worker = worker
         self.started_at = time.monotonic()
         self.log.info("sandbox started (%s, python %s, %.2f s)", self.sandbox.name, msg.get("python"), msg.get("startup_seconds", 0))
+        self._report_enforcement()
         if recovering:
             await self._restore(worker, emit, reason)
         return worker
@@ -277,6 +299,8 @@ class Session:
                 pass
             await worker.kill()
         shutil.rmtree(self._runtime, ignore_errors=True)
+        if self._enforcement is not None:
+            self._enforcement.close()
 
     async def replace_sandbox(self, reason: str, emit: Emit | None = None) -> None:
         """Checkpoint now, drop the sandbox, start a new one from the checkpoint
@@ -337,6 +361,7 @@ class Session:
             # Cut first, carry state afterwards: the network goes within the
             # poll interval, however busy or uncooperative the sandbox is.
             await self.cut_network()
+            self._report_enforcement()
             if self._running is not None and self.worker is not None:
                 self._kill_reason = "the session became private while this cell ran with network, so the cell was stopped"
                 self._replace_reason = "the session became private"
@@ -344,6 +369,7 @@ class Session:
             elif not self._lock.locked():
                 async with self._lock:
                     await self._enforce_ratchet(None)
+        self._report_enforcement()
         return changed
 
     async def cut_network(self) -> bool:

@@ -93,6 +93,7 @@ class PrivateData:
         name: str,
         sensitivity: Sensitivity | str = Sensitivity.CONFIDENTIAL,
         source: str = "api",
+        wait: bool | float = False,
     ) -> PrivacyState:
         """Record that dataset ``name`` entered the session at ``sensitivity``.
 
@@ -101,28 +102,45 @@ class PrivateData:
         object or a name in any case); ``source`` is one of ``SOURCES``.
         Raises ``ValueError`` for bad input, ``PrivacyStoreError`` when the
         change could not be written (this process still keeps it).
+
+        ``wait`` (True, or a timeout in seconds; True is 10 s): return only once
+        every live sandbox of the session, and of sessions sharing its folder,
+        runs without network; ``TimeoutError`` otherwise. Hand data over after
+        that, not before.
         """
         dataset = Dataset.create(name, sensitivity, source)
         state = self._store.add_dataset(self._user_id, self._session_id, dataset)
         log.info("session %s/%s: dataset %r added at %s from %s; session level %s",
                  self._user_id, self._session_id, name, dataset.sensitivity.name, source,
                  state.sensitivity.name)
+        self._wait(state, wait)
         return state
+
+    def _wait(self, state: PrivacyState, wait: bool | float) -> None:
+        if wait is False or wait is None:
+            return
+        from .enforcement import wait_enforced
+
+        timeout = 10.0 if wait is True else float(wait)
+        wait_enforced(self._store.root, self._user_id, self._session_id, state.sensitivity, timeout)
 
     def mark_private(
         self,
         sensitivity: Sensitivity | str = Sensitivity.CONFIDENTIAL,
         source: str = "api",
         reason: str = "",
+        wait: bool | float = False,
     ) -> PrivacyState:
         """Mark the whole session private without naming a dataset (e.g. the
         widget's button). Stored as the session's ``mark``, not as a dataset;
-        the higher of this and any earlier mark is kept."""
+        the higher of this and any earlier mark is kept. ``wait`` as for
+        :meth:`add_private_dataset`."""
         mark = SessionMark.create(sensitivity, source, reason)
         state = self._store.mark(self._user_id, self._session_id, mark)
         log.info("session %s/%s: marked private at %s from %s (%s); session level %s",
                  self._user_id, self._session_id, mark.sensitivity.name, source,
                  reason or "no reason given", state.sensitivity.name)
+        self._wait(state, wait)
         return state
 
 

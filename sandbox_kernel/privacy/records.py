@@ -9,7 +9,7 @@ from typing import Any
 from .sensitivity import Sensitivity
 
 #: Where private data can enter a session from.
-SOURCES: frozenset[str] = frozenset({"cell", "widget", "tool", "connector", "mount", "api"})
+SOURCES: frozenset[str] = frozenset({"cell", "widget", "tool", "connector", "mount", "api", "workspace"})
 MAX_NAME_LENGTH = 128
 MAX_REASON_LENGTH = 1000  # as the status comm's mark_private
 

@@ -171,6 +171,35 @@ class PrivacyStore:
     def root(self) -> Path:
         return self._root
 
+    # ----------------------------------------------------------- high-water marks
+
+    @property
+    def highwater_root(self) -> Path:
+        """Where the append-only high-water marks live: beside the store, not in it,
+        so losing the store's folder does not take them along."""
+        return self._root.parent / f"{self._root.name}-highwater"
+
+    def _highwater_path(self, user_id: str, session_id: str, level: Sensitivity) -> Path:
+        return self.highwater_root / user_id / f"{session_id}@{level.name}"
+
+    def _record_highwater(self, user_id: str, session_id: str, level: Sensitivity) -> None:
+        """Leave an empty marker per level reached; never removed, never lowered."""
+        if level <= Sensitivity.PUBLIC:
+            return
+        path = self._highwater_path(user_id, session_id, level)
+        if path.exists():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, 0o600)
+        os.close(fd)
+
+    def highwater(self, user_id: str, session_id: str) -> Sensitivity:
+        """The highest level this session is known to have reached (PUBLIC if none)."""
+        for level in sorted(Sensitivity, reverse=True):
+            if level > Sensitivity.PUBLIC and os.path.lexists(self._highwater_path(user_id, session_id, level)):
+                return level
+        return Sensitivity.PUBLIC
+
     def path_for(self, user_id: str, session_id: str) -> Path:
         """The session's file (ids are validated)."""
         validate_id(user_id, "user_id")
@@ -185,6 +214,17 @@ class PrivacyStore:
         Cheap to poll: while the file is unchanged (same inode, size, mtime and
         ctime) and this process learnt nothing new, the last answer is reused.
         """
+        state = self._read(user_id, session_id)
+        known = self.highwater(user_id, session_id)
+        if known > state.sensitivity:
+            path = self.path_for(user_id, session_id)
+            message = (f"privacy store file {path} is missing or lower ({state.sensitivity.name}) than the level the "
+                       f"session is known to have reached ({known.name}); the session is treated as private at SECRET")
+            log.error("%s", message)
+            return merge(state, _failure_state(message))
+        return state
+
+    def _read(self, user_id: str, session_id: str) -> PrivacyState:
         path = self.path_for(user_id, session_id)
         key = (self._resolved, user_id, session_id)
         try:
@@ -380,6 +420,7 @@ class PrivacyStore:
                     log.error("%s; the session stays private at SECRET", message)
                 current = disk if disk is not None else PrivacyState.public()
                 new = _without_error(merge(current, floor, pending))
+                self._record_highwater(user_id, session_id, new.sensitivity)  # before the record itself
                 if disk is None or new != disk:
                     stat_key = self._write(user_fd, name, encode(new, user_id, session_id))
         except PrivacyStoreError:

@@ -106,7 +106,7 @@ class ToolSession:
         self.state_dir = self.dir / "state"
         self.store = PrivacyStore(root / "privacy")
         self.notebook = Notebook.load(user_id, session_id, self.dir / NOTEBOOK_FILE, self.config.max_cells)
-        self.ratchet = Ratchet(user_id, session_id, self.store, self.config.private_datasets)
+        self.ratchet = Ratchet(user_id, session_id, self.store, self.config.private_datasets, workspace=self.workspace)
         self.engine: Session | None = None
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
@@ -256,7 +256,9 @@ class SessionRegistry:
                 read_only_mounts=dict(self.config.docker_read_only_mounts) or None,
                 config=self.config.docker_config,
                 workspace_root=self.config.root() / "workspaces",
-                network_mode_getter=lambda u, s: Ratchet(u, s, PrivacyStore(self.config.root() / "privacy")).state.network_mode,
+                network_mode_getter=lambda u, s: Ratchet(
+                    u, s, PrivacyStore(self.config.root() / "privacy"), workspace=workspace_dir(u, s, self.config.root()),
+                ).state.network_mode,
                 shared_workspace=True,
             )
         return self._docker

@@ -1,0 +1,161 @@
+"""Who enforces a session's level, and a way for a host-side raiser to wait for them.
+
+A connector that raises a session's level (``PrivateData.add_private_dataset``)
+and then hands over data must know that no sandbox of the session still has
+network. Every engine session that runs sandboxes registers here while it
+lives (one small JSON file per holder: pid, the level it enforces, whether a
+sandbox of it has network) and updates the file whenever that changes.
+:func:`wait_enforced` polls those files until every live holder reports the
+level with no network, or times out naming the ones that did not.
+
+Files live beside the store (``<store>-enforced/<user>/<session>/``), written
+atomically; a holder whose process is gone is ignored (and removed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+from .identity import validate_id
+from .sensitivity import Sensitivity
+
+POLL = 0.01
+
+
+def _root(store_root: Path) -> Path:
+    return store_root.parent / f"{store_root.name}-enforced"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class EnforcementRecord:
+    """One holder's entry (an engine session in this process)."""
+
+    def __init__(self, store_root: Path, user_id: str, session_id: str, workspace: Path | None = None) -> None:
+        self.dir = _root(store_root) / validate_id(user_id, "user_id") / validate_id(session_id, "session_id")
+        self.path = self.dir / f"{os.getpid()}-{uuid.uuid4().hex[:12]}.json"
+        self.workspace = os.path.realpath(workspace) if workspace is not None else None
+        self._last: tuple[str, bool] | None = None
+
+    def report(self, level: Sensitivity, has_network: bool) -> None:
+        """Say what this holder enforces now (cheap when nothing changed)."""
+        now = (level.name, has_network)
+        if now == self._last:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = self.path.with_suffix(".tmp")
+        data = json.dumps({"pid": os.getpid(), "level": level.name, "network": has_network, "workspace": self.workspace}).encode()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        self._last = now
+
+    def close(self) -> None:
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        self._last = None
+
+
+def _holders(store_root: Path) -> list[tuple[str, str, Path, dict]]:
+    """Every readable, live holder: (user_id, session_id, file, entry)."""
+    root = _root(store_root)
+    found = []
+    try:
+        users = os.listdir(root)
+    except FileNotFoundError:
+        return []
+    for user in users:
+        try:
+            sessions = os.listdir(root / user)
+        except OSError:
+            continue
+        for session in sessions:
+            try:
+                names = os.listdir(root / user / session)
+            except OSError:
+                continue
+            for name in names:
+                if not name.endswith(".json"):
+                    continue
+                path = root / user / session / name
+                try:
+                    with open(path, "rb") as fh:
+                        entry = json.loads(fh.read(8192))
+                    pid = int(entry["pid"])
+                except (OSError, ValueError, KeyError, TypeError):
+                    entry = {"pid": -1, "level": "SECRET", "network": True, "unreadable": True}
+                    pid = -1
+                if pid != -1 and not _alive(pid):
+                    try:
+                        path.unlink()
+                    except OSError:
+                        pass
+                    continue
+                found.append((user, session, path, entry))
+    return found
+
+
+def _overlap(a: str, b: str) -> bool:
+    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
+
+
+def pending_holders(store_root: Path, user_id: str, session_id: str, level: Sensitivity) -> list[str]:
+    """Live holders that must, and do not yet, enforce ``level`` without network:
+    the session's own, and those of every session whose workspace overlaps one
+    of the session's (they rise with it, see ``workspace_levels``)."""
+    validate_id(user_id, "user_id")
+    validate_id(session_id, "session_id")
+    holders = _holders(store_root)
+    own = [h for h in holders if h[0] == user_id and h[1] == session_id]
+    folders = {h[3].get("workspace") for h in own if isinstance(h[3].get("workspace"), str)}
+    pending = []
+    for user, session, path, entry in holders:
+        mine = user == user_id and session == session_id
+        shared = isinstance(entry.get("workspace"), str) and any(_overlap(entry["workspace"], f) for f in folders)
+        if not (mine or shared):
+            continue
+        if entry.get("unreadable"):
+            pending.append(f"{path.name} (unreadable)")
+            continue
+        try:
+            seen = Sensitivity.parse(entry["level"])
+        except (ValueError, KeyError):
+            pending.append(f"{path.name} (unreadable)")
+            continue
+        if seen < level or bool(entry.get("network", True)):
+            pending.append(f"process {entry['pid']} of session {session} ({seen.name}, "
+                           f"{'with' if entry.get('network') else 'without'} network)")
+    return pending
+
+
+def wait_enforced(store_root: Path, user_id: str, session_id: str, level: Sensitivity, timeout: float = 10.0) -> None:
+    """Return once every live sandbox of the session runs without network at
+    ``level`` or above; raise ``TimeoutError`` naming the holders that did not."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pending = pending_holders(store_root, user_id, session_id, level)
+        if not pending:
+            return
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"session {session_id!r} of {user_id!r}: {len(pending)} holder(s) did not confirm the cut of the "
+                f"network within {timeout:g} s: {', '.join(pending[:5])}. Do not hand over the data yet."
+            )
+        time.sleep(POLL)

@@ -174,3 +174,22 @@ class SandboxKernelHandle:
             self.kc.stop_channels()
         finally:
             self.km.shutdown_kernel(now=False)
+
+
+def status_of(handle: "SandboxKernelHandle") -> dict[str, Any]:
+    """The session's state as the kernel's status comm reports it to the widget
+    (``sandbox_kernel.status`` v1, see docs/comm.md)."""
+    comm_id = f"status-{time.monotonic_ns()}"
+    content = {"comm_id": comm_id, "target_name": "sandbox_kernel.status", "data": {"version": 1, "type": "hello"}}
+    handle.kc.shell_channel.send(handle.kc.session.msg("comm_open", content))
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            msg = handle.kc.get_iopub_msg(timeout=0.5)
+        except Exception:
+            continue
+        if msg["msg_type"] == "comm_msg" and msg["content"].get("comm_id") == comm_id:
+            data = msg["content"]["data"]
+            if data.get("type") == "state":
+                return data["state"]
+    raise AssertionError("no state from the kernel's status comm")

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from kernel_helpers import SandboxKernelHandle, require_bwrap
+from kernel_helpers import SandboxKernelHandle, require_bwrap, status_of
 from sandbox_kernel.privacy import PrivacyStore, PrivateData
 
 IFACES = "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))"
@@ -114,26 +114,8 @@ def test_host_rise_cuts_a_busy_uncooperative_sandbox_at_once(tmp_path: Path) -> 
         k.shutdown()
 
 
-def _state(k: SandboxKernelHandle) -> dict:
-    """The session's state as the kernel's status comm reports it to the widget."""
-    comm_id = f"side-doors-{time.monotonic_ns()}"
-    msg = k.kc.session.msg("comm_open", {"comm_id": comm_id, "target_name": "sandbox_kernel.status", "data": {"version": 1, "type": "hello"}})
-    k.kc.shell_channel.send(msg)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            msg = k.kc.get_iopub_msg(timeout=0.5)
-        except Exception:
-            continue
-        if msg["msg_type"] == "comm_msg" and msg["content"].get("comm_id") == comm_id:
-            data = msg["content"]["data"]
-            if data.get("type") == "state":
-                return data["state"]
-    raise AssertionError("no status from the kernel's comm")
-
-
 def _identity(k: SandboxKernelHandle) -> tuple[str, str]:
-    state = _state(k)
+    state = status_of(k)
     return state["user_id"], state["session_id"]
 
 
@@ -187,7 +169,7 @@ def test_a_private_notebook_raises_every_notebook_sharing_its_folder(tmp_path: P
 
 
 def _mark_of(k: SandboxKernelHandle) -> tuple[str, str]:
-    for entry in _state(k).get("datasets", []):
+    for entry in status_of(k).get("datasets", []):
         if entry.get("name", "").startswith("session marked private"):
             return entry["source"], entry["name"]
     return "", ""

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from kernel_helpers import SandboxKernelHandle
+from kernel_helpers import SandboxKernelHandle, status_of
+from sandbox_kernel.privacy import PrivacyStore, PrivateData
 from sandbox_kernel.docker.names import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER_PID
 
 MEMORY = "256m"
@@ -332,5 +333,80 @@ def test_missing_image_is_a_clear_error(docker_client: Any, tmp_path: Path) -> N
         assert run.status == "error" and run.reply["ename"] == "SandboxUnavailable", run.reply
         assert "sandbox-kernel-test:missing" in run.reply["evalue"] and "does not exist" in run.reply["evalue"]
         assert k.containers() == []
+    finally:
+        k.shutdown()
+
+
+# ---- the ratchet's side doors (private data never reaches a container with network) ------
+# A host-side rise cuts a busy container's network at once (the daemon
+# disconnects it; the container is not asked), ``wait=True`` returns only after
+# that, a notebook sharing a private notebook's folder rises with it, and a
+# restart keeps the session. Checked through ``docker inspect`` and the
+# interfaces a cell lists: no traffic is sent.
+
+
+def _networked(k: DockerKernel) -> list[str]:
+    """Running containers of the kernel still attached to a network."""
+    attached = []
+    for info in k.containers():
+        if info["State"] != "running":
+            continue
+        nets = (k.client.api.inspect_container(info["Id"]).get("NetworkSettings") or {}).get("Networks") or {}
+        if any(name != "none" for name in nets):
+            attached.append(info["Id"][:12])
+    return attached
+
+
+def test_host_rise_with_wait_disconnects_a_busy_container(docker_client: Any, test_image: str, tmp_path: Path) -> None:
+    k = DockerKernel(tmp_path, docker_client, test_image)
+    try:
+        assert k.run("kept = 1").status == "ok"
+        assert _networked(k), "a public docker sandbox has a network"
+        state = status_of(k.handle)
+        msg_id = k.handle.kc.execute("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(20)")
+        time.sleep(1.0)
+        store = PrivacyStore(k.handle.data_dir / "privacy")
+        started = time.monotonic()
+        PrivateData(state["user_id"], state["session_id"], store).add_private_dataset("crm", "SECRET", source="connector", wait=True)
+        took = time.monotonic() - started
+        assert not _networked(k), "wait=True returned while a container was still attached to a network"
+        print(f"docker: wait=True returned {took * 1000:.0f} ms after the call")
+        while True:
+            reply = k.handle.kc.get_shell_msg(timeout=60)
+            if reply["parent_header"].get("msg_id") == msg_id:
+                break
+        assert k.run(IFACES).stdout.strip() == "['lo']"
+        assert k.run("print(kept)").stdout.strip() == "1"
+    finally:
+        k.shutdown()
+
+
+def test_a_private_notebook_raises_a_docker_notebook_in_the_same_folder(docker_client: Any, test_image: str, tmp_path: Path) -> None:
+    shared = f"--SandboxKernel.privacy_dir={tmp_path / 'privacy'}"  # one ratchet store, as on one host
+    (tmp_path / "a").mkdir()
+    a = DockerKernel(tmp_path / "a", docker_client, test_image, shared)
+    (tmp_path / "b").mkdir()  # B mounts A's very folder
+    b = DockerKernel(tmp_path / "b", docker_client, test_image, f"--SandboxKernel.workspace={a.handle.workspace}", shared)
+    try:
+        assert eval(a.run(IFACES).stdout) != ["lo"] and eval(b.run(IFACES).stdout) != ["lo"]
+        a.run("%private patients CONFIDENTIAL")
+        a.run("open('/workspace/rows.csv', 'w').write('ada,42')")
+        assert wait_for(lambda: not _networked(b), 15), "B kept its network beside A's private rows"
+        assert b.run(IFACES).stdout.strip() == "['lo']"
+    finally:
+        a.shutdown()
+        b.shutdown()
+
+
+def test_restart_keeps_the_docker_session(docker_client: Any, test_image: str, tmp_path: Path) -> None:
+    k = DockerKernel(tmp_path, docker_client, test_image)
+    try:
+        k.run("%private payroll INTERNAL")
+        assert k.run(IFACES).stdout.strip() == "['lo']"
+        k.handle.km.restart_kernel(now=True)
+        k.handle.kc.wait_for_ready(timeout=60)
+        k.pid = k.handle.pid
+        assert k.run(IFACES).stdout.strip() == "['lo']"
+        assert not _networked(k)
     finally:
         k.shutdown()

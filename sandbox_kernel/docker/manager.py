@@ -420,6 +420,35 @@ class SandboxManager:
                     self._sessions[key] = session
             return session
 
+    def enforce_network(self) -> list[str]:
+        """Disconnect, at once and without the container's help, every container
+        whose session has become private since it was created (the daemon does
+        it; the container keeps running, network-less, with its workspace).
+        Called periodically by the tools' registry so the cut does not wait for
+        the next command. Returns the names of the containers cut."""
+        with self._lock:
+            held = list(self._sessions.values()) + list(self._ephemeral.values())
+        cut = []
+        for session in held:
+            if docker_network(session.network_mode) == docker_network(NetworkMode.NONE):
+                continue
+            mode = self.network_mode_for(session.user_id, session.session_id)
+            if docker_network(mode) == docker_network(session.network_mode):
+                continue
+            try:
+                info = self.client.api.inspect_container(session.container_id)
+                for name in (info.get("NetworkSettings") or {}).get("Networks") or {}:
+                    if name != "none":
+                        self.client.api.disconnect_container_from_network(session.container_id, name, force=True)
+            except Exception as exc:  # the container may be gone; removing it is the fallback
+                log.warning("could not disconnect %s (%s): removing it", session.container_name, exc)
+                if not session.ephemeral:
+                    self._forget(session)
+                continue
+            session.network_mode = mode
+            cut.append(session.container_name)
+        return cut
+
     def get_session(self, user_id: str, session_id: str) -> SandboxSession | None:
         """The cached persistent session, if any (no Docker call, no mode check)."""
         with self._lock:

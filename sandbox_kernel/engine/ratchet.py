@@ -87,7 +87,10 @@ class Ratchet:
                 self.folders.rise(self.workspace, own, f"session {self.session_id} of {self.user_id}")
             except (PrivacyStoreError, OSError, ValueError) as exc:
                 return merge(own, PrivacyState.build(error=f"the folder's level could not be recorded: {exc}"))
-        return merge(own, self.folders.read(self.workspace))
+        folder = self.folders.read(self.workspace)
+        if folder.sensitivity <= own.sensitivity and folder.error is None:
+            return own  # nothing the session does not already have (its own rise is recorded there too)
+        return merge(own, folder)
 
     @property
     def network_allowed(self) -> bool:

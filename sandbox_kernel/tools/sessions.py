@@ -84,6 +84,10 @@ class ToolsConfig:
     #: keep one Docker shell container per session between commands (faster,
     #: /tmp and background processes survive) instead of one per command
     docker_persistent: bool = False
+    #: seconds between checks of the ratchet store while sessions are live: a
+    #: rise made elsewhere (a connector, another session sharing the folder)
+    #: cuts the network of idle sandboxes and shell containers within this time
+    privacy_poll_interval: float = 0.25
 
     def root(self) -> Path:
         return Path(self.data_dir) if self.data_dir is not None else data_dir()
@@ -168,7 +172,10 @@ class ToolSession:
 
     def privacy(self) -> dict[str, Any]:
         state = self.ratchet.state
-        return {**state.to_json(), "network": "full" if self.ratchet.network_allowed else "none"}
+        # A whole-session mark (widget, host API, a private session sharing the
+        # folder) is provenance too: who raised it, why and when.
+        mark = state.mark.to_json() if state.mark is not None else None
+        return {**state.to_json(), "mark": mark, "network": "full" if self.ratchet.network_allowed else "none"}
 
 
 class SessionRegistry:
@@ -179,6 +186,7 @@ class SessionRegistry:
         self._sessions: dict[tuple[str, str], ToolSession] = {}
         self._lock = asyncio.Lock()
         self._reaper: asyncio.Task | None = None
+        self._watcher: asyncio.Task | None = None
         self._docker: Any = None
 
     async def get(self, user_id: str, session_id: str) -> ToolSession:
@@ -190,6 +198,7 @@ class SessionRegistry:
                 session = await asyncio.to_thread(ToolSession, self, user_id, session_id)
                 self._sessions[session.key] = session
             self._ensure_reaper()
+            self._ensure_watcher()
             return session
 
     @asynccontextmanager
@@ -246,6 +255,31 @@ class SessionRegistry:
 
         self._reaper = asyncio.get_running_loop().create_task(reap())
 
+    def _ensure_watcher(self) -> None:
+        """Poll the ratchet while sessions are live, so a rise made elsewhere
+        cuts idle sandboxes and shell containers without waiting for a call."""
+        if self._watcher is not None and not self._watcher.done():
+            return
+        if self.config.privacy_poll_interval <= 0:
+            return
+
+        async def watch() -> None:
+            while self._sessions:
+                await asyncio.sleep(self.config.privacy_poll_interval)
+                for session in list(self._sessions.values()):
+                    if session.engine is not None:
+                        try:
+                            await session.engine.refresh_privacy()
+                        except Exception as exc:  # never let the watcher die
+                            log.error("privacy check of %s/%s failed: %s", session.user_id, session.session_id, exc)
+                if self._docker is not None:
+                    try:
+                        await asyncio.to_thread(self._docker.enforce_network)
+                    except Exception as exc:
+                        log.error("cutting shell containers failed: %s", exc)
+
+        self._watcher = asyncio.get_running_loop().create_task(watch())
+
     def docker_manager(self) -> Any:
         if self._docker is None:
             from ..docker import SandboxManager
@@ -265,13 +299,14 @@ class SessionRegistry:
 
     async def aclose(self) -> None:
         """Shut every live session down (checkpointed) and stop the reaper."""
-        if self._reaper is not None:
-            self._reaper.cancel()
-            try:
-                await self._reaper
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._reaper = None
+        for task in (self._reaper, self._watcher):
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
+        self._reaper = self._watcher = None
         async with self._lock:
             sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:

@@ -139,6 +139,12 @@ class LabServer:
         raise RuntimeError(f"jupyter lab did not answer /api/status within {timeout}s ({last}); log:\n{self.log_tail()}")
 
     def put_notebook(self, name: str, cells: list[str] | None = None) -> None:
+        """Save a notebook through the contents API, creating its folder first.
+        Tests that must stay independent use a folder each: a private notebook
+        raises every notebook sharing its folder (docs/privacy.md, rule 1)."""
+        folder = name.rpartition("/")[0]
+        if folder:
+            self.request("PUT", f"/api/contents/{folder}", {"type": "directory"})
         self.request("PUT", f"/api/contents/{name}", {"type": "notebook", "format": "json", "content": notebook_json(cells)})
 
     def sessions(self) -> list[dict[str, Any]]:

@@ -152,8 +152,8 @@ def make_private_from_cell(page: Page) -> Locator:
 
 
 def test_cell_raises_ratchet(page: Page, lab: LabServer, shot: Shots) -> None:
-    lab.put_notebook("nb1.ipynb")
-    item = open_notebook(page, lab, "nb1.ipynb")
+    lab.put_notebook("a/nb1.ipynb")
+    item = open_notebook(page, lab, "a/nb1.ipynb")
     expect(item).to_be_visible()
     expect(item).to_have_class(re.compile(r"\bsk-status-statusbar-item\b"))
     expect(item).to_have_attribute("data-network", "full")
@@ -198,8 +198,8 @@ def test_cell_raises_ratchet(page: Page, lab: LabServer, shot: Shots) -> None:
 
 
 def test_widget_button_raises_ratchet(page: Page, lab: LabServer, shot: Shots) -> None:
-    lab.put_notebook("nb2.ipynb")
-    item = open_notebook(page, lab, "nb2.ipynb")
+    lab.put_notebook("b/nb2.ipynb")
+    item = open_notebook(page, lab, "b/nb2.ipynb")
     # Another notebook, another session: public, whatever happened to nb1.
     expect(item).to_have_attribute("data-network", "full")
     expect(item.locator(".sk-status-label")).to_have_text("Network on")
@@ -268,15 +268,15 @@ def wait_restarted(page: Page, lab: LabServer, name: str) -> None:
 
 
 def test_ratchet_survives_restart_and_new_kernel(page: Page, lab: LabServer, shot: Shots) -> None:
-    if lab.session_for("nb1.ipynb") is None:  # run alone: set nb1 up as the first test does
-        lab.put_notebook("nb1.ipynb")
-        open_notebook(page, lab, "nb1.ipynb")
+    if lab.session_for("a/nb1.ipynb") is None:  # run alone: set nb1 up as the first test does
+        lab.put_notebook("a/nb1.ipynb")
+        open_notebook(page, lab, "a/nb1.ipynb")
         make_private_from_cell(page)
-    item = open_notebook(page, lab, "nb1.ipynb")
+    item = open_notebook(page, lab, "a/nb1.ipynb")
     label = item.locator(".sk-status-label")
     expect(item).to_have_attribute("data-network", "none")
     expect(label).to_have_text("Network off · CONFIDENTIAL")
-    kernel_id = lab.session_for("nb1.ipynb")["kernel"]["id"]  # type: ignore[index]
+    kernel_id = lab.session_for("a/nb1.ipynb")["kernel"]["id"]  # type: ignore[index]
     _, count_before = run_cell(page, "1 + 1")
     assert count_before >= 2
     record_labels(page)
@@ -286,7 +286,7 @@ def test_ratchet_survives_restart_and_new_kernel(page: Page, lab: LabServer, sho
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Restart Kernel…$")).click()
     page.locator(".jp-Dialog .jp-mod-accept").click()
     expect(page.locator(".jp-Dialog")).to_have_count(0)
-    wait_restarted(page, lab, "nb1.ipynb")
+    wait_restarted(page, lab, "a/nb1.ipynb")
     expect(label).to_have_text("Network off · CONFIDENTIAL")
     cell, count = run_cell(page, IFACES_CELL)
     assert count == 1, f"the kernel did not restart from the UI (execution count {count}, was {count_before})"
@@ -303,23 +303,23 @@ def test_ratchet_survives_restart_and_new_kernel(page: Page, lab: LabServer, sho
 
     # 2. Restart through the REST API (as another client would): still off.
     lab.request("POST", f"/api/kernels/{kernel_id}/restart", timeout=KERNEL_TIMEOUT / 1000)
-    wait_restarted(page, lab, "nb1.ipynb")
+    wait_restarted(page, lab, "a/nb1.ipynb")
     cell, count = run_cell(page, IFACES_CELL)
     assert count == 1, f"the kernel did not restart through the API (execution count {count})"
     assert stdout_text(cell).strip() == "['lo']", output_text(cell)
     expect(item).to_have_attribute("data-network", "none")
     expect(label).to_have_text("Network off · SECRET")
-    assert lab.session_for("nb1.ipynb")["kernel"]["id"] == kernel_id  # type: ignore[index]
+    assert lab.session_for("a/nb1.ipynb")["kernel"]["id"] == kernel_id  # type: ignore[index]
     labels = recorded_labels(page)
     assert "Network on" not in labels, f"the item showed 'Network on' around a restart: {labels}"
     shot(page, "nb1-after-rest-restart")
 
     # 3. A brand-new kernel on the same notebook (session deleted, notebook re-opened).
-    session = lab.session_for("nb1.ipynb")
+    session = lab.session_for("a/nb1.ipynb")
     assert session is not None
     lab.request("DELETE", f"/api/sessions/{session['id']}")
-    item = open_notebook(page, lab, "nb1.ipynb")
-    new_kernel = lab.session_for("nb1.ipynb")["kernel"]["id"]  # type: ignore[index]
+    item = open_notebook(page, lab, "a/nb1.ipynb")
+    new_kernel = lab.session_for("a/nb1.ipynb")["kernel"]["id"]  # type: ignore[index]
     assert new_kernel != kernel_id
     expect(item).to_have_attribute("data-network", "none")
     expect(item.locator(".sk-status-label")).to_have_text("Network off · SECRET")
@@ -328,8 +328,8 @@ def test_ratchet_survives_restart_and_new_kernel(page: Page, lab: LabServer, sho
 
 
 def test_notebook7_toolbar_item(page: Page, lab: LabServer, shot: Shots) -> None:
-    lab.put_notebook("nb3.ipynb")
-    item = open_notebook(page, lab, "nb3.ipynb", ui="notebook7")
+    lab.put_notebook("c/nb3.ipynb")
+    item = open_notebook(page, lab, "c/nb3.ipynb", ui="notebook7")
     # Notebook 7 has no status bar: the item sits in the notebook toolbar, before the kernel name.
     expect(item).to_have_class(re.compile(r"\bsk-status-toolbar-item\b"))
     expect(page.locator(".jp-NotebookPanel-toolbar .sk-status-item")).to_be_visible()
@@ -344,8 +344,8 @@ def test_notebook7_toolbar_item(page: Page, lab: LabServer, shot: Shots) -> None
     shot(page, "nb7-network-off")
 
     # nb2 (made SECRET by the widget in the test above) in Notebook 7 too.
-    if lab.session_for("nb2.ipynb") is not None:
-        item = open_notebook(page, lab, "nb2.ipynb", ui="notebook7")
+    if lab.session_for("b/nb2.ipynb") is not None:
+        item = open_notebook(page, lab, "b/nb2.ipynb", ui="notebook7")
         expect(item.locator(".sk-status-label")).to_have_text("Network off · SECRET")
         expect(item).to_have_attribute("data-network", "none")
         shot(page, "nb7-nb2-secret")
@@ -355,9 +355,9 @@ def test_popup_says_what_made_a_widget_marked_session_private(page: Page, lab: L
     """docs/comm.md: ``datasets`` is "what made it private", ``source`` one of cell,
     *widget*, tool, connector, mount. A session marked from the widget must not be
     shown as SECRET with "None has entered this session" and the reason lost."""
-    name = "nb2.ipynb"
+    name = "b/nb2.ipynb"
     if lab.session_for(name) is None:  # run alone: mark a notebook from the widget first
-        name = "nb4.ipynb"
+        name = "d/nb4.ipynb"
         lab.put_notebook(name)
         item = open_notebook(page, lab, name)
         item.click()
@@ -383,21 +383,21 @@ def test_widget_follows_kernel_after_rest_restart(page: Page, lab: LabServer, sh
     """docs/comm.md: the frontend re-opens the comm after every kernel restart,
     including one made by another client (the REST API, nbclient, a second tab):
     a rise after such a restart must still reach the widget."""
-    lab.put_notebook("nb5.ipynb")
-    item = open_notebook(page, lab, "nb5.ipynb")
+    lab.put_notebook("e/nb5.ipynb")
+    item = open_notebook(page, lab, "e/nb5.ipynb")
     label = item.locator(".sk-status-label")
     expect(label).to_have_text("Network on")
     # Let the kernel's sandbox finish starting first: a restart during that start
     # is another matter (today it leaks the sandbox's pasta helper, which the lab
     # fixture's leftover check reports).
     run_cell(page, "1 + 1")
-    kernel_id = lab.session_for("nb5.ipynb")["kernel"]["id"]  # type: ignore[index]
+    kernel_id = lab.session_for("e/nb5.ipynb")["kernel"]["id"]  # type: ignore[index]
     lab.request("POST", f"/api/kernels/{kernel_id}/restart", timeout=KERNEL_TIMEOUT / 1000)
-    wait_restarted(page, lab, "nb5.ipynb")
+    wait_restarted(page, lab, "e/nb5.ipynb")
     expect(label).to_have_text("Network on")
     cell = run_cell(page, RATCHET_CELL)[0]
     expect(cell.locator(".jp-OutputArea-output")).to_contain_text([SYSTEM_NOTICE])
-    assert lab.session_for("nb5.ipynb")["kernel"]["id"] == kernel_id  # type: ignore[index]
+    assert lab.session_for("e/nb5.ipynb")["kernel"]["id"] == kernel_id  # type: ignore[index]
     try:
         expect(label).to_have_text("Network off · CONFIDENTIAL", timeout=15_000)
         expect(toast(page, "entered this session (nb5.ipynb)")).to_be_visible(timeout=10_000)

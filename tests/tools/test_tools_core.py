@@ -352,3 +352,33 @@ async def test_export_ipynb(registry: SessionRegistry, data_dir: Path) -> None:
     privacy = nb.metadata.sandbox_kernel.privacy
     assert privacy["level"] == "CONFIDENTIAL" and [d["name"] for d in privacy["datasets"]] == ["hr"]
     assert privacy["raised_by"][0]["cell_id"] == nb.cells[3].id and privacy["raised_by"][0]["to"] == "CONFIDENTIAL"
+
+
+async def test_idle_agent_session_is_cut_without_a_tool_call(registry: SessionRegistry, data_dir: Path) -> None:
+    """A connector raises an agent session from host Python while the agent is
+    idle: its sandbox (and a daemon it left running) loses the network within
+    the poll interval, and ``wait=True`` returns only once that is done."""
+    from sandbox_kernel.privacy import PrivacyStore, PrivateData
+
+    kw = ids(registry, "idle")
+    r = await repl_execute_cell(
+        "import subprocess, sys\n"
+        "d = subprocess.Popen([sys.executable, '-c', '''\n"
+        "import os, socket, time\n"
+        "while True:\n"
+        "    open('/workspace/if.tmp', 'w').write(repr(sorted(n for _, n in socket.if_nameindex())))\n"
+        "    os.replace('/workspace/if.tmp', '/workspace/ifaces')\n"
+        "    time.sleep(0.02)\n"
+        "'''], start_new_session=True)",
+        **kw,
+    )
+    session = await registry.get("alice", "idle")
+    ifaces = session.workspace / "ifaces"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not ifaces.exists():
+        await asyncio.sleep(0.05)
+    assert ifaces.read_text() != "['lo']", r.text
+    store = PrivacyStore(data_dir / "privacy")
+    await asyncio.to_thread(PrivateData("alice", "idle", store).add_private_dataset, "crm", "SECRET", "connector", True)
+    await asyncio.sleep(0.1)  # the daemon writes every 20 ms
+    assert ifaces.read_text() == "['lo']", "wait=True returned while the idle agent sandbox had network"

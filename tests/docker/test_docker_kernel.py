@@ -375,7 +375,8 @@ def test_host_rise_with_wait_disconnects_a_busy_container(docker_client: Any, te
             reply = k.handle.kc.get_shell_msg(timeout=60)
             if reply["parent_header"].get("msg_id") == msg_id:
                 break
-        assert k.run(IFACES).stdout.strip() == "['lo']"
+        run = k.run(IFACES)
+        assert run.stdout.strip() == "['lo']", (run.reply, run.stderr, run.errors)
         assert k.run("print(kept)").stdout.strip() == "1"
     finally:
         k.shutdown()

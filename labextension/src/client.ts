@@ -32,13 +32,21 @@ export function isSandboxKernelName(name: string | null | undefined): boolean {
 }
 
 /**
- * - `inactive`: the notebook has no kernel, or not a sandbox kernel.
+ * - `inactive`: the notebook has no kernel.
+ * - `unsandboxed`: the notebook runs a kernel that is not sandbox_kernel (its
+ *   cells run on the host): shown as a warning, never hidden, so that a
+ *   notebook saved with the stock kernel cannot pass for a sandboxed one.
  * - `connecting`: a sandbox kernel; waiting for its first state.
  * - `ready`: `state` holds what the kernel said last.
  * - `unavailable`: the kernel closed the comm (it does not serve the target)
  *   or speaks another protocol version.
  */
-export type Phase = 'inactive' | 'connecting' | 'ready' | 'unavailable';
+export type Phase =
+  | 'inactive'
+  | 'unsandboxed'
+  | 'connecting'
+  | 'ready'
+  | 'unavailable';
 
 export interface ILevelRaised {
   from: Level;
@@ -80,9 +88,43 @@ export class StatusClient implements IDisposable {
     return this._phase;
   }
 
-  /** Whether the notebook runs a sandbox kernel (the item is shown). */
+  /** Whether the notebook runs a kernel (the item is shown, sandboxed or not). */
   get isActive(): boolean {
     return this._phase !== 'inactive';
+  }
+
+  /** Whether the notebook runs a kernel that is NOT sandboxed. */
+  get isUnsandboxed(): boolean {
+    return this._phase === 'unsandboxed';
+  }
+
+  /** The kernelspec name of the notebook's kernel, if it has one. */
+  get kernelName(): string | null {
+    return this._kernel?.name ?? null;
+  }
+
+  /** The display name of the notebook's kernel ("Python 3 (ipykernel)"), else its name. */
+  get kernelDisplayName(): string {
+    return this.sessionContext.kernelDisplayName || this.kernelName || '';
+  }
+
+  /**
+   * Replace the notebook's kernel by the sandboxed one (`sandbox-python`).
+   * Resolves once the new kernel connection exists; rejects with the
+   * server's error (e.g. the sandboxed kernelspec is not installed).
+   */
+  async switchToSandbox(): Promise<void> {
+    if (this._isDisposed) {
+      return;
+    }
+    const kernel = await this.sessionContext.changeKernel({
+      name: SANDBOX_KERNEL_NAME
+    });
+    if (!kernel || !isSandboxKernelName(kernel.name)) {
+      throw new Error(
+        `The notebook's kernel is ${kernel ? `"${kernel.name}"` : 'not running'}, not ${SANDBOX_KERNEL_NAME}.`
+      );
+    }
   }
 
   get state(): IState | null {
@@ -159,7 +201,7 @@ export class StatusClient implements IDisposable {
   }
 
   private _onStatusChanged(_: ISessionContext, status: Kernel.Status): void {
-    if (!this._kernel || this._phase === 'inactive') {
+    if (!this._kernel || this._phase === 'inactive' || this._phase === 'unsandboxed') {
       return;
     }
     if (
@@ -223,8 +265,12 @@ export class StatusClient implements IDisposable {
     this._lastNotice = null;
     this._closedByKernel = false;
     this._sawLive = false;
-    if (!kernel || !isSandboxKernelName(kernel.name)) {
+    if (!kernel) {
       this._setPhase('inactive', true);
+      return;
+    }
+    if (!isSandboxKernelName(kernel.name)) {
+      this._setPhase('unsandboxed', true);
       return;
     }
     this._setPhase('connecting', true);
@@ -237,6 +283,7 @@ export class StatusClient implements IDisposable {
       !!this._kernel &&
       !this._kernel.isDisposed &&
       this._phase !== 'inactive' &&
+      this._phase !== 'unsandboxed' &&
       !this._closedByKernel &&
       (!this._comm || this._comm.isDisposed)
     );

@@ -1,5 +1,7 @@
 /**
- * sandbox-kernel-status: shows whether a notebook's sandbox has network.
+ * sandbox-kernel-status: shows whether a notebook's sandbox has network, and
+ * that a notebook is NOT sandboxed when it runs another kernel (with a
+ * one-click switch to the sandboxed kernel).
  *
  * JupyterLab: a status-bar item that follows the active notebook.
  * Notebook 7 (no status bar), or JupyterLab with the status bar disabled: the

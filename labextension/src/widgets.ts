@@ -8,6 +8,10 @@
  * Stable DOM hooks (kept for browser tests, see docs/comm.md):
  *   .sk-status-item[data-network][data-level][data-phase]  the item
  *   .sk-status-item .sk-status-label                        its text
+ *   .sk-status-item[data-phase=unsandboxed]                 a kernel that is NOT sandboxed
+ *   button.sk-switch-kernel                                 "Switch to the sandboxed kernel"
+ *                                                           (in the item and in its popup)
+ *   .sk-status-links-disabled                               popup: links disabled once private
  *   .sk-status-dialog                                       the details popup
  *   button.sk-mark-private                                  its "Mark session private…"
  *   .sk-mark-private-dialog, select.sk-mark-private-level,
@@ -17,13 +21,45 @@ import { Dialog, showErrorMessage } from '@jupyterlab/apputils';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import type { StatusClient } from './client';
+import { SANDBOX_KERNEL_NAME, type StatusClient } from './client';
 import { Level, MARKABLE_LEVELS, levelRank } from './protocol';
+
+/** The item's text on a notebook whose kernel is not sandbox_kernel. */
+export const NOT_SANDBOXED_LABEL = 'Not sandboxed';
+export const SWITCH_LABEL = 'Switch to the sandboxed kernel';
+
+function unsandboxedExplanation(client: StatusClient): string {
+  const kernel = client.kernelDisplayName || 'this kernel';
+  return (
+    `This notebook runs on "${kernel}", which is not sandboxed: its cells run ` +
+    'directly on this computer, with your files, your credentials and the network. ' +
+    `Switch to the sandboxed kernel (${SANDBOX_KERNEL_NAME}) before running code you ` +
+    'did not write. Variables of the current kernel are not carried over.'
+  );
+}
+
+/**
+ * Change the notebook's kernel to the sandboxed one; an error (the sandboxed
+ * kernelspec is missing, the server refused) is shown, not swallowed.
+ */
+export async function switchToSandbox(client: StatusClient): Promise<void> {
+  try {
+    await client.switchToSandbox();
+  } catch (err) {
+    await showErrorMessage(
+      'Could not switch to the sandboxed kernel',
+      err instanceof Error ? err.message : String(err)
+    );
+  }
+}
 
 /** The one-line text of the item for a client. */
 export function itemLabel(client: StatusClient | null): string {
   if (!client || !client.isActive) {
     return '';
+  }
+  if (client.isUnsandboxed) {
+    return NOT_SANDBOXED_LABEL;
   }
   const state = client.state;
   if (client.phase === 'unavailable' && !state) {
@@ -39,6 +75,9 @@ export function itemLabel(client: StatusClient | null): string {
 }
 
 function itemTitle(client: StatusClient | null): string {
+  if (client?.isUnsandboxed) {
+    return `${unsandboxedExplanation(client)}\nClick for details.`;
+  }
   const state = client?.state;
   if (!client || !state) {
     return client?.lastError ?? 'Sandboxed kernel: waiting for its status';
@@ -95,7 +134,14 @@ export class StatusItem extends Widget {
     this._icon = el('span', 'sk-status-icon');
     this._label = el('span', 'sk-status-label');
     this._flag = el('span', 'sk-status-flag');
-    this.node.append(this._icon, this._label, this._flag);
+    // A real button, so that the switch is one click from the item (the rest
+    // of the item opens the popup that explains why).
+    this._switch = el('button', 'sk-switch-kernel jp-mod-styled jp-mod-warn', 'Switch to sandboxed');
+    this._switch.type = 'button';
+    this._switch.title = SWITCH_LABEL;
+    this._switch.setAttribute('aria-label', SWITCH_LABEL);
+    this._switch.addEventListener('click', this._onSwitch);
+    this.node.append(this._icon, this._label, this._flag, this._switch);
     this.node.addEventListener('click', this._onClick);
     this.node.addEventListener('keydown', this._onKey);
     this.setClient(options.client ?? null);
@@ -136,6 +182,7 @@ export class StatusItem extends Widget {
     this.setClient(null);
     this.node.removeEventListener('click', this._onClick);
     this.node.removeEventListener('keydown', this._onKey);
+    this._switch.removeEventListener('click', this._onSwitch);
     super.dispose();
   }
 
@@ -148,8 +195,12 @@ export class StatusItem extends Widget {
     node.dataset.level = state ? state.level : '';
     node.dataset.backend = state ? state.backend : '';
     this._label.textContent = itemLabel(client);
+    const unsandboxed = !!client && client.isUnsandboxed;
     const problem = !!state && (state.error !== null || state.warnings.length > 0);
-    this._flag.textContent = problem ? '⚠' : '';
+    this._flag.textContent = problem || unsandboxed ? '⚠' : '';
+    this.toggleClass('sk-mod-unsandboxed', unsandboxed);
+    this._switch.hidden = !unsandboxed;
+    this._switch.disabled = this._switching;
     this.toggleClass('sk-mod-error', !!state?.error);
     this.toggleClass('sk-mod-warning', !!state && state.warnings.length > 0);
     const title = itemTitle(client);
@@ -172,7 +223,27 @@ export class StatusItem extends Widget {
     }
   };
 
+  private _onSwitch = (event: MouseEvent): void => {
+    event.preventDefault();
+    event.stopPropagation();
+    const client = this._client;
+    if (!client || !client.isUnsandboxed || this._switching) {
+      return;
+    }
+    this._switching = true;
+    this._update();
+    void switchToSandbox(client).finally(() => {
+      this._switching = false;
+      if (!this.isDisposed) {
+        this._update();
+      }
+    });
+  };
+
   private _onKey = (event: KeyboardEvent): void => {
+    if (event.target === this._switch) {
+      return; // the button handles its own Enter / Space
+    }
     if (event.key === 'Enter' || event.key === ' ') {
       event.preventDefault();
       if (this._client && this.isClientActive) {
@@ -188,13 +259,18 @@ export class StatusItem extends Widget {
   private _icon: HTMLSpanElement;
   private _label: HTMLSpanElement;
   private _flag: HTMLSpanElement;
+  private _switch: HTMLButtonElement;
+  private _switching = false;
   private _activeStateChanged = new Signal<this, void>(this);
 }
 
 export namespace StatusItem {
   export interface IOptions {
     client?: StatusClient | null;
-    /** Hide the widget itself when inactive (toolbar); the status bar hides it via isActive. */
+    /**
+     * Hide the widget itself when inactive, i.e. without a kernel (toolbar);
+     * the status bar hides it via isActive. Never hidden on an unsandboxed kernel.
+     */
     hideWhenInactive: boolean;
     /** Called on click / Enter with the item's client. */
     onActivate: (client: StatusClient) => void;
@@ -224,6 +300,11 @@ class StatusBody extends Widget {
     node.textContent = '';
     const summary = el('p', 'sk-status-summary', itemLabel(client));
     node.appendChild(summary);
+    if (client.isUnsandboxed) {
+      node.dataset.network = 'unknown';
+      node.appendChild(el('p', 'sk-status-unsandboxed', unsandboxedExplanation(client)));
+      return;
+    }
     if (!state) {
       node.appendChild(
         el(
@@ -260,6 +341,18 @@ class StatusBody extends Widget {
     row('Sandbox', state.backend, 'backend');
     row('Session', `${state.session_id} (user ${state.user_id})`, 'session');
     node.appendChild(facts);
+    if (levelRank(state.level) > levelRank('PUBLIC')) {
+      // The kernel removes external URLs from outputs once private (see the
+      // README); say so, or a user would take dead links for a bug.
+      node.appendChild(
+        el(
+          'p',
+          'sk-status-links-disabled',
+          'Links in outputs are disabled: private data is in this session, so outputs ' +
+            'lose every external URL and the browser cannot send the data anywhere.'
+        )
+      );
+    }
 
     node.appendChild(el('h3', undefined, 'Private data'));
     if (state.datasets.length === 0) {
@@ -314,9 +407,38 @@ class StatusBody extends Widget {
 }
 
 const MARK_ACTION = 'sk-mark-private';
+const SWITCH_ACTION = 'sk-switch-kernel';
+
+/** The popup of a notebook whose kernel is not sandboxed: why, and the switch. */
+async function showUnsandboxedDialog(client: StatusClient): Promise<void> {
+  const dialog = new Dialog<void>({
+    title: 'Not sandboxed',
+    body: new StatusBody(client),
+    buttons: [
+      Dialog.cancelButton({ label: 'Close' }),
+      Dialog.warnButton({
+        label: SWITCH_LABEL,
+        className: 'sk-switch-kernel',
+        caption: `Replace this notebook's kernel by ${SANDBOX_KERNEL_NAME}`,
+        actions: [SWITCH_ACTION]
+      })
+    ],
+    defaultButton: 1,
+    hasClose: true
+  });
+  dialog.addClass('sk-status-dialog');
+  dialog.addClass('sk-unsandboxed-dialog');
+  const result = await dialog.launch();
+  if (result.button.actions.includes(SWITCH_ACTION)) {
+    await switchToSandbox(client);
+  }
+}
 
 /** Open the details popup for a client; offers "Mark session private…". */
 export async function showStatusDialog(client: StatusClient): Promise<void> {
+  if (client.isUnsandboxed) {
+    return showUnsandboxedDialog(client);
+  }
   const state = client.state;
   const canMark = !!state && levelRank(state.level) < levelRank('SECRET');
   const buttons: Dialog.IButton[] = [Dialog.cancelButton({ label: 'Close' })];

@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 JUPYTER = VENV_BIN / "jupyter"
 KERNEL_NAME = "sandbox-python"
+# The configuration of the README's Lab command (scripts/lab.sh passes it with --config).
+LAB_CONFIG = REPO / "scripts" / "lab_config.py"
 
 
 def free_port() -> int:
@@ -56,9 +59,13 @@ class LabServer:
     ``root/data`` (``SANDBOX_KERNEL_DATA_DIR``), Jupyter's config, runtime,
     settings and workspaces under ``root/jupyter`` so nothing of the user's
     setup leaks in and nothing of the test is left behind.
+
+    ``extra_args`` go to ``jupyter lab`` (e.g. ``--config=scripts/lab_config.py``,
+    as ``scripts/lab.sh`` passes it), ``extra_env`` into its environment.
     """
 
-    def __init__(self, root: Path, log_path: Path | None = None, startup_timeout: float = 90.0) -> None:
+    def __init__(self, root: Path, log_path: Path | None = None, startup_timeout: float = 90.0,
+                 extra_args: Sequence[str] = (), extra_env: Mapping[str, str] | None = None) -> None:
         self.root = root
         self.notebooks = root / "notebooks"
         self.data_dir = root / "data"
@@ -86,6 +93,7 @@ class LabServer:
             "JUPYTERLAB_WORKSPACES_DIR": str(jupyter_dir / "workspaces"),
             "TMPDIR": str(root / "tmp"),
             "PYTHONUNBUFFERED": "1",
+            **(extra_env or {}),
         }
         env.pop("JUPYTER_TOKEN", None)
         args = [
@@ -104,6 +112,7 @@ class LabServer:
         ]
         if os.geteuid() == 0:
             args.append("--allow-root")
+        args.extend(extra_args)
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             args, cwd=str(self.notebooks), env=env, stdout=self._log, stderr=subprocess.STDOUT,

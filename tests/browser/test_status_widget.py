@@ -405,9 +405,10 @@ def test_widget_follows_kernel_after_rest_restart(page: Page, lab: LabServer, sh
         shot(page, "nb5-after-rest-restart-and-ratchet")
 
 
-def test_item_hidden_for_other_kernels(page: Page, lab: LabServer, shot: Shots) -> None:
-    """The item belongs to sandboxed notebooks only: on a stock ipykernel notebook
-    it is not shown (the other tests show it is for sandbox-python)."""
+def test_item_warns_on_other_kernels(page: Page, lab: LabServer, shot: Shots) -> None:
+    """On a stock ipykernel notebook the item is not hidden: it says "Not sandboxed"
+    (a user must not take a host kernel for a sandboxed one) and switches the
+    notebook to the sandboxed kernel in one click."""
     from lab_helpers import notebook_json
 
     nb = notebook_json(["1 + 1"])
@@ -416,7 +417,14 @@ def test_item_hidden_for_other_kernels(page: Page, lab: LabServer, shot: Shots) 
     page.goto(lab.url("/lab/tree/plain.ipynb?reset"), wait_until="domcontentloaded", timeout=APP_LOAD_TIMEOUT)
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible", timeout=APP_LOAD_TIMEOUT)
     lab.wait_kernel_idle("plain.ipynb", timeout=KERNEL_TIMEOUT / 1000)
-    expect(page.locator(".jp-Notebook .jp-Cell").first).to_be_visible()
-    page.wait_for_timeout(1500)
-    shot(page, "plain-python3-no-item")
-    expect(page.locator(f"{ITEM}:visible")).to_have_count(0)
+    assert lab.session_for("plain.ipynb")["kernel"]["name"] == "python3"  # type: ignore[index]
+    item = status_item(page)
+    expect(item).to_have_count(1, timeout=KERNEL_TIMEOUT)
+    expect(item).to_have_attribute("data-phase", "unsandboxed")
+    expect(item.locator(".sk-status-label")).to_have_text("Not sandboxed")
+    shot(page, "plain-python3-not-sandboxed")
+    item.locator("button.sk-switch-kernel").click()
+    expect(item).to_have_attribute("data-phase", "ready", timeout=KERNEL_TIMEOUT)
+    expect(item.locator(".sk-status-label")).to_have_text("Network on")
+    assert lab.session_for("plain.ipynb")["kernel"]["name"] == "sandbox-python"  # type: ignore[index]
+    shot(page, "plain-switched-to-sandbox")

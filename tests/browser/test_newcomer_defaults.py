@@ -178,9 +178,10 @@ def server_kernel_processes(lab: LabServer) -> list[str]:
 # ---- the README's command ----------------------------------------------------------
 
 
-def _show_config(*args: str, tmp: Path) -> str:
+def _show_config(*args: str, tmp: Path, cwd: Path | None = None) -> str:
     env = {
         **os.environ,
+        "SANDBOX_KERNEL_NOTEBOOKS": str(tmp / "notebooks"),
         "JUPYTER_CONFIG_DIR": str(tmp / "config"),
         "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
         "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),
@@ -188,7 +189,7 @@ def _show_config(*args: str, tmp: Path) -> str:
     env.pop(STOCK_ENV, None)
     out = subprocess.run(
         ["bash", str(REPO / "scripts" / "lab.sh"), *args, "--show-config"],
-        cwd=str(tmp), env=env, capture_output=True, text=True, timeout=600,
+        cwd=str(cwd or tmp), env=env, capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-4000:]
     return out.stdout
@@ -205,6 +206,18 @@ def test_lab_sh_passes_the_shared_config(tmp_path: Path) -> None:
     stock = _show_config("--with-stock-kernel", tmp=tmp_path)
     assert ".allow_unsandboxed_python = True" in stock, stock
     assert "default_kernel_name = 'sandbox-python'" in stock, stock
+
+
+def test_lab_sh_never_opens_notebooks_in_the_repository(tmp_path: Path) -> None:
+    """A notebook's folder is its sandbox's read-write workspace; the repository
+    holds what the host runs (scripts, venv, package). Started from the
+    repository, Lab opens on a notebooks folder outside it; started elsewhere,
+    on that folder."""
+    from_repo = _show_config(tmp=tmp_path, cwd=REPO)
+    assert f"root_dir = '{tmp_path / 'notebooks'}'" in from_repo, from_repo
+    assert (tmp_path / "notebooks").is_dir()
+    elsewhere = _show_config(tmp=tmp_path)
+    assert f"root_dir = '{tmp_path}'" in elsewhere, elsewhere
 
 
 def test_kernelspecs_offer_only_the_sandboxed_python(lab: LabServer) -> None:

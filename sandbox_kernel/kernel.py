@@ -12,6 +12,7 @@ import fnmatch
 import os
 import platform
 import signal
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -227,7 +228,11 @@ class SandboxKernel(Kernel, LimitTraits):
             self.session.send(self.iopub_socket, kind, content, parent=parent, ident=self._topic(kind))
 
         async def ask_input(prompt: str, password: bool) -> str:
-            return await asyncio.to_thread(self._input_request, prompt, ident, parent, password)
+            cancelled = threading.Event()
+            try:
+                return await asyncio.to_thread(self._cancellable_input_request, prompt, ident, parent, password, cancelled)
+            finally:
+                cancelled.set()  # an interrupted prompt stops waiting for its reply
 
         result = await self.engine.execute(
             code,
@@ -250,6 +255,39 @@ class SandboxKernel(Kernel, LimitTraits):
         else:
             reply.update(ename=result.ename, evalue=result.evalue, traceback=result.traceback)
         return reply
+
+    def _cancellable_input_request(self, prompt: str, ident: Any, parent: Any, password: bool, cancelled: threading.Event) -> str:
+        """ipykernel's ``_input_request``, but it gives up once ``cancelled`` is
+        set: it runs in a thread here, where no KeyboardInterrupt can reach it,
+        so an interrupted prompt would otherwise wait for a reply forever."""
+        import zmq
+
+        while True:  # drop stale replies (an earlier, interrupted prompt's)
+            try:
+                self.stdin_socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.ZMQError as exc:
+                if exc.errno == zmq.EAGAIN:
+                    break
+                raise
+        self.session.send(self.stdin_socket, "input_request", {"prompt": prompt, "password": password}, parent, ident=ident)
+        while not cancelled.is_set():
+            rlist, _, xlist = zmq.select([self.stdin_socket], [], [self.stdin_socket], 0.05)
+            if not (rlist or xlist):
+                continue
+            try:
+                _, reply = self.session.recv(self.stdin_socket)
+            except Exception:
+                self.log.warning("invalid input_reply", exc_info=True)
+                continue
+            if reply is None:
+                continue
+            content = reply.get("content") if isinstance(reply, dict) else None
+            value = content.get("value") if isinstance(content, dict) else None
+            if not isinstance(value, str):
+                self.log.error("input_reply without a text value: %r", content)
+                value = ""
+            return value
+        raise InterruptedError("the input prompt was cancelled")
 
     async def do_complete(self, code, cursor_pos):  # type: ignore[override]
         cursor_pos = len(code) if cursor_pos is None else cursor_pos

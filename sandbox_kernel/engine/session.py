@@ -505,6 +505,7 @@ class Session:
     ) -> dict[str, Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
         killed_at: float | None = None
+        prompt: asyncio.Future[None] | None = None
         while True:
             wait = None
             if killed_at is not None:
@@ -523,25 +524,39 @@ class Session:
                 await worker.kill()
                 return {"type": DEAD, "status": "died", "reason": worker.dead_reason}
             kind = msg.get("type")
-            if kind == DEAD:
-                return {"type": DEAD, "status": "died", "reason": f"the sandbox died: {msg.get('reason')}"}
-            if kind in ("done", "reply") and msg.get("id") == rid:
+            if kind == DEAD or (kind in ("done", "reply") and msg.get("id") == rid):
+                if prompt is not None and not prompt.done():
+                    prompt.cancel()  # the cell ended (interrupted, died): its prompt is over
+                if kind == DEAD:
+                    return {"type": DEAD, "status": "died", "reason": f"the sandbox died: {msg.get('reason')}"}
                 return msg
             if kind == "ratchet" and self._running == rid:
                 self._on_ratchet_request(worker, msg)
                 continue
             if kind == "input_request" and emit is not None:
-                value = ""
-                if ask_input is not None:
-                    try:
-                        value = await ask_input(str(msg.get("prompt", "")), bool(msg.get("password")))
-                    except Exception as exc:  # the frontend went away
-                        self.log.warning("input request failed: %s", exc)
-                        value = "\x04"
-                worker.send({"op": "input_reply", "value": value})
+                # The prompt is answered in the background while the worker is
+                # still listened to: an interrupt (the cell ends with
+                # KeyboardInterrupt) or a death must not wait for a reply that
+                # may never come.
+                if prompt is not None:
+                    prompt.cancel()
+                prompt = asyncio.ensure_future(self._answer_input(worker, rid, msg, ask_input))
                 continue
             if emit is not None and self._running is not None:
                 self._forward(msg, emit)
+
+    async def _answer_input(self, worker: WorkerHandle, rid: str, msg: dict[str, Any], ask_input: AskInput | None) -> None:
+        value = "\x04"  # EOF when nobody can answer
+        if ask_input is not None:
+            try:
+                value = await ask_input(str(msg.get("prompt", "")), bool(msg.get("password")))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the frontend went away
+                self.log.warning("input request failed: %s", exc)
+        if self._running == rid and worker.alive:
+            req = msg.get("req")
+            worker.send({"op": "input_reply", "value": value, **({"req": req} if isinstance(req, int) else {})})
 
     def _on_ratchet_request(self, worker: WorkerHandle, msg: dict[str, Any]) -> None:
         if self.ratchet is None:

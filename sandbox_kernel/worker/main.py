@@ -14,6 +14,7 @@ import builtins
 import fcntl
 import gc
 import getpass
+import itertools
 import os
 import select
 import signal
@@ -380,6 +381,9 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
+_input_ids = itertools.count(1)
+
+
 def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, out: Any, err: Any) -> None:
     """Route what a cell asks of the host (input(), getpass, the ratchet) over the
     channel, with the answers relayed by the holder on the private pipe."""
@@ -393,8 +397,12 @@ def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, ou
             )
         out.flush()
         err.flush()
-        channel.send({"type": "input_request", "prompt": str(prompt), "password": password})
-        reply = ctl.recv()
+        req = next(_input_ids)
+        channel.send({"type": "input_request", "prompt": str(prompt), "password": password, "req": req})
+        while True:  # a reply to an earlier, interrupted prompt is not this one's
+            reply = ctl.recv()
+            if reply.get("op") == "input_reply" and reply.get("req") in (req, None):
+                break
         value = reply.get("value", "")
         if not isinstance(value, str):
             value = str(value)

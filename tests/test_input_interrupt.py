@@ -1,0 +1,60 @@
+"""A cell waiting in input() that the user interrupts (no input_reply ever
+comes) ends with KeyboardInterrupt, keeps the state and leaves the kernel
+serving, as in ipykernel; a reply that arrives too late never answers a later
+prompt."""
+
+from __future__ import annotations
+
+import time
+
+from kernel_helpers import SandboxKernelHandle
+
+
+def _wait_for_input_request(k: SandboxKernelHandle, timeout: float = 30) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            msg = k.kc.get_stdin_msg(timeout=0.2)
+        except Exception:
+            continue
+        if msg["msg_type"] == "input_request":
+            return msg
+    raise AssertionError("no input_request")
+
+
+def _reply_to(k: SandboxKernelHandle, msg_id: str, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reply = k.kc.get_shell_msg(timeout=timeout)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply["content"]
+    raise AssertionError("no execute_reply")
+
+
+def test_interrupting_a_prompt_ends_the_cell_and_keeps_the_state(fresh_kernel: SandboxKernelHandle) -> None:
+    k = fresh_kernel
+    assert k.run("kept = 'earlier state'").status == "ok"
+    msg_id = k.kc.execute("partial = 1\nname = input('who? ')\nnever = 1", allow_stdin=True, stop_on_error=False)
+    request = _wait_for_input_request(k)
+    assert request["content"]["prompt"] == "who? "
+    k.km.interrupt_kernel()
+    reply = _reply_to(k, msg_id)
+    assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
+    # the kernel serves and nothing earlier was lost
+    run = k.run("print(kept, partial, 'never' in globals())")
+    assert run.stdout.split() == ["earlier", "state", "1", "False"], (run.stdout, run.stderr, run.errors, run.reply)
+    # a late reply to the interrupted prompt does not answer the next one
+    k.kc.input("late")
+    time.sleep(0.5)
+    run = k.run("print('got', input('again? '))", allow_stdin=True, stdin_answers=["fresh"])
+    assert run.stdout.strip() == "got fresh", (run.stdout, run.stderr, run.errors)
+
+
+def test_interrupting_getpass_too(fresh_kernel: SandboxKernelHandle) -> None:
+    k = fresh_kernel
+    msg_id = k.kc.execute("import getpass\nsecret = getpass.getpass('pw: ')", allow_stdin=True, stop_on_error=False)
+    request = _wait_for_input_request(k)
+    assert request["content"]["password"] is True
+    k.km.interrupt_kernel()
+    assert _reply_to(k, msg_id)["ename"] == "KeyboardInterrupt"
+    assert k.run("1 + 1").result["text/plain"] == "2"

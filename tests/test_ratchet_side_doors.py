@@ -89,7 +89,7 @@ def test_host_rise_cuts_a_busy_uncooperative_sandbox_at_once(tmp_path: Path) -> 
             time.sleep(0.05)
         assert ifaces.read_text() != "['lo']", "the daemon never saw the network"
         # The cell is busy for a long time and does not cooperate (SIGINT ignored).
-        msg_id = k.kc.execute("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)")
+        msg_id = k.kc.execute("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)", stop_on_error=False)
         time.sleep(1.0)
         store = PrivacyStore(k.data_dir / "privacy")
         user_id, session_id = _identity(k)
@@ -104,9 +104,8 @@ def test_host_rise_cuts_a_busy_uncooperative_sandbox_at_once(tmp_path: Path) -> 
         assert cut_after is not None, "the sandbox still had its network 10 s after the host-side rise"
         print(f"network cut {cut_after * 1000:.0f} ms after the host-side rise")
         # the kernel goes on serving once the busy cell is dealt with
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            reply = k.kc.get_shell_msg(timeout=60)
+        while True:  # the busy cell's reply (it was stopped, its state carried)
+            reply = k.kc.get_shell_msg(timeout=180)
             if reply["parent_header"].get("msg_id") == msg_id:
                 break
         assert k.run(IFACES).stdout.strip() == "['lo']"
@@ -198,7 +197,7 @@ def test_host_raiser_with_wait_returns_only_after_the_cut(tmp_path: Path) -> Non
     try:
         user_id, session_id = _identity(k)
         assert any(_sandbox_routes(k)), "the public sandbox should have a default route"
-        msg_id = k.kc.execute("import time\ntime.sleep(20)")  # busy while the connector raises
+        msg_id = k.kc.execute("import time\ntime.sleep(20)", stop_on_error=False)  # busy while the connector raises
         time.sleep(0.5)
         store = PrivacyStore(k.data_dir / "privacy")
         started = time.monotonic()
@@ -208,7 +207,7 @@ def test_host_raiser_with_wait_returns_only_after_the_cut(tmp_path: Path) -> Non
         assert not any(routes), f"add_private_dataset(wait=True) returned while a sandbox still had a route: {routes}"
         print(f"wait=True returned {took * 1000:.0f} ms after the call, no route left")
         while True:
-            reply = k.kc.get_shell_msg(timeout=60)
+            reply = k.kc.get_shell_msg(timeout=180)
             if reply["parent_header"].get("msg_id") == msg_id:
                 break
         assert k.run(IFACES).stdout.strip() == "['lo']"

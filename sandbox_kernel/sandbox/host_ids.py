@@ -28,7 +28,6 @@ import errno
 import os
 import stat
 import struct
-import threading
 from pathlib import Path
 
 #: the host uid/gid of sandboxes started by root, unless configured otherwise
@@ -39,9 +38,6 @@ _ACL_ACCESS = "system.posix_acl_access"
 _ACL_DEFAULT = "system.posix_acl_default"
 _USER_OBJ, _USER, _GROUP_OBJ, _GROUP, _MASK, _OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
 _UNDEFINED = 0xFFFFFFFF
-
-_done_lock = threading.Lock()
-_done: set[tuple[int, int, int, int, bool]] = set()
 
 
 class AccessGrantError(OSError):
@@ -154,10 +150,7 @@ def grant(path: Path, uid: int, gid: int, *, write: bool) -> None:
             fd = nfd
             st = os.fstat(fd)
             want = (7 if write else (5 if stat.S_ISDIR(st.st_mode) else 4)) if last else 1
-            key = (st.st_dev, st.st_ino, uid, want, last and write)
-            with _done_lock:
-                if key in _done:
-                    continue
+            # No cache across calls: a deleted folder's inode comes back for a new one.
             if not _may(st, uid, gid, want) or (last and write):
                 try:
                     _grant_fd(fd, st, uid, want, default=last and write)
@@ -168,8 +161,6 @@ def grant(path: Path, uid: int, gid: int, *, write: bool) -> None:
                         f"(needed for {path}): setting a POSIX ACL failed ({exc}). Use a filesystem with ACL "
                         "support, make the path readable by others, or set SandboxKernel.sandbox_uid",
                     ) from exc
-            with _done_lock:
-                _done.add(key)
     finally:
         if fd >= 0:
             os.close(fd)

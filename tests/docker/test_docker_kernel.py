@@ -363,7 +363,7 @@ def test_host_rise_with_wait_disconnects_a_busy_container(docker_client: Any, te
         assert k.run("kept = 1").status == "ok"
         assert _networked(k), "a public docker sandbox has a network"
         state = status_of(k.handle)
-        msg_id = k.handle.kc.execute("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(20)")
+        msg_id = k.handle.kc.execute("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(20)", stop_on_error=False)
         time.sleep(1.0)
         store = PrivacyStore(k.handle.data_dir / "privacy")
         started = time.monotonic()
@@ -372,7 +372,7 @@ def test_host_rise_with_wait_disconnects_a_busy_container(docker_client: Any, te
         assert not _networked(k), "wait=True returned while a container was still attached to a network"
         print(f"docker: wait=True returned {took * 1000:.0f} ms after the call")
         while True:
-            reply = k.handle.kc.get_shell_msg(timeout=60)
+            reply = k.handle.kc.get_shell_msg(timeout=180)
             if reply["parent_header"].get("msg_id") == msg_id:
                 break
         run = k.run(IFACES)
@@ -404,10 +404,13 @@ def test_restart_keeps_the_docker_session(docker_client: Any, test_image: str, t
     try:
         k.run("%private payroll INTERNAL")
         assert k.run(IFACES).stdout.strip() == "['lo']"
+        old_pid = k.pid
         k.handle.km.restart_kernel(now=True)
         k.handle.kc.wait_for_ready(timeout=60)
         k.pid = k.handle.pid
         assert k.run(IFACES).stdout.strip() == "['lo']"
         assert not _networked(k)
+        # the killed kernel's container went with it
+        assert wait_for(lambda: not containers_of(k.client, old_pid), 30), containers_of(k.client, old_pid)
     finally:
         k.shutdown()

@@ -128,13 +128,17 @@ def _kernel_in(workspace: Path, tmp: Path) -> SandboxKernelHandle:
     return SandboxKernelHandle(workspace, tmp, extra_args=["--SandboxKernel.backend=bwrap"], env={"SANDBOX_KERNEL_DATA_DIR": str(tmp.parent / "shared-data")})
 
 
-def _wait_for_lo(k: SandboxKernelHandle, timeout: float = 15) -> bool:
+def _wait_for_lo(k: SandboxKernelHandle, timeout: float = 15) -> str | None:
+    """The stderr seen up to the cut (its notices), or None if it never came."""
     deadline = time.monotonic() + timeout
+    seen = ""
     while time.monotonic() < deadline:
-        if k.run(IFACES).stdout.strip() == "['lo']":
-            return True
+        run = k.run(IFACES)
+        seen += run.stderr
+        if run.stdout.strip() == "['lo']":
+            return seen
         time.sleep(0.2)
-    return False
+    return None
 
 
 def test_a_private_notebook_raises_every_notebook_sharing_its_folder(tmp_path: Path) -> None:
@@ -151,8 +155,11 @@ def test_a_private_notebook_raises_every_notebook_sharing_its_folder(tmp_path: P
         a.run("%private patients CONFIDENTIAL")  # stops that cell; the next runs network-less
         run = a.run("open('/workspace/rows.csv', 'w').write('ada,42\\n')")
         assert (folder / "rows.csv").exists(), (run.stdout, run.stderr, run.errors)
-        assert _wait_for_lo(b), "B still has network while A's private rows sit in the shared folder"
-        assert _wait_for_lo(parent), "a notebook whose folder contains A's folder kept its network"
+        notices = _wait_for_lo(b)
+        assert notices is not None, "B still has network while A's private rows sit in the shared folder"
+        # B's user is told why: another session sharing the folder became private
+        assert "[SYSTEM]" in notices and "with this folder" in notices and "project" in notices, notices
+        assert _wait_for_lo(parent) is not None, "a notebook whose folder contains A's folder kept its network"
         assert len(eval(sibling.run(IFACES).stdout)) > 1, "a sibling folder must not rise"
         # B's own cells say why, and the level never comes back down
         run = b.run("import sandbox_kernel.private as p\nprint(p.mark_private('INTERNAL'))")

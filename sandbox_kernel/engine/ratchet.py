@@ -92,6 +92,14 @@ class Ratchet:
             return own  # nothing the session does not already have (its own rise is recorded there too)
         return merge(own, folder)
 
+    def notice(self) -> str:
+        """The [SYSTEM] notice, naming the cause when another session sharing
+        the folder made this one private (so nobody is surprised)."""
+        mark = self.state.mark
+        if mark is not None and mark.source == "workspace" and mark.reason:
+            return f"{SYSTEM_NOTICE}\nCause: {mark.reason}."
+        return SYSTEM_NOTICE
+
     @property
     def network_allowed(self) -> bool:
         return self.state.network_mode == NetworkMode.FULL

@@ -336,7 +336,8 @@ class Session:
         """No sandbox with network may run once the session is private."""
         if self.sandbox_has_network and not self.network_allowed:
             await self._replace(reason, emit)
-            notice = f"{SYSTEM_NOTICE}\nThe sandbox was replaced by one without network; the state of earlier cells carried over."
+            cause = self.ratchet.notice() if self.ratchet is not None else SYSTEM_NOTICE
+            notice = f"{cause}\nThe sandbox was replaced by one without network; the state of earlier cells carried over."
             notice += " Run this cell again.\n" if rerun else "\n"
             if emit is not None:
                 emit("stream", {"name": "stderr", "text": notice})
@@ -393,7 +394,7 @@ class Session:
         changed = current != self._last_privacy
         self._last_privacy = current
         if changed and self.on_privacy_change is not None:
-            self.on_privacy_change(SYSTEM_NOTICE if not self.network_allowed else None)
+            self.on_privacy_change(self.ratchet.notice() if not self.network_allowed else None)
         return changed
 
     # ---- requests --------------------------------------------------------------------

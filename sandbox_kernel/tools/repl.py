@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from ..engine.ratchet import SYSTEM_NOTICE
 from .errors import classify
 from .render import ToolResult, render_cell, render_notebook
 from .sessions import SessionRegistry, ToolSession, current_identity, get_registry
@@ -61,7 +60,7 @@ async def session_for(user_id: str | None, session_id: str | None, registry: Ses
                 except Exception:
                     pass
             if before and not session.ratchet.network_allowed:
-                notices.insert(0, SYSTEM_NOTICE)
+                notices.insert(0, session.ratchet.notice())
 
 
 def _with_notices(result: ToolResult, notices: list[str]) -> ToolResult:

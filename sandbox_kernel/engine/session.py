@@ -92,6 +92,7 @@ class Session:
         self._pending_notices: list[str] = []
         self._closed = False
         self._warned = False  # the isolation warning is shown once per session
+        self._caps_warned = False  # so is the lack of whole-sandbox caps
         self.started_at: float | None = None
         #: tells host-side raisers waiting for the cut what this session enforces
         self._enforcement: EnforcementRecord | None = None
@@ -429,6 +430,13 @@ class Session:
             if self.warnings and not self._warned:
                 self._warned = True
                 guarded("stream", {"name": "stderr", "text": f"{NOTICE} WARNING: {self.warnings[0]}\n"})
+            problem = worker.process.cgroup_problem
+            if problem and not self._caps_warned:
+                self._caps_warned = True  # never silently: the caps are per process only
+                guarded("stream", {"name": "stderr", "text": (
+                    f"{NOTICE} WARNING: no whole-sandbox memory/process caps ({problem}); "
+                    "limits apply per process only.\n")})
+            caps_mark = worker.process.caps_mark()
             rid = f"x{next(self._ids)}"
             self._running = rid
             self._kill_reason = None
@@ -446,8 +454,11 @@ class Session:
             if note:
                 emit("stream", {"name": "stderr", "text": f"\n{note}\n"})
             result = self._result(done, execution_count)
+            hits = worker.process.caps_hit(caps_mark)
+            for hit in hits:
+                guarded("stream", {"name": "stderr", "text": f"{NOTICE} {hit[0].upper()}{hit[1:]}.\n"})
             if result.status == "died":
-                text = self._kill_reason or str(done.get("reason") or "the cell's process died")
+                text = self._kill_reason or (hits[0] if hits else None) or str(done.get("reason") or "the cell's process died")
                 evalue = f"{text}. The cell's changes were discarded; the state from earlier cells is intact."
                 guarded("error", {"ename": "CellDied", "evalue": evalue, "traceback": [f"CellDied: {evalue}"]})
                 result.ename, result.evalue, result.traceback = "CellDied", evalue, [f"CellDied: {evalue}"]

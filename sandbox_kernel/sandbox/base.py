@@ -11,9 +11,10 @@ import os
 import resource
 import signal
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,18 @@ class SandboxProcess:
         self.backend = backend
         #: helper processes (e.g. the user-mode network) that die with the sandbox
         self.helpers = list(helpers)
+        #: the sandbox's own cgroup (whole-sandbox caps), when one could be had
+        self.cgroup: Any = None
+        #: why the sandbox has no cgroup of its own (said to the user once)
+        self.cgroup_problem: str | None = None
+
+    def caps_mark(self) -> dict[str, int]:
+        """Counters of the whole-sandbox caps now (compare with :meth:`caps_hit`)."""
+        return self.cgroup.mark() if self.cgroup is not None else {}
+
+    def caps_hit(self, mark: dict[str, int]) -> list[str]:
+        """The whole-sandbox caps reached since ``mark``, in words."""
+        return self.cgroup.hit_since(mark) if self.cgroup is not None else []
 
     @property
     def pid(self) -> int:
@@ -159,6 +172,9 @@ class SandboxProcess:
                 except (ProcessLookupError, PermissionError):
                     continue
         await self.process.wait()
+        if self.cgroup is not None:
+            cgroup, self.cgroup = self.cgroup, None
+            await asyncio.to_thread(cgroup.remove)
 
 
 class Sandbox(ABC):
@@ -219,13 +235,23 @@ async def spawn(
     cwd: str | None,
     pass_fds: Sequence[int] = (),
     run_as: tuple[int, int] | None = None,
+    join: Callable[[], None] | None = None,
 ) -> asyncio.subprocess.Process:
     """Start ``argv`` in its own session with pipes and rlimits (shared by
-    backends), as the host ``run_as`` (uid, gid) when given (no supplementary
-    groups: root's would otherwise stay)."""
-    ids: dict[str, object] = {}
-    if run_as is not None:
-        ids = {"user": run_as[0], "group": run_as[1], "extra_groups": []}
+    backends). Between fork and exec, in this order: ``join`` (e.g. enter the
+    sandbox's cgroup, which needs this process's privileges), then the switch
+    to the host ``run_as`` (uid, gid) with no supplementary groups (root's
+    would otherwise stay), then the rlimits."""
+
+    def prepare() -> None:
+        if join is not None:
+            join()
+        if run_as is not None:
+            os.setgroups([])
+            os.setresgid(run_as[1], run_as[1], run_as[1])
+            os.setresuid(run_as[0], run_as[0], run_as[0])
+        limits.apply()
+
     return await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.PIPE,
@@ -234,8 +260,7 @@ async def spawn(
         env=dict(env) if env is not None else None,
         cwd=cwd,
         start_new_session=True,
-        preexec_fn=limits.apply,
+        preexec_fn=prepare,
         limit=1 << 24,
         pass_fds=tuple(pass_fds),
-        **ids,  # type: ignore[arg-type]
     )

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from . import cgroups
 from .base import Sandbox, SandboxProcess, SandboxSpec, spawn
 from .host_ids import SHARE_TREE_LIMIT, grant, run_as_for, share_tree
 from .usernet import start_user_network
@@ -138,8 +141,26 @@ class BubblewrapSandbox(Sandbox):
 
     async def start(self, spec: SandboxSpec) -> SandboxProcess:
         run_as = await asyncio.to_thread(self._run_as, spec)
+        cgroup, problem = await asyncio.to_thread(cgroups.create, cgroups.Caps(memory=spec.limits.address_space, pids=spec.limits.processes))
+        if problem:
+            log.warning("no whole-sandbox caps: %s", problem)
+        join = cgroup.join if cgroup is not None else None
+        if cgroup is not None and spec.limits.processes:
+            # The cgroup caps processes for this sandbox alone; RLIMIT_NPROC would
+            # count every process of the sandbox uid on the host (all sandboxes).
+            spec = dataclasses.replace(spec, limits=dataclasses.replace(spec.limits, processes=None))
+        try:
+            sandbox = await self._start(spec, run_as, join)
+        except BaseException:
+            if cgroup is not None:
+                cgroup.remove(timeout=0.5)
+            raise
+        sandbox.cgroup, sandbox.cgroup_problem = cgroup, problem
+        return sandbox
+
+    async def _start(self, spec: SandboxSpec, run_as: tuple[int, int] | None, join: Callable[[], None] | None) -> SandboxProcess:
         if spec.isolate_network or spec.network == "host":
-            process = await spawn(self.build_argv(spec), spec.limits, env={}, cwd="/", run_as=run_as)
+            process = await spawn(self.build_argv(spec), spec.limits, env={}, cwd="/", run_as=run_as, join=join)
             return SandboxProcess(process, self.name)
         # User-mode network: bwrap makes an empty network namespace and waits
         # (block fd) until pasta has given it an interface, then runs the command.
@@ -147,7 +168,8 @@ class BubblewrapSandbox(Sandbox):
         block_r, block_w = os.pipe()
         try:
             process = await spawn(
-                self.build_argv(spec, info_w, block_r), spec.limits, env={}, cwd="/", pass_fds=(info_w, block_r), run_as=run_as,
+                self.build_argv(spec, info_w, block_r), spec.limits, env={}, cwd="/", pass_fds=(info_w, block_r),
+                run_as=run_as, join=join,
             )
         finally:
             os.close(info_w)

@@ -167,12 +167,20 @@ class Holder:
 
         out = OutStream("stdout", self.channel, 1)
         err = OutStream("stderr", self.channel, 2)
-        captures = [FdCapture(1, out), FdCapture(2, err)]
+        captures: list[Any] = []
+        try:
+            captures = [FdCapture(1, out), FdCapture(2, err)]
+        except RuntimeError:  # "can't start new thread": the sandbox's process cap is spent now
+            for capture in captures:
+                capture.stop()
+            captures = []
         try:
             msg = self._ctl.recv()
         except (ChannelClosed, ValueError):
             os._exit(0)  # the holder went away or shut down
         try:
+            if not captures:  # try again now that the cell is here; fail the cell, not the sandbox
+                captures = [FdCapture(1, out), FdCapture(2, err)]
             if msg.get("op") == "execute":
                 result = self._execute(msg, self._ctl, out, err, captures)
             else:

@@ -1,0 +1,189 @@
+"""Whole-sandbox caps: one cgroup per sandbox for its memory, processes and CPU share.
+
+rlimits are per process: three processes of one cell each touching 4 GiB
+peaked at 12 GiB against an 8 GiB "limit", and RLIMIT_NPROC is not enforced
+for host root, so a fork storm reached thousands of processes. A cgroup caps
+everything the sandbox runs together: total memory with no swap beyond it,
+total processes and threads, and a CPU weight below the default so the Jupyter
+server and other kernels keep the machine responsive.
+
+The cgroup is made under the kernel's own cgroup in each hierarchy (v1, one
+hierarchy per controller, as on this machine; or the v2 unified hierarchy when
+the kernel may delegate to a child), the sandbox's first process joins it
+between fork and exec (before it drops to the sandbox uid), and it is removed
+with the sandbox. When none can be had (no permission, v2 without delegation),
+:func:`create` says why and the engine tells the user in the first cell's output.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+#: CPU weight of a sandbox relative to the default (1024 in v1 shares, 100 in v2)
+CPU_SHARES = 512
+_names = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Caps:
+    """What one sandbox may use in total (None: no cap of that kind)."""
+
+    memory: int | None = None
+    pids: int | None = None
+
+
+def _own_path(controller: str) -> str | None:
+    """This process's cgroup path in the hierarchy of ``controller`` ("" for v2)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controller == "" and controllers == "":
+            return path
+        if controller and controller in controllers.split(","):
+            return path
+    return None
+
+
+def _write(path: Path, value: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(value)
+
+
+@dataclass
+class SandboxCgroup:
+    """The cgroup(s) of one sandbox; ``version`` is 1 or 2."""
+
+    version: int
+    dirs: dict[str, Path]
+    caps: Caps
+    _start: dict[str, int] = field(default_factory=dict)
+
+    # ---- in the child, between fork and exec ------------------------------------
+    def join(self) -> None:
+        """Move the calling process in (every hierarchy); its children follow."""
+        pid = str(os.getpid())
+        for directory in self.dirs.values():
+            _write(directory / "cgroup.procs", pid)
+
+    # ---- what was hit ---------------------------------------------------------------
+    def _counters(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        if self.version == 1:
+            sources = {"oom_kill": ("memory", "memory.oom_control"), "max": ("pids", "pids.events")}
+        else:
+            sources = {"oom_kill": ("unified", "memory.events"), "max": ("unified", "pids.events")}
+        for key, (hierarchy, name) in sources.items():
+            directory = self.dirs.get(hierarchy)
+            if directory is None:
+                continue
+            try:
+                for line in (directory / name).read_text().splitlines():
+                    parts = line.split()
+                    if len(parts) == 2 and parts[0] == key:
+                        found[key] = int(parts[1])
+            except (OSError, ValueError):
+                continue
+        return found
+
+    def mark(self) -> dict[str, int]:
+        """Counters now, to compare after a cell."""
+        return self._counters()
+
+    def hit_since(self, before: dict[str, int]) -> list[str]:
+        """Human-readable caps reached since ``before`` (empty when none)."""
+        now = self._counters()
+        hits = []
+        if now.get("oom_kill", 0) > before.get("oom_kill", 0) and self.caps.memory:
+            hits.append(f"the sandbox's memory cap ({_size(self.caps.memory)} in total for all its processes, no swap) "
+                        "was reached and the largest process was killed")
+        if now.get("max", 0) > before.get("max", 0) and self.caps.pids:
+            hits.append(f"the sandbox's process cap ({self.caps.pids} processes and threads in total) was reached: "
+                        "new processes or threads were refused")
+        return hits
+
+    def remove(self, timeout: float = 2.0) -> None:
+        """Remove the (now empty) cgroup directories; retried while processes exit."""
+        deadline = time.monotonic() + timeout
+        for directory in self.dirs.values():
+            while True:
+                try:
+                    directory.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.02)
+
+
+def _size(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n} bytes"
+
+
+def create(caps: Caps) -> tuple[SandboxCgroup | None, str | None]:
+    """A fresh cgroup for one sandbox with ``caps``, or (None, why not)."""
+    name = f"sandbox-kernel-{os.getpid()}-{next(_names)}"
+    if (ROOT / "cgroup.controllers").exists():
+        return _create_v2(name, caps)
+    return _create_v1(name, caps)
+
+
+def _create_v1(name: str, caps: Caps) -> tuple[SandboxCgroup | None, str | None]:
+    dirs: dict[str, Path] = {}
+    try:
+        for controller in ("memory", "pids", "cpu"):
+            own = _own_path(controller)
+            base = ROOT / controller
+            if own is None or not base.is_dir():
+                raise OSError(f"no cgroup v1 hierarchy for {controller}")
+            directory = base / own.lstrip("/") / name
+            directory.mkdir()
+            dirs[controller] = directory
+        if caps.memory:
+            _write(dirs["memory"] / "memory.limit_in_bytes", str(caps.memory))
+            swap = dirs["memory"] / "memory.memsw.limit_in_bytes"
+            if swap.exists():
+                _write(swap, str(caps.memory))  # memory + swap: no swap beyond the cap
+        if caps.pids:
+            _write(dirs["pids"] / "pids.max", str(caps.pids))
+        _write(dirs["cpu"] / "cpu.shares", str(CPU_SHARES))
+    except OSError as exc:
+        SandboxCgroup(1, dirs, caps).remove(timeout=0)
+        return None, f"cgroup v1 unavailable: {exc}"
+    return SandboxCgroup(1, dirs, caps), None
+
+
+def _create_v2(name: str, caps: Caps) -> tuple[SandboxCgroup | None, str | None]:
+    own = _own_path("")
+    if own is None:
+        return None, "cgroup v2: this process's cgroup is unknown"
+    parent = ROOT / own.lstrip("/")
+    directory = parent / name
+    try:
+        enabled = (parent / "cgroup.subtree_control").read_text().split()
+        missing = [c for c in ("memory", "pids", "cpu") if c not in enabled]
+        if missing:
+            _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in missing))
+        directory.mkdir()
+        if caps.memory:
+            _write(directory / "memory.max", str(caps.memory))
+            _write(directory / "memory.swap.max", "0")
+        if caps.pids:
+            _write(directory / "pids.max", str(caps.pids))
+        _write(directory / "cpu.weight", str(max(1, CPU_SHARES * 100 // 1024)))
+    except OSError as exc:
+        SandboxCgroup(2, {"unified": directory}, caps).remove(timeout=0)
+        return None, f"cgroup v2 not delegated to this kernel ({exc})"
+    return SandboxCgroup(2, {"unified": directory}, caps), None

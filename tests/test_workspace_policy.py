@@ -68,6 +68,11 @@ def make_home(root: Path) -> tuple[Path, Path, dict[str, str]]:
     (venv / "lib" / PYVER / "site-packages").mkdir(parents=True)
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
     (venv / "lib" / PYVER / "site-packages" / "venvmod.py").write_text("X = 1\n")
+    (home / ".cargo" / "bin").mkdir(parents=True)
+    (home / ".cargo" / "bin" / "cargo").write_text("#!/bin/sh\n")
+    (home / "bin").mkdir()
+    (home / "bin" / "backup.sh").write_text("#!/bin/sh\n")
+    (home / ".pypirc").write_text("[pypi]\npassword = pypi-token-123\n")
     (home / "notes.txt").write_text("my notes\n")
     (home / "data").mkdir()
     env = {
@@ -331,3 +336,22 @@ def test_kernel_never_imports_from_the_notebook_folder(tmp_path: Path) -> None:
         assert kernel.run("print(6 * 7)").stdout.strip() == "42"
     finally:
         kernel.shutdown()
+
+
+def test_tool_dirs_at_the_top_of_the_home_read_only(home_kernel) -> None:
+    """~/.cargo/bin, ~/bin (on PATH) and other dot entries hold programs the user
+    runs: under the home rule only non-dot, non-tool entries are writable."""
+    kernel, home, _ = home_kernel
+    run = kernel.run(
+        try_write("/workspace/.cargo/bin/cargo", "#!/bin/sh\nevil\n")
+        + try_write("/workspace/bin/backup.sh", "#!/bin/sh\nevil\n")
+        + try_write("/workspace/bin/ls", "#!/bin/sh\nevil\n")
+        + try_write("/workspace/.cache/pre-commit/hook.py", "evil")
+        + "try: print('READ', open('/workspace/.pypirc').read())\n"
+        + "except OSError as e: print('NOREAD', type(e).__name__)\n"
+    )
+    assert len(lines(run, "DENIED")) == 4, run.stdout
+    assert "pypi-token-123" not in run.stdout
+    assert (home / ".cargo" / "bin" / "cargo").read_text() == "#!/bin/sh\n"
+    assert (home / "bin" / "backup.sh").read_text() == "#!/bin/sh\n"
+    assert not (home / "bin" / "ls").exists() and not (home / ".cache").exists()

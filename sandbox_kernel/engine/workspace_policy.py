@@ -47,14 +47,23 @@ WORKSPACE_SETTING = "--SandboxKernel.workspace=/path/to/a/project/folder"
 HOME_SECRETS: tuple[str, ...] = (
     ".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".netrc", ".pgpass",
     ".git-credentials", ".config/gcloud",
+    # token stores as common (reading is enough to steal them)
+    ".pypirc", ".npmrc", ".config/gh", ".config/hub", ".password-store", ".vault-token", ".kaggle",
+    ".cargo/credentials", ".cargo/credentials.toml", ".terraform.d", ".local/share/keyrings",
+    ".mozilla", ".config/google-chrome", ".config/chromium",
 )
 #: config and code places in a home: read-only when the home is in a workspace
 HOME_CONFIG: tuple[str, ...] = (
     ".jupyter", ".ipython", ".local", ".config",
     ".bashrc", ".profile", ".bash_profile", ".bash_login", ".bash_logout", ".zshrc", ".zshenv",
-    ".zprofile", ".zlogin", ".inputrc", ".pythonrc.py", ".gitconfig", ".npmrc", ".pypirc",
+    ".zprofile", ".zlogin", ".inputrc", ".pythonrc.py", ".gitconfig",
     ".condarc", ".xinitrc", ".xsession", ".pam_environment", ".curlrc", ".wgetrc",
 )
+#: non-dot entries at the top of a home that hold programs the user runs (on PATH,
+#: or Python/conda installations): never bound writable under the home rule
+HOME_TOOL_DIRS: frozenset[str] = frozenset({
+    "bin", "go", "snap", "miniconda3", "anaconda3", "miniforge3", "mambaforge", "micromamba",
+})
 #: directories whose content a host tool trusts and executes (hooks, config)
 REPO_DIRS: tuple[str, ...] = (".git", ".hg")
 #: a directory holding this file is a Python virtual environment
@@ -380,7 +389,12 @@ def plan_workspace(
         for entry in top:
             path = Path(entry.path)
             st = _lexists(path)
+            # Dot entries at the top of a home are configuration and tool state by
+            # convention (~/.cargo/bin, ~/.vim, ~/.cache/pre-commit, ~/.vscode-server
+            # hold code the host runs): all read-only, not only the listed ones.
             if st is None or path in masks or entry.name in protected_names:
+                continue
+            if entry.name.startswith(".") or entry.name in HOME_TOOL_DIRS:
                 continue
             # symlinks stay as they are (links in the read-only top level): binding
             # one would mount whatever host path it points to
@@ -421,7 +435,8 @@ def plan_workspace(
 
 
 _FILE_NAMES = frozenset({
-    ".netrc", ".pgpass", ".git-credentials", "notebook_secret",
+    ".netrc", ".pgpass", ".git-credentials", "notebook_secret", ".pypirc", ".npmrc", ".vault-token",
+    "credentials", "credentials.toml",
     *(n for n in HOME_CONFIG if n not in (".jupyter", ".ipython", ".local", ".config")),
 })
 _FILE_SUFFIXES = (".zip", ".egg", ".whl", ".py", ".pth")

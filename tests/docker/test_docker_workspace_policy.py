@@ -77,3 +77,23 @@ def test_docker_top_level_of_home_not_creatable_but_user_files_writable(docker_h
     assert (home / ".bashrc").read_text() == "# the user's bashrc\n"
     assert (home / "notes.txt").read_text() == "my notes\nmore\n"
     assert (home / "data" / "out.csv").read_text() == "1,2\n"
+
+
+def test_docker_shell_manager_masks_a_repository_in_the_workspace(manager: Any, ids: tuple[str, str]) -> None:
+    """The shell tool's containers (SandboxManager) get the same masks."""
+    user, session = ids
+    workspace = manager.workspace_for(user, session)
+    git = workspace / "checkout" / ".git"
+    (git / "hooks").mkdir(parents=True)
+    (git / "config").write_text("[core]\n")
+    for path in (workspace / "checkout", git, git / "hooks", git / "config"):
+        os.chmod(path, 0o777 if path.is_dir() else 0o666)  # only the mount may stop the write
+    code, out = manager.execute_command(
+        user, session,
+        "echo evil > checkout/.git/hooks/pre-commit; echo rc=$?; echo evil >> checkout/.git/config; echo rc=$?; "
+        "echo fine > checkout/notes.txt; echo rc=$?",
+    )
+    assert out.count("rc=0") == 1 and out.count("rc=1") == 2, out
+    assert not (git / "hooks" / "pre-commit").exists()
+    assert (git / "config").read_text() == "[core]\n"
+    assert (workspace / "checkout" / "notes.txt").read_text() == "fine\n"

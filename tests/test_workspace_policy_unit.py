@@ -239,3 +239,22 @@ def test_docker_mounts_for_masks(tmp_path: Path) -> None:
     assert hidden_dir["Type"] == "tmpfs" and hidden_dir["ReadOnly"] and not hidden_dir.get("Source")
     assert hidden_file["Source"] == "/dev/null" and hidden_file["ReadOnly"]
     assert ro["Type"] == "bind" and ro["ReadOnly"] and ro["Source"] == str(tmp_path / "d")
+
+
+def test_import_roots_refuse_the_root_and_its_packages_not_plain_folders(tmp_path: Path, home: Path) -> None:
+    """A project installed in editable mode (its root on sys.path): the root and
+    its packages are refused, its notebooks/ folder is not (nothing imports it),
+    and a workspace containing the root gets it read-only."""
+    top = tmp_path / "work"
+    repo = top / "repo"
+    (repo / "mypkg").mkdir(parents=True)
+    (repo / "mypkg" / "__init__.py").write_text("")
+    (repo / "notebooks").mkdir()
+    site = top / "venv" / "lib" / "site-packages"
+    (site / "nspkg").mkdir(parents=True)
+    places = ProtectedPlaces(homes=(home,), import_roots=(repo, site))
+    for refused in (repo, repo / "mypkg", repo / "mypkg" / "sub", site, site / "nspkg"):
+        with pytest.raises(WorkspaceRefused, match="import path"):
+            plan_workspace(refused, places)
+    assert plan_workspace(repo / "notebooks", places).masks == ()
+    assert masks_of(plan_workspace(top, places)) == {"repo": READONLY, "venv/lib/site-packages": READONLY}

@@ -100,6 +100,14 @@ class ProtectedPlaces:
     hidden: tuple[Path, ...] = ()
     readonly: tuple[Path, ...] = ()
     allowed_roots: tuple[Path, ...] = ()
+    #: ``sys.path`` entries and editable project folders: read-only when inside a
+    #: workspace; a workspace equal to one is refused, a workspace inside one only
+    #: when it lies in a package the host may import (``root/<pkg>`` with an
+    #: ``__init__.py``, or any folder of site-packages; packages already imported
+    #: are ``readonly`` places). A ``notebooks/`` folder of a project installed in
+    #: editable mode is fine: the sandbox can only add modules under a name the
+    #: host does not import.
+    import_roots: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -227,10 +235,10 @@ def collect_protected_places(
 
     # Python: everything the host imports from.
     # '' is the working directory: the host imports from it too
-    readonly += [_abs(p or os.getcwd()) for p in sys.path]
+    import_roots = [_abs(p or os.getcwd()) for p in sys.path]
+    import_roots += [_abs(p) for p in _editable_sources()]
     readonly += [_abs(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
     readonly.append(_abs(Path(__file__).resolve().parent.parent))  # the sandbox_kernel package
-    readonly += [_abs(p) for p in _editable_sources()]
     readonly += [_abs(p) for p in _loaded_package_dirs()]
 
     def unique(paths: Iterable[Path | None]) -> tuple[Path, ...]:
@@ -246,6 +254,7 @@ def collect_protected_places(
         # a place inside another (a module inside site-packages) adds nothing
         readonly=tuple(p for p in _outermost(unique(readonly)) if not any(_inside(p, h) for h in hidden_t)),
         allowed_roots=unique(allowed),
+        import_roots=tuple(p for p in unique(import_roots) if p not in homes),
     )
 
 
@@ -283,6 +292,23 @@ def check_workspace(workspace: Path, places: ProtectedPlaces) -> None:
             )
     if any(root != workspace and root in workspace.parents for root in places.allowed_roots):
         return
+    for root in places.import_roots:
+        if root in places.homes or not _inside(workspace, root):
+            continue
+        first = workspace.relative_to(root).parts[:1]
+        if (
+            not first
+            or root.name in ("site-packages", "dist-packages")
+            or (root / first[0] / "__init__.py").exists()
+        ):
+            what = "is" if root == workspace else f"lies in an importable package of {root}, which is"
+            raise WorkspaceRefused(
+                f"the workspace {workspace} {what} on the kernel's Python import path (sys.path or an "
+                f"editable install): a sandbox writing there could change code the host imports. Open "
+                f"the notebook from a folder that is not a Python package or set {WORKSPACE_SETTING}"
+                + (" (an old kernelspec puts the notebook's folder on sys.path: reinstall it with "
+                   "'python -m sandbox_kernel install')" if root == workspace else "")
+            )
     for place in (*places.hidden, *places.readonly):
         if place in places.homes:
             continue
@@ -370,7 +396,7 @@ def plan_workspace(
 
     for place in places.hidden:
         add(place, HIDE)
-    for place in places.readonly:
+    for place in (*places.readonly, *places.import_roots):
         add(place, READONLY)
     scanned, truncated = _scan(workspace, set(masks), scan_depth, scan_entries)
     for repo in scanned:
@@ -410,6 +436,8 @@ def plan_workspace(
     for path, mask in sorted(masks.items(), key=lambda item: (len(item[0].parts), str(item[0]))):
         if any(h != path and _inside(path, h) for h in hidden):
             continue  # a hidden parent covers it
+        if mask.kind == READONLY and any(p != path and _inside(path, p) for p in masks):
+            continue  # a read-only parent covers it
         exists = _lexists(path) is not None
         if home_rule and workspace / path.relative_to(workspace).parts[0] not in writable:
             # Under the read-only top level: read-only already, and nothing missing

@@ -258,3 +258,40 @@ def test_import_roots_refuse_the_root_and_its_packages_not_plain_folders(tmp_pat
             plan_workspace(refused, places)
     assert plan_workspace(repo / "notebooks", places).masks == ()
     assert masks_of(plan_workspace(top, places)) == {"repo": READONLY, "venv/lib/site-packages": READONLY}
+
+
+def test_a_venv_as_workspace_is_refused(tmp_path: Path, home: Path) -> None:
+    venv = tmp_path / "env"
+    venv.mkdir()
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    with pytest.raises(WorkspaceRefused, match="virtual environment"):
+        plan_workspace(venv, places_for(home))
+
+
+def test_a_secret_linked_into_a_dotfiles_folder_is_hidden_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "h"
+    (home / "dotfiles").mkdir(parents=True)
+    (home / "dotfiles" / "netrc").write_text("machine x password y")
+    (home / ".netrc").symlink_to("dotfiles/netrc")
+    monkeypatch.setenv("HOME", str(home))
+    plan = plan_workspace(Path(os.path.realpath(home)), collect_protected_places())
+    assert masks_of(plan).get("dotfiles/netrc") == HIDE
+
+
+def test_host_places_below_a_renamable_folder_are_refused(tmp_path: Path, home: Path) -> None:
+    """A sandbox could rename code/proj and create a new code/proj/.venv/bin/python,
+    which the kernelspec runs by path: such a workspace is refused; one level down
+    (the place directly in the workspace, a mount point) is fine."""
+    code = tmp_path / "code"
+    venv = code / "proj" / ".venv"
+    venv.mkdir(parents=True)
+    places = places_for(home, readonly=(venv,))
+    with pytest.raises(WorkspaceRefused, match="rename"):
+        plan_workspace(code, places)
+    assert masks_of(plan_workspace(code / "proj", places)) == {".venv": READONLY}
+    # under the home rule the top-level entries are pinned: one more level is fine
+    (home / "work" / "conf").mkdir(parents=True)
+    (home / "work" / "a" / "conf").mkdir(parents=True)
+    assert masks_of(plan_workspace(home, places_for(home, readonly=(home / "work" / "conf",)))) == {"work/conf": READONLY}
+    with pytest.raises(WorkspaceRefused, match="rename"):
+        plan_workspace(home, places_for(home, readonly=(home / "work" / "a" / "conf",)))

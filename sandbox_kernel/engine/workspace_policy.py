@@ -34,7 +34,7 @@ import stat
 import sys
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -214,8 +214,9 @@ def collect_protected_places(
     allowed: list[Path | None] = [_abs(p) for p in allowed_roots]
 
     for home in homes:
-        hidden += [home / name for name in HOME_SECRETS]
-        readonly += [home / name for name in HOME_CONFIG]
+        # a dotfile may be a link into a dotfiles folder: protect both paths
+        hidden += [q for name in HOME_SECRETS for q in (home / name, _abs(home / name))]
+        readonly += [q for name in HOME_CONFIG for q in (home / name, _abs(home / name))]
         readonly.append(home / ".ipython")
     # Jupyter: config is read-only; data (kernelspecs, extensions, notebook_secret,
     # the trust database) and runtime (connection files with HMAC keys) are hidden.
@@ -380,6 +381,11 @@ def plan_workspace(
     if not workspace.is_absolute():
         raise WorkspaceRefused(f"the workspace {str(workspace)!r} must be an absolute path")
     check_workspace(workspace, places)
+    if (workspace / VENV_MARKER).is_file():
+        raise WorkspaceRefused(
+            f"the workspace {workspace} is a Python virtual environment (it has {VENV_MARKER}): a sandbox "
+            f"could rewrite the programs it runs. Keep notebooks out of venvs or set {WORKSPACE_SETTING}"
+        )
     home_rule = workspace in places.homes
 
     masks: dict[Path, Mask] = {}
@@ -452,6 +458,7 @@ def plan_workspace(
             # changes what a shell reads): known limit, see docs/security.md
             continue
         final.append(mask)
+    _check_renamable(workspace, final, set(places.hidden) | set(places.readonly), writable if home_rule else None)
     return WorkspacePlan(
         workspace=workspace,
         masks=tuple(final),
@@ -460,6 +467,31 @@ def plan_workspace(
         notes=tuple(notes),
         scan_truncated=truncated,
     )
+
+
+def _check_renamable(workspace: Path, masks: list[Mask], by_path: set[Path], writable: list[Path] | None) -> None:
+    """Refuse when a place the host uses BY PATH (config, data, runtime, the
+    privacy store, the Python installation) lies below a folder a sandbox could
+    rename: a mount point cannot be renamed, but its parent folder can, and the
+    sandbox would then create a new folder at the old path (a planted config, a
+    planted python the kernelspec runs, an empty privacy store). Safe levels: the
+    workspace top (itself a mount point) and, under the home rule, the top-level
+    entries (read-only, or mount points)."""
+    for mask in masks:
+        if mask.path not in by_path:
+            continue
+        parts = mask.path.relative_to(workspace).parts
+        if writable is None:
+            safe = len(parts) <= 1
+        else:
+            top = workspace / parts[0]
+            safe = top not in writable or len(parts) <= 2
+        if not safe:
+            raise WorkspaceRefused(
+                f"the workspace {workspace} holds {mask.path} (host configuration, data or Python "
+                f"installation) below a folder a sandbox could rename and replace. Open the notebook "
+                f"from a folder that does not contain it or set {WORKSPACE_SETTING}"
+            )
 
 
 _FILE_NAMES = frozenset({

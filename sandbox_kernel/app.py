@@ -22,6 +22,12 @@ class SandboxKernelApp(IPKernelApp):
     name = "sandbox-kernel"
     kernel_class = Type(SandboxKernel, klass="ipykernel.kernelbase.Kernel").tag(config=True)  # type: ignore[assignment]
 
+    def init_path(self) -> None:
+        """Never put the working directory (the notebook's folder, which sandboxes
+        write) on the HOST kernel's ``sys.path``: IPython's ``init_path`` inserts
+        it before site-packages, so every later import of a package would try the
+        workspace first. Cells run in the sandbox, whose worker keeps its own path."""
+
     def load_config_file(self, suppress_errors: bool = True) -> None:  # type: ignore[override]
         super().load_config_file(suppress_errors)
         Application.load_config_file(self, CONFIG_FILE, path=jupyter_config_path())

@@ -30,7 +30,9 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
+from sandbox_kernel.engine.workspace_policy import apply_policy
 from sandbox_kernel.privacy.modes import NetworkMode
+from sandbox_kernel.sandbox.docker_backend import to_docker_mount
 
 from .config import (
     ContainerConfig,
@@ -308,15 +310,19 @@ class SandboxManager:
         labels = container_labels(
             user_id, session_id, kind="ephemeral" if ephemeral else "persistent", network=mode.value
         )
+        # The workspace policy (engine/workspace_policy.py): the same refusals and
+        # masks as the kernel's sandboxes, which share this folder.
+        policy_mounts, plan = apply_policy(workspace, self.config.working_dir, allowed_roots=[self.workspace_root])
         kwargs = build_container_kwargs(
             self.config,
             network_mode=mode,
-            workspace=workspace,
+            workspace=None if plan.home_rule else workspace,
             user=user,
             labels=labels,
             extra_read_only_mounts=self.read_only_mounts,
             max_cpus=self._daemon_cpus(),
         )
+        kwargs["mounts"] += [to_docker_mount(m) for m in (policy_mounts if plan.home_rule else policy_mounts[1:])]
         container_id = self._create_and_start(name, kwargs, replace_stale=not ephemeral)
         log.debug("started %s container %s (%s) network=%s", "ephemeral" if ephemeral else "persistent",
                   name, container_id[:12], kwargs["network_mode"])

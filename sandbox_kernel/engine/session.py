@@ -28,6 +28,7 @@ from .config import EngineConfig
 from .ratchet import SYSTEM_NOTICE, Ratchet
 from .replay import ReplayLog
 from .safe_read import UnsafeFileError, read_json
+from .workspace_policy import WorkspaceRefused, apply_policy
 from .worker import DEAD, WorkerHandle
 
 Emit = Callable[[str, dict[str, Any]], None]
@@ -93,6 +94,7 @@ class Session:
         self._closed = False
         self._warned = False  # the isolation warning is shown once per session
         self._caps_warned = False  # so is the lack of whole-sandbox caps
+        self._workspace_noted = False  # the home-rule note is shown once per session
         self.started_at: float | None = None
         #: tells host-side raisers waiting for the cut what this session enforces
         self._enforcement: EnforcementRecord | None = None
@@ -141,6 +143,11 @@ class Session:
     def _visible(self, host: Path, inside: str) -> str:
         return str(host) if not self.sandbox.isolates else inside
 
+    def _store_dirs(self) -> list[Path]:
+        """The privacy store in use (hidden from sandboxes when inside a workspace)."""
+        store = getattr(getattr(self.ratchet, "data", None), "store", None)
+        return [Path(store.root)] if store is not None else []
+
     def _spec(self) -> SandboxSpec:
         workspace = Path(self.config.workspace).resolve()
         if not self.sandbox.isolates:
@@ -155,8 +162,16 @@ class Session:
             home.mkdir(exist_ok=True)
             tmp = str(home)
         else:
-            mounts = [
-                BindMount(workspace, IN_WORKSPACE),
+            # The workspace policy: refused folders, masks over secrets and config,
+            # the home rule (engine/workspace_policy.py, docs/security.md).
+            try:
+                mounts, plan = apply_policy(workspace, IN_WORKSPACE, self._store_dirs())
+            except WorkspaceRefused as exc:
+                raise SandboxUnavailable(f"workspace refused: {exc}") from exc
+            if plan.notes and not self._workspace_noted:
+                self._workspace_noted = True
+                self._pending_notices += [f"{NOTICE} {note}\n" for note in plan.notes]
+            mounts += [
                 BindMount(self.state_dir, IN_STATE),
                 BindMount(WORKER_SOURCE, f"{IN_LIB}/{WORKER_PACKAGE}", readonly=True),
             ]
@@ -224,8 +239,9 @@ class Session:
             self.log.warning(SUBPROCESS_WARNING)
         # Ratchet before data: the network decision is taken for every new sandbox.
         self.isolate_network = not self.network_allowed
+        spec = self._spec()  # a refused workspace raises SandboxUnavailable with its reason
         try:
-            process = await self.sandbox.start(self._spec())
+            process = await self.sandbox.start(spec)
         except (OSError, RuntimeError) as exc:
             raise SandboxUnavailable(f"could not start the {self.sandbox.name} sandbox: {exc}") from exc
         worker = WorkerHandle(process, self.log)

@@ -19,11 +19,17 @@ from typing import Any
 
 @dataclass(frozen=True)
 class BindMount:
-    """A host path made visible inside the sandbox at ``target``."""
+    """A host path made visible inside the sandbox at ``target``.
+
+    ``kind`` "hide" masks ``target`` instead (the workspace policy's secrets): an
+    empty read-only tmpfs when ``source`` is a directory, ``/dev/null`` when it is
+    a file; nothing of ``source`` becomes visible.
+    """
 
     source: Path
     target: str
     readonly: bool = False
+    kind: str = "bind"  # "bind" | "hide"
 
 
 @dataclass

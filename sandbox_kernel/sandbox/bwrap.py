@@ -108,6 +108,12 @@ class BubblewrapSandbox(Sandbox):
         for root in python_roots():
             argv += ["--ro-bind", str(root), str(root)]
         for mount in spec.bind_mounts:
+            if mount.kind == "hide":  # workspace policy: the secret's place, empty and read-only
+                if Path(mount.source).is_dir():
+                    argv += ["--perms", "0555", "--tmpfs", mount.target, "--remount-ro", mount.target]
+                else:
+                    argv += ["--ro-bind", "/dev/null", mount.target]
+                continue
             argv += ["--ro-bind" if mount.readonly else "--bind", str(mount.source), mount.target]
         # The root is bwrap's own tmpfs: make it read-only so a cell cannot fill
         # memory through it or plant files beside the mounts.
@@ -131,6 +137,8 @@ class BubblewrapSandbox(Sandbox):
         for root in python_roots():
             grant(root, uid, gid, write=False)
         for mount in spec.bind_mounts:
+            if mount.kind == "hide":
+                continue  # a masked secret: the sandbox is given nothing of it, not even an ACL
             grant(Path(mount.source), uid, gid, write=not mount.readonly)
             if not mount.readonly and (Path(mount.source), uid) not in self._shared:
                 self._shared.add((Path(mount.source), uid))

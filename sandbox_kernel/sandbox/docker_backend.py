@@ -305,10 +305,12 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
         workspace: BindMount | None = None
         others: list[BindMount] = []
         for mount in spec.bind_mounts:
-            if workspace is None and not mount.readonly and os.path.normpath(mount.target) == config.working_dir:
+            if workspace is None and not mount.readonly and mount.kind == "bind" and os.path.normpath(mount.target) == config.working_dir:
                 workspace = mount
             else:
                 others.append(mount)
+        # the workspace folder, also when the home rule mounts its top level read-only
+        folder = workspace or next((m for m in spec.bind_mounts if m.kind == "bind" and os.path.normpath(m.target) == config.working_dir), None)
         writable = [m for m in spec.bind_mounts if not m.readonly]
         if config.user:
             user = config.user
@@ -316,18 +318,20 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
             # the kernel's own ids: it made the state dir and can write the workspace
             user = f"{os.geteuid()}:{os.getegid() or os.geteuid()}"
         else:
-            user = resolve_user(None, workspace.source if workspace else (writable[0].source if writable else None))
+            user = resolve_user(None, folder.source if folder else (writable[0].source if writable else None))
         if os.geteuid() == 0:
             # Only directories the engine made (its state dir) are handed to the
-            # container user; the user's workspace (a notebook folder) is never
-            # chowned or chmodded behind their back.
+            # container user; the user's workspace (a notebook folder, and the
+            # entries the home rule binds inside it) is never chowned or chmodded
+            # behind their back.
             for mount in writable:
-                if mount is not workspace and Path(mount.source).is_dir():
+                inside = _within(os.path.normpath(mount.target), config.working_dir)
+                if mount is not workspace and not inside and Path(mount.source).is_dir():
                     prepare_workspace(mount.source, user)
-            if workspace is not None and not _writable_by(Path(workspace.source), user):
+            if folder is not None and not _writable_by(Path(folder.source), user):
                 log.warning(
                     "the workspace %s is not writable by the container user %s: give the folder that owner "
-                    "or set --DockerSandbox.user", workspace.source, user,
+                    "or set --DockerSandbox.user", folder.source, user,
                 )
 
         command = list(spec.command)
@@ -350,9 +354,9 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
             mounts: list[Any] = kwargs["mounts"]
             taken = {m["Target"] for m in mounts}
             for mount in others:
-                src, tgt = check_read_only_mount(str(mount.source), mount.target)
-                mounts.append(Mount(target=tgt, source=src, type="bind", read_only=mount.readonly))
-                taken.add(tgt)
+                docker_mount = to_docker_mount(mount)
+                mounts.append(docker_mount)
+                taken.add(docker_mount["Target"])
             for src, tgt in read_only:
                 src, tgt = check_read_only_mount(src, tgt)
                 if tgt in taken:
@@ -432,7 +436,28 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
         return ContainerProcess(process, self.name, client, container_id, name)
 
 
-__all__ = ["ContainerProcess", "DockerSandbox", "DockerSandboxError"]
+__all__ = ["ContainerProcess", "DockerSandbox", "DockerSandboxError", "to_docker_mount"]
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def to_docker_mount(mount: BindMount) -> Any:
+    """A docker-py ``Mount`` for ``mount``; "hide" masks (workspace policy) become
+    an empty read-only tmpfs (directory) or ``/dev/null`` (file). Raises
+    ``ValueError`` for a mount the hardening refuses."""
+    from docker.types import Mount
+
+    from sandbox_kernel.docker.hardening import check_read_only_mount
+
+    if mount.kind == "hide":
+        _, tgt = check_read_only_mount("/dev/null", mount.target)
+        if Path(mount.source).is_dir():
+            return Mount(target=tgt, source=None, type="tmpfs", read_only=True, tmpfs_size=4096, tmpfs_mode=0o555)
+        return Mount(target=tgt, source="/dev/null", type="bind", read_only=True)
+    src, tgt = check_read_only_mount(str(mount.source), mount.target)
+    return Mount(target=tgt, source=src, type="bind", read_only=mount.readonly)
 
 
 def _writable_by(path: Path, user: str) -> bool:

@@ -9,11 +9,13 @@ command runs in a Docker container through ``SandboxManager``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 import sys
 from pathlib import Path
 
+from ..engine.workspace_policy import WorkspaceRefused, apply_policy
 from ..sandbox import BindMount, get_sandbox
 from .errors import ToolFatalError
 from .render import ToolResult, truncate
@@ -33,8 +35,14 @@ def _shell() -> str:
 async def _run_local(session: ToolSession, command: str, timeout: float) -> tuple[int, str, bool]:
     sandbox = get_sandbox(session.config.backend)
     isolated = not session.ratchet.network_allowed
-    mounts = [BindMount(session.workspace, IN_WORKSPACE)]
+    mounts: list[BindMount] = []
     if sandbox.isolates:
+        # the same workspace policy as the cells' sandboxes (engine/workspace_policy.py)
+        try:
+            mounts, _ = await asyncio.to_thread(
+                apply_policy, session.workspace, IN_WORKSPACE, [session.store.root], [session.config.root() / "workspaces"])
+        except WorkspaceRefused as exc:
+            raise ToolFatalError(f"workspace refused: {exc}") from exc
         if isolated:
             mounts += session.ratchet.bind_mounts()
         cwd = IN_WORKSPACE

@@ -1,0 +1,555 @@
+"""The workspace policy: a sandbox never writes what a host program later runs,
+loads as config or trusts.
+
+The workspace (the notebook's folder) is mounted read-write at ``/workspace``.
+When that folder is, or contains, a place where host programs look for code or
+configuration (the home with its dotfiles, a Jupyter config dir, a venv, a git
+repository...), a cell could plant code that the host runs later: at the next
+kernel start, the next shell, the next ``git commit``. This module decides, on
+the host and before each sandbox starts:
+
+- **refused** workspaces (``/``, a folder containing a home, a folder inside a
+  protected place such as ``~/.jupyter`` or site-packages);
+- **masks** mounted over the workspace: *hidden* (secrets: an empty read-only
+  tmpfs or ``/dev/null``) and *read-only* (config and code);
+- **the home rule**: a workspace that IS a home keeps its top level read-only
+  and binds each existing, non-protected top-level entry read-write over it, so
+  the sandbox cannot create, delete or rename dotfiles but the user's own files
+  and folders stay readable and writable.
+
+:func:`collect_protected_places` reads the host (environment, ``sys.path``,
+Jupyter paths); :func:`plan_workspace` is a pure decision over those places and
+a bounded scan of the workspace; :func:`workspace_mounts` turns a plan into
+:class:`~sandbox_kernel.sandbox.base.BindMount` entries (``kind="hide"`` for
+hidden ones) that every backend applies after the workspace mount.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import site
+import stat
+import sys
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from ..sandbox.base import BindMount
+
+#: the setting that points a kernel at another folder (named in every refusal)
+WORKSPACE_SETTING = "--SandboxKernel.workspace=/path/to/a/project/folder"
+
+#: secrets in a home: hidden (not even readable) when the home is in a workspace
+HOME_SECRETS: tuple[str, ...] = (
+    ".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".netrc", ".pgpass",
+    ".git-credentials", ".config/gcloud",
+    # token stores as common (reading is enough to steal them)
+    ".pypirc", ".npmrc", ".config/gh", ".config/hub", ".password-store", ".vault-token", ".kaggle",
+    ".cargo/credentials", ".cargo/credentials.toml", ".terraform.d", ".local/share/keyrings",
+    ".mozilla", ".config/google-chrome", ".config/chromium",
+)
+#: config and code places in a home: read-only when the home is in a workspace
+HOME_CONFIG: tuple[str, ...] = (
+    ".jupyter", ".ipython", ".local", ".config",
+    ".bashrc", ".profile", ".bash_profile", ".bash_login", ".bash_logout", ".zshrc", ".zshenv",
+    ".zprofile", ".zlogin", ".inputrc", ".pythonrc.py", ".gitconfig",
+    ".condarc", ".xinitrc", ".xsession", ".pam_environment", ".curlrc", ".wgetrc",
+)
+#: non-dot entries at the top of a home that hold programs the user runs (on PATH,
+#: or Python/conda installations): never bound writable under the home rule
+HOME_TOOL_DIRS: frozenset[str] = frozenset({
+    "bin", "go", "snap", "miniconda3", "anaconda3", "miniforge3", "mambaforge", "micromamba",
+})
+#: directories whose content a host tool trusts and executes (hooks, config)
+REPO_DIRS: tuple[str, ...] = (".git", ".hg")
+#: a directory holding this file is a Python virtual environment
+VENV_MARKER = "pyvenv.cfg"
+#: the bounded scan for repositories and venvs inside a workspace: depth below
+#: the workspace top, and directory entries looked at in total. A huge folder
+#: is not walked to the end (start-up must stay quick); what lies beyond the
+#: bounds is not protected (docs/security.md, "Workspace policy").
+SCAN_DEPTH = 4
+SCAN_ENTRIES = 20_000
+#: directory names the scan does not descend into (big, and never repositories)
+SCAN_SKIP = frozenset({"node_modules", "__pycache__", ".cache", ".tox", ".mypy_cache", ".pytest_cache"})
+
+HIDE = "hide"
+READONLY = "readonly"
+
+
+class WorkspaceRefused(ValueError):
+    """This folder cannot be a sandbox's workspace (the message says why and what to set)."""
+
+
+@dataclass(frozen=True)
+class ProtectedPlaces:
+    """Host paths (absolute, resolved) that no sandbox may write.
+
+    ``hidden`` ones hold secrets and are not even readable from a sandbox;
+    ``readonly`` ones hold code and config. ``homes`` are the user's home
+    directories (a workspace may be a home: the home rule applies). A workspace
+    strictly inside one of ``allowed_roots`` (the agent tools' own workspaces,
+    which live in the data dir) is accepted although it lies in a protected place.
+    """
+
+    homes: tuple[Path, ...] = ()
+    hidden: tuple[Path, ...] = ()
+    readonly: tuple[Path, ...] = ()
+    allowed_roots: tuple[Path, ...] = ()
+    #: ``sys.path`` entries and editable project folders: read-only when inside a
+    #: workspace; a workspace equal to one is refused, a workspace inside one only
+    #: when it lies in a package the host may import (``root/<pkg>`` with an
+    #: ``__init__.py``, or any folder of site-packages; packages already imported
+    #: are ``readonly`` places). A ``notebooks/`` folder of a project installed in
+    #: editable mode is fine: the sandbox can only add modules under a name the
+    #: host does not import.
+    import_roots: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class Mask:
+    """One protected host path inside the workspace and how it is masked."""
+
+    path: Path
+    kind: str  # HIDE | READONLY
+    #: a missing directory the host creates (empty, 0700) so a mount can cover it
+    create: bool = False
+
+
+@dataclass(frozen=True)
+class WorkspacePlan:
+    """What :func:`plan_workspace` decided for one workspace."""
+
+    workspace: Path
+    masks: tuple[Mask, ...] = ()
+    #: the workspace is a home: its top level is read-only
+    home_rule: bool = False
+    #: under the home rule, the top-level entries bound read-write
+    writable_entries: tuple[Path, ...] = ()
+    #: one-line notes for the user (shown once, in the first cell's output)
+    notes: tuple[str, ...] = ()
+    #: whether the bounded scan stopped before the end of the folder
+    scan_truncated: bool = False
+
+
+# ---------------------------------------------------------------- the host's places
+
+
+def _abs(path: str | os.PathLike[str] | None) -> Path | None:
+    """``path`` made absolute and resolved, or None for empty values."""
+    if path is None or str(path) == "":
+        return None
+    try:
+        return Path(os.path.realpath(os.path.expanduser(os.fspath(path))))
+    except (OSError, ValueError):
+        return None
+
+
+def _homes() -> list[Path]:
+    homes: list[Path] = []
+    try:
+        homes.append(Path(pwd.getpwuid(os.getuid()).pw_dir))
+    except KeyError:
+        pass
+    if os.environ.get("HOME"):
+        homes.append(Path(os.environ["HOME"]))
+    return [p for p in (_abs(h) for h in homes) if p is not None]
+
+
+def _editable_sources() -> list[Path]:
+    """Project folders of editable installs (PEP 660 finders are not on sys.path)."""
+    from importlib import metadata
+
+    found: list[Path] = []
+    for dist in metadata.distributions():
+        try:
+            raw = dist.read_text("direct_url.json")
+            info = json.loads(raw) if raw else None
+        except (OSError, ValueError):
+            continue
+        if not isinstance(info, dict) or not (info.get("dir_info") or {}).get("editable"):
+            continue
+        url = urlparse(str(info.get("url", "")))
+        if url.scheme == "file" and url.path:
+            found.append(Path(unquote(url.path)))
+    return found
+
+
+def _loaded_package_dirs() -> list[Path]:
+    """Directories of the top-level modules this process has imported."""
+    found: list[Path] = []
+    for name, module in list(sys.modules.items()):
+        if "." in name or module is None:
+            continue
+        for entry in list(getattr(module, "__path__", None) or ()):
+            if isinstance(entry, str):
+                found.append(Path(entry))
+        origin = getattr(module, "__file__", None)
+        if isinstance(origin, str) and not hasattr(module, "__path__"):
+            found.append(Path(origin))
+    return found
+
+
+def collect_protected_places(
+    store_dirs: Iterable[Path] = (),
+    allowed_roots: Iterable[Path] = (),
+) -> ProtectedPlaces:
+    """The protected places of this host process, read now.
+
+    ``store_dirs`` are privacy store directories in use (their parent, the
+    sandbox_kernel data dir, is hidden as a whole: other sessions' records and
+    workspaces live there; its ``workspaces/`` is an allowed root).
+    """
+    from jupyter_core.paths import jupyter_config_dir, jupyter_config_path, jupyter_data_dir, jupyter_path, jupyter_runtime_dir
+
+    from ..privacy.store import default_data_dir
+
+    homes = _homes()
+    hidden: list[Path | None] = []
+    readonly: list[Path | None] = []
+    allowed: list[Path | None] = [_abs(p) for p in allowed_roots]
+
+    for home in homes:
+        # a dotfile may be a link into a dotfiles folder: protect both paths
+        hidden += [q for name in HOME_SECRETS for q in (home / name, _abs(home / name))]
+        readonly += [q for name in HOME_CONFIG for q in (home / name, _abs(home / name))]
+        readonly.append(home / ".ipython")
+    # Jupyter: config is read-only; data (kernelspecs, extensions, notebook_secret,
+    # the trust database) and runtime (connection files with HMAC keys) are hidden.
+    readonly += [_abs(p) for p in [jupyter_config_dir(), *jupyter_config_path()]]
+    hidden += [_abs(jupyter_data_dir()), _abs(jupyter_runtime_dir())]
+    readonly += [_abs(p) for p in jupyter_path()]
+    readonly.append(_abs(os.environ.get("IPYTHONDIR")))
+    readonly += [_abs(site.getuserbase()), _abs(site.getusersitepackages())]
+
+    data_dirs = {default_data_dir(), *(Path(d).parent for d in store_dirs)}
+    for data in data_dirs:
+        hidden.append(_abs(data))
+        allowed.append(_abs(Path(data) / "workspaces"))
+    hidden += [_abs(d) for d in store_dirs]
+    if os.environ.get("SANDBOX_WORKSPACE_ROOT"):
+        allowed.append(_abs(os.environ["SANDBOX_WORKSPACE_ROOT"]))
+
+    # Python: everything the host imports from.
+    # '' is the working directory: the host imports from it too
+    import_roots = [_abs(p or os.getcwd()) for p in sys.path]
+    import_roots += [_abs(p) for p in _editable_sources()]
+    readonly += [_abs(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
+    readonly.append(_abs(Path(__file__).resolve().parent.parent))  # the sandbox_kernel package
+    readonly += [_abs(p) for p in _loaded_package_dirs()]
+
+    def unique(paths: Iterable[Path | None]) -> tuple[Path, ...]:
+        return tuple(dict.fromkeys(p for p in paths if p is not None))
+
+    # A home on sys.path (a REPL started there) must not swallow the places inside
+    # it: the home rule already keeps its top level (new modules) read-only.
+    readonly = [p for p in readonly if p not in homes]
+    hidden_t = _outermost(unique(hidden))
+    return ProtectedPlaces(
+        homes=unique(homes),
+        hidden=hidden_t,
+        # a place inside another (a module inside site-packages) adds nothing
+        readonly=tuple(p for p in _outermost(unique(readonly)) if not any(_inside(p, h) for h in hidden_t)),
+        allowed_roots=unique(allowed),
+        import_roots=tuple(p for p in unique(import_roots) if p not in homes),
+    )
+
+
+def _outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
+    """``paths`` without those lying inside another one of them (order kept)."""
+    ordered = list(paths)
+    by_depth = sorted(ordered, key=lambda p: len(p.parts))
+    kept: set[Path] = set()
+    for path in by_depth:
+        if not any(parent in kept for parent in path.parents):
+            kept.add(path)
+    return tuple(p for p in ordered if p in kept)
+
+
+# ---------------------------------------------------------------- the decision
+
+
+def _inside(path: Path, root: Path) -> bool:
+    """``path`` is ``root`` or below it (both absolute and resolved)."""
+    return path == root or root in path.parents
+
+
+def check_workspace(workspace: Path, places: ProtectedPlaces) -> None:
+    """Raise :class:`WorkspaceRefused` when ``workspace`` may not be mounted at all."""
+    if workspace == Path("/"):
+        raise WorkspaceRefused(
+            f"the workspace is '/', the whole file system: a sandbox would reach every file and "
+            f"configuration of the host. Open the notebook from a project folder or set {WORKSPACE_SETTING}"
+        )
+    for home in places.homes:
+        if home != workspace and workspace in home.parents:
+            raise WorkspaceRefused(
+                f"the workspace {workspace} contains the home directory {home}: a sandbox could write "
+                f"the configuration that programs run for that user. Use a project folder instead: {WORKSPACE_SETTING}"
+            )
+    if any(root != workspace and root in workspace.parents for root in places.allowed_roots):
+        return
+    for root in places.import_roots:
+        if root in places.homes or not _inside(workspace, root):
+            continue
+        first = workspace.relative_to(root).parts[:1]
+        if (
+            not first
+            or root.name in ("site-packages", "dist-packages")
+            or (root / first[0] / "__init__.py").exists()
+        ):
+            what = "is" if root == workspace else f"lies in an importable package of {root}, which is"
+            raise WorkspaceRefused(
+                f"the workspace {workspace} {what} on the kernel's Python import path (sys.path or an "
+                f"editable install): a sandbox writing there could change code the host imports. Open "
+                f"the notebook from a folder that is not a Python package or set {WORKSPACE_SETTING}"
+                + (" (an old kernelspec puts the notebook's folder on sys.path: reinstall it with "
+                   "'python -m sandbox_kernel install')" if root == workspace else "")
+            )
+    for place in (*places.hidden, *places.readonly):
+        if place in places.homes:
+            continue
+        if _inside(workspace, place):
+            what = "is" if place == workspace else f"lies inside {place}, which is"
+            raise WorkspaceRefused(
+                f"the workspace {workspace} {what} a place where the host keeps code, configuration or "
+                f"secrets (Jupyter/IPython config or data, Python packages, the privacy store): a sandbox "
+                f"writing there could make the host run its code. Move the notebook to a project folder "
+                f"or set {WORKSPACE_SETTING}"
+            )
+
+
+def _lexists(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
+
+
+def _scan(workspace: Path, skip: set[Path], depth: int, limit: int) -> tuple[list[Path], bool]:
+    """Repositories (``.git``, ``.hg``) and venvs in the workspace, breadth first,
+    at most ``depth`` levels down and ``limit`` entries looked at. Symlinks are
+    never followed. Returns the found directories and whether the scan was cut."""
+    found: list[Path] = []
+    queue: deque[tuple[Path, int]] = deque([(workspace, 0)])
+    seen = 0
+    while queue:
+        folder, level = queue.popleft()
+        try:
+            entries = os.scandir(folder)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                seen += 1
+                if seen > limit:
+                    return found, True
+                try:
+                    if not entry.is_dir(follow_symlinks=False):
+                        if entry.name == VENV_MARKER and folder != workspace and entry.is_file(follow_symlinks=False):
+                            found.append(folder)
+                        continue
+                except OSError:
+                    continue
+                path = Path(entry.path)
+                if entry.name in REPO_DIRS:
+                    found.append(path)
+                    continue
+                if path in skip or entry.name in SCAN_SKIP or level + 1 > depth:
+                    continue
+                queue.append((path, level + 1))
+    return found, False
+
+
+def plan_workspace(
+    workspace: Path,
+    places: ProtectedPlaces,
+    *,
+    scan_depth: int = SCAN_DEPTH,
+    scan_entries: int = SCAN_ENTRIES,
+) -> WorkspacePlan:
+    """Decide the masks for ``workspace`` (absolute, resolved); raise
+    :class:`WorkspaceRefused` when it cannot be used.
+
+    Only reads the file system (``lstat``, the bounded scan); nothing is created.
+    """
+    workspace = Path(workspace)
+    if not workspace.is_absolute():
+        raise WorkspaceRefused(f"the workspace {str(workspace)!r} must be an absolute path")
+    check_workspace(workspace, places)
+    if (workspace / VENV_MARKER).is_file():
+        raise WorkspaceRefused(
+            f"the workspace {workspace} is a Python virtual environment (it has {VENV_MARKER}): a sandbox "
+            f"could rewrite the programs it runs. Keep notebooks out of venvs or set {WORKSPACE_SETTING}"
+        )
+    home_rule = workspace in places.homes
+
+    masks: dict[Path, Mask] = {}
+
+    def add(path: Path, kind: str) -> None:
+        if path == workspace or not _inside(path, workspace):
+            return
+        current = masks.get(path)
+        if current is not None and current.kind == HIDE:
+            return
+        if any(m.kind == HIDE and _inside(path, p) and p != path for p, m in masks.items()):
+            return  # already hidden by a parent
+        masks[path] = Mask(path, kind)
+
+    for place in places.hidden:
+        add(place, HIDE)
+    for place in (*places.readonly, *places.import_roots):
+        add(place, READONLY)
+    scanned, truncated = _scan(workspace, set(masks), scan_depth, scan_entries)
+    for repo in scanned:
+        add(repo, READONLY)
+
+    hidden = [p for p, m in masks.items() if m.kind == HIDE]
+    writable: list[Path] = []
+    notes: list[str] = []
+    if home_rule:
+        protected_names = {n.split("/")[0] for n in (*HOME_SECRETS, *HOME_CONFIG)}
+        try:
+            with os.scandir(workspace) as listing:
+                top = sorted(listing, key=lambda e: e.name)
+        except OSError:
+            top = []
+        for entry in top:
+            path = Path(entry.path)
+            st = _lexists(path)
+            # Dot entries at the top of a home are configuration and tool state by
+            # convention (~/.cargo/bin, ~/.vim, ~/.cache/pre-commit, ~/.vscode-server
+            # hold code the host runs): all read-only, not only the listed ones.
+            if st is None or path in masks or entry.name in protected_names:
+                continue
+            if entry.name.startswith(".") or entry.name in HOME_TOOL_DIRS:
+                continue
+            # symlinks stay as they are (links in the read-only top level): binding
+            # one would mount whatever host path it points to
+            if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode):
+                writable.append(path)
+        notes.append(
+            f"the workspace {workspace} is your home folder: your files and folders in it are readable "
+            f"and writable, but nothing can be created, deleted or renamed at its top level and "
+            f"configuration and secret files are protected; for a fully writable folder open the "
+            f"notebook from a project folder or set {WORKSPACE_SETTING}"
+        )
+    final: list[Mask] = []
+    for path, mask in sorted(masks.items(), key=lambda item: (len(item[0].parts), str(item[0]))):
+        if any(h != path and _inside(path, h) for h in hidden):
+            continue  # a hidden parent covers it
+        if mask.kind == READONLY and any(p != path and _inside(path, p) for p in masks):
+            continue  # a read-only parent covers it
+        exists = _lexists(path) is not None
+        if home_rule and workspace / path.relative_to(workspace).parts[0] not in writable:
+            # Under the read-only top level: read-only already, and nothing missing
+            # there can be created by a sandbox. Only secrets need a mask.
+            if mask.kind == HIDE and exists:
+                final.append(mask)
+            continue
+        if not exists:
+            if not _is_file_place(path):
+                final.append(Mask(path, mask.kind, create=True))
+            # a missing FILE cannot be masked without creating it (an empty rc file
+            # changes what a shell reads): known limit, see docs/security.md
+            continue
+        final.append(mask)
+    _check_renamable(workspace, final, set(places.hidden) | set(places.readonly), writable if home_rule else None)
+    return WorkspacePlan(
+        workspace=workspace,
+        masks=tuple(final),
+        home_rule=home_rule,
+        writable_entries=tuple(writable),
+        notes=tuple(notes),
+        scan_truncated=truncated,
+    )
+
+
+def _check_renamable(workspace: Path, masks: list[Mask], by_path: set[Path], writable: list[Path] | None) -> None:
+    """Refuse when a place the host uses BY PATH (config, data, runtime, the
+    privacy store, the Python installation) lies below a folder a sandbox could
+    rename: a mount point cannot be renamed, but its parent folder can, and the
+    sandbox would then create a new folder at the old path (a planted config, a
+    planted python the kernelspec runs, an empty privacy store). Safe levels: the
+    workspace top (itself a mount point) and, under the home rule, the top-level
+    entries (read-only, or mount points)."""
+    for mask in masks:
+        if mask.path not in by_path:
+            continue
+        parts = mask.path.relative_to(workspace).parts
+        if writable is None:
+            safe = len(parts) <= 1
+        else:
+            top = workspace / parts[0]
+            safe = top not in writable or len(parts) <= 2
+        if not safe:
+            raise WorkspaceRefused(
+                f"the workspace {workspace} holds {mask.path} (host configuration, data or Python "
+                f"installation) below a folder a sandbox could rename and replace. Open the notebook "
+                f"from a folder that does not contain it or set {WORKSPACE_SETTING}"
+            )
+
+
+_FILE_NAMES = frozenset({
+    ".netrc", ".pgpass", ".git-credentials", "notebook_secret", ".pypirc", ".npmrc", ".vault-token",
+    "credentials", "credentials.toml",
+    *(n for n in HOME_CONFIG if n not in (".jupyter", ".ipython", ".local", ".config")),
+})
+_FILE_SUFFIXES = (".zip", ".egg", ".whl", ".py", ".pth")
+
+
+def _is_file_place(path: Path) -> bool:
+    """A protected place that is a file when it exists (never created as a directory)."""
+    return path.name in _FILE_NAMES or path.suffix in _FILE_SUFFIXES
+
+
+# ---------------------------------------------------------------- host side effects and mounts
+
+
+def prepare(plan: WorkspacePlan) -> None:
+    """Create the missing protected directories the plan masks (empty, 0700, as
+    this process's user): a mount needs a mount point, and an empty config dir
+    changes nothing for the programs that read it."""
+    for mask in plan.masks:
+        if mask.create and _lexists(mask.path) is None:
+            mask.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+
+def workspace_mounts(plan: WorkspacePlan, target: str) -> list[BindMount]:
+    """The workspace mount and its masks, in mount order, for ``target``."""
+    def inside(path: Path) -> str:
+        rel = path.relative_to(plan.workspace).as_posix()
+        return f"{target.rstrip('/')}/{rel}"
+
+    mounts = [BindMount(plan.workspace, target, readonly=plan.home_rule)]
+    mounts += [BindMount(path, inside(path)) for path in plan.writable_entries]
+    for mask in sorted(plan.masks, key=lambda m: (len(m.path.parts), str(m.path))):
+        if mask.kind == HIDE:
+            mounts.append(BindMount(mask.path, inside(mask.path), readonly=True, kind="hide"))
+        else:
+            mounts.append(BindMount(mask.path, inside(mask.path), readonly=True))
+    return mounts
+
+
+def apply_policy(
+    workspace: Path,
+    target: str,
+    store_dirs: Iterable[Path] = (),
+    allowed_roots: Iterable[Path] = (),
+) -> tuple[list[BindMount], WorkspacePlan]:
+    """Everything a caller needs: collect, plan, create mount points, mounts.
+    Raises :class:`WorkspaceRefused`."""
+    places = collect_protected_places(store_dirs, allowed_roots)
+    plan = plan_workspace(Path(os.path.realpath(workspace)), places)
+    prepare(plan)
+    return workspace_mounts(plan, target), plan
+
+
+__all__ = [
+    "HIDE", "READONLY", "Mask", "ProtectedPlaces", "WorkspacePlan", "WorkspaceRefused", "apply_policy",
+    "check_workspace", "collect_protected_places", "plan_workspace", "prepare", "workspace_mounts",
+]

@@ -237,6 +237,9 @@ def collect_protected_places(
     # Python: everything the host imports from.
     # '' is the working directory: the host imports from it too
     import_roots = [_abs(p or os.getcwd()) for p in sys.path]
+    # The kernel runs isolated (-I) and ignores PYTHONPATH, but the user's other
+    # host Python processes with this environment import from it.
+    import_roots += [_abs(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     import_roots += [_abs(p) for p in _editable_sources()]
     readonly += [_abs(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
     readonly.append(_abs(Path(__file__).resolve().parent.parent))  # the sandbox_kernel package

@@ -10,6 +10,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from . import seccomp
 from .base import Sandbox, SandboxProcess, SandboxSpec, spawn
 from .usernet import start_user_network
 
@@ -68,7 +69,9 @@ class BubblewrapSandbox(Sandbox):
             )
         self.executable = found
 
-    def build_argv(self, spec: SandboxSpec, info_fd: int | None = None, block_fd: int | None = None) -> list[str]:
+    def build_argv(
+        self, spec: SandboxSpec, info_fd: int | None = None, block_fd: int | None = None, seccomp_fd: int | None = None
+    ) -> list[str]:
         argv = [
             self.executable,
             "--die-with-parent",
@@ -87,6 +90,8 @@ class BubblewrapSandbox(Sandbox):
             argv += ["--info-fd", str(info_fd)]
         if block_fd is not None:
             argv += ["--block-fd", str(block_fd)]
+        if seccomp_fd is not None:  # see seccomp.py: refused syscalls, loaded just before exec
+            argv += ["--seccomp", str(seccomp_fd)]
         for name in SYSTEM_DIRS:  # /usr first: the merged-/usr symlinks point into it
             host = Path(name)
             if host.is_symlink():
@@ -116,15 +121,24 @@ class BubblewrapSandbox(Sandbox):
         return argv
 
     async def start(self, spec: SandboxSpec) -> SandboxProcess:
+        filter_fd = seccomp.bpf_fd()  # every bwrap sandbox runs under the seccomp filter
+        try:
+            return await self._start(spec, filter_fd)
+        finally:
+            os.close(filter_fd)
+
+    async def _start(self, spec: SandboxSpec, filter_fd: int) -> SandboxProcess:
         if spec.isolate_network or spec.network == "host":
-            process = await spawn(self.build_argv(spec), spec.limits, env={}, cwd="/")
+            process = await spawn(self.build_argv(spec, seccomp_fd=filter_fd), spec.limits, env={}, cwd="/", pass_fds=(filter_fd,))
             return SandboxProcess(process, self.name)
         # User-mode network: bwrap makes an empty network namespace and waits
         # (block fd) until pasta has given it an interface, then runs the command.
         info_r, info_w = os.pipe()
         block_r, block_w = os.pipe()
         try:
-            process = await spawn(self.build_argv(spec, info_w, block_r), spec.limits, env={}, cwd="/", pass_fds=(info_w, block_r))
+            process = await spawn(
+                self.build_argv(spec, info_w, block_r, filter_fd), spec.limits, env={}, cwd="/", pass_fds=(info_w, block_r, filter_fd)
+            )
         finally:
             os.close(info_w)
             os.close(block_r)

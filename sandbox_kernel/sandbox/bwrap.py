@@ -55,7 +55,8 @@ class BubblewrapSandbox(Sandbox):
     inside, all capabilities dropped, no nested user namespaces, a new
     session (no TIOCSTI on the host terminal), ``--die-with-parent``, a
     cleared environment, read-only system and Python trees, a size-capped
-    private ``/tmp`` and only the granted bind mounts.
+    private ``/tmp``, only the granted bind mounts, and the seccomp filter of
+    :mod:`.seccomp` (cross-namespace syscalls, symlink and node planting).
     """
 
     name = "bwrap"

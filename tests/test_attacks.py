@@ -118,9 +118,15 @@ def test_symlinked_manifest_is_refused(fresh_kernel: SandboxKernelHandle) -> Non
     run = k.run(
         "import os\nstate = '/.sandbox_kernel/state'\nos.remove(state + '/checkpoint.json')\n"
         "open('/workspace/decoy.json', 'w').write('{\"cell\": 999999}')\n"
-        "os.symlink('/workspace/decoy.json', state + '/checkpoint.json')\nprint('planted')"
+        "try:\n    os.symlink('/workspace/decoy.json', state + '/checkpoint.json')\n"
+        "except PermissionError:\n    print('refused')\nelse:\n    print('planted')"
     )
-    assert "planted" in run.stdout
+    # the seccomp filter refuses symlinks in the sandbox; plant it from the host
+    # to check that the host-side reader refuses it as well (defence in depth)
+    assert "refused" in run.stdout, run.stdout
+    (state,) = k.tmpdir.glob("sandbox-kernel-*/state")
+    (state / "checkpoint.json").unlink(missing_ok=True)
+    (state / "checkpoint.json").symlink_to(k.workspace / "decoy.json")
     assert k.kill_sandboxes() >= 1
     time.sleep(0.5)
     run = k.run("print('still serving')")

@@ -7,7 +7,8 @@ docker backend is meant to reuse it unchanged. Callers add only ``command``,
 
 What every container gets (see docs/docker.md for the why):
 
-- ``cap_drop=["ALL"]``, ``security_opt=["no-new-privileges"]``, ``privileged=False``
+- ``cap_drop=["ALL"]``, ``security_opt=["no-new-privileges", "seccomp=<json>"]`` (the
+  profile of :mod:`sandbox_kernel.sandbox.seccomp`, the bwrap filter's rules), ``privileged=False``
 - ``read_only=True`` root; a ``/tmp`` tmpfs capped at ``config.tmpfs_size``
   (``nosuid,nodev``; exec is allowed: compiled extensions and pip need it)
 - ``pids_limit``; ``mem_limit == memswap_limit`` (no swap beyond the memory limit)
@@ -30,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sandbox_kernel.privacy.modes import NetworkMode
+from sandbox_kernel.sandbox.seccomp import docker_security_opt
 
 from .config import ContainerConfig, coerce_network_mode, parse_memory, validate_user
 
@@ -282,7 +284,7 @@ def build_container_kwargs(
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={tmpfs_bytes},mode=1777"},
         "read_only": True,
         "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges"],
+        "security_opt": ["no-new-privileges", docker_security_opt()],
         "privileged": False,
         "pids_limit": config.pids_limit,
         "mem_limit": memory,

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from . import cgroups
+from . import cgroups, seccomp
 from .base import Sandbox, SandboxProcess, SandboxSpec, spawn
 from .host_ids import SHARE_TREE_LIMIT, grant, run_as_for, share_tree
 from .usernet import start_user_network
@@ -58,7 +58,8 @@ class BubblewrapSandbox(Sandbox):
     inside, all capabilities dropped, no nested user namespaces, a new
     session (no TIOCSTI on the host terminal), ``--die-with-parent``, a
     cleared environment, read-only system and Python trees, a size-capped
-    private ``/tmp`` and only the granted bind mounts.
+    private ``/tmp``, only the granted bind mounts, and the seccomp filter of
+    :mod:`.seccomp` (cross-namespace syscalls, symlink and node planting).
     """
 
     name = "bwrap"
@@ -74,7 +75,9 @@ class BubblewrapSandbox(Sandbox):
         #: read-write mounts whose existing entries were shared with the sandbox uid
         self._shared: set[tuple[Path, int]] = set()
 
-    def build_argv(self, spec: SandboxSpec, info_fd: int | None = None, block_fd: int | None = None) -> list[str]:
+    def build_argv(
+        self, spec: SandboxSpec, info_fd: int | None = None, block_fd: int | None = None, seccomp_fd: int | None = None
+    ) -> list[str]:
         argv = [
             self.executable,
             "--die-with-parent",
@@ -93,6 +96,8 @@ class BubblewrapSandbox(Sandbox):
             argv += ["--info-fd", str(info_fd)]
         if block_fd is not None:
             argv += ["--block-fd", str(block_fd)]
+        if seccomp_fd is not None:  # see seccomp.py: refused syscalls, loaded just before exec
+            argv += ["--seccomp", str(seccomp_fd)]
         for name in SYSTEM_DIRS:  # /usr first: the merged-/usr symlinks point into it
             host = Path(name)
             if host.is_symlink():
@@ -157,18 +162,26 @@ class BubblewrapSandbox(Sandbox):
             # The cgroup caps processes for this sandbox alone; RLIMIT_NPROC would
             # count every process of the sandbox uid on the host (all sandboxes).
             spec = dataclasses.replace(spec, limits=dataclasses.replace(spec.limits, processes=None))
+        filter_fd = seccomp.bpf_fd()  # every bwrap sandbox runs under the seccomp filter
         try:
-            sandbox = await self._start(spec, run_as, join)
+            sandbox = await self._start(spec, run_as, join, filter_fd)
         except BaseException:
             if cgroup is not None:
                 cgroup.remove(timeout=0.5)
             raise
+        finally:
+            os.close(filter_fd)
         sandbox.cgroup, sandbox.cgroup_problem = cgroup, problem
         return sandbox
 
-    async def _start(self, spec: SandboxSpec, run_as: tuple[int, int] | None, join: Callable[[], None] | None) -> SandboxProcess:
+    async def _start(
+        self, spec: SandboxSpec, run_as: tuple[int, int] | None, join: Callable[[], None] | None, filter_fd: int
+    ) -> SandboxProcess:
         if spec.isolate_network or spec.network == "host":
-            process = await spawn(self.build_argv(spec), spec.limits, env={}, cwd="/", run_as=run_as, join=join)
+            process = await spawn(
+                self.build_argv(spec, seccomp_fd=filter_fd), spec.limits, env={}, cwd="/", pass_fds=(filter_fd,),
+                run_as=run_as, join=join,
+            )
             return SandboxProcess(process, self.name)
         # User-mode network: bwrap makes an empty network namespace and waits
         # (block fd) until pasta has given it an interface, then runs the command.
@@ -176,8 +189,8 @@ class BubblewrapSandbox(Sandbox):
         block_r, block_w = os.pipe()
         try:
             process = await spawn(
-                self.build_argv(spec, info_w, block_r), spec.limits, env={}, cwd="/", pass_fds=(info_w, block_r),
-                run_as=run_as, join=join,
+                self.build_argv(spec, info_w, block_r, filter_fd), spec.limits, env={}, cwd="/",
+                pass_fds=(info_w, block_r, filter_fd), run_as=run_as, join=join,
             )
         finally:
             os.close(info_w)

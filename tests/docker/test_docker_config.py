@@ -180,7 +180,8 @@ def test_hardening_kwargs(tmp_path: os.PathLike[str]) -> None:
                              read_only_mounts={"/usr": "/usr"}, environment={"A": "1"})
     kwargs = build_container_kwargs(config, network_mode=NetworkMode.PROXIED, workspace=tmp_path,
                                     user="1000:1000", labels={"l": "v"}, max_cpus=2)
-    assert kwargs["cap_drop"] == ["ALL"] and kwargs["security_opt"] == ["no-new-privileges"]
+    assert kwargs["cap_drop"] == ["ALL"] and kwargs["security_opt"][0] == "no-new-privileges"
+    assert kwargs["security_opt"][1].startswith("seccomp={") and len(kwargs["security_opt"]) == 2
     assert kwargs["read_only"] is True and kwargs["privileged"] is False
     assert kwargs["mem_limit"] == kwargs["memswap_limit"] == 256 * 1024**2
     assert kwargs["pids_limit"] == 50 and kwargs["nano_cpus"] == 2_000_000_000  # clamped

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import unittest
 
 import jupyter_kernel_test as jkt
@@ -17,7 +19,20 @@ class SandboxKernelConformance(jkt.KernelTests):
     @classmethod
     def setUpClass(cls) -> None:
         require_bwrap()
-        super().setUpClass()
+        # The upstream suite starts the kernel in the current directory, which is
+        # the repository (an import root: the workspace policy refuses it).
+        cls._cwd = os.getcwd()
+        cls._tmp = tempfile.TemporaryDirectory()
+        os.chdir(cls._tmp.name)
+        try:
+            super().setUpClass()
+        finally:
+            os.chdir(cls._cwd)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        super().tearDownClass()
+        cls._tmp.cleanup()
 
     code_hello_world = "print('hello, world')"
     code_stderr = "import sys; print('test', file=sys.stderr)"

@@ -11,6 +11,7 @@ provider is a fake (the privacy model has its own tests).
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -123,6 +124,10 @@ class Frontend:
 
 @pytest.fixture
 def manager(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[CommManager, list[tuple[str, str, Any]]]]:
+    # Comms of earlier tests that are still waiting for the garbage collector
+    # close themselves when collected; collect them now, before publish_msg is
+    # patched, so they cannot publish into this test's list.
+    gc.collect()
     manager = CommManager()
     published: list[tuple[str, str, Any]] = []
 

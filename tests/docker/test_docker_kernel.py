@@ -383,7 +383,7 @@ def test_host_rise_with_wait_disconnects_a_busy_container(docker_client: Any, te
 
 
 def test_a_private_notebook_raises_a_docker_notebook_in_the_same_folder(docker_client: Any, test_image: str, tmp_path: Path) -> None:
-    shared = f"--SandboxKernel.privacy_dir={tmp_path / 'privacy'}"  # one ratchet store, as on one host
+    shared = f"--SandboxKernel.privacy_dir={tmp_path / 'state' / 'privacy'}"  # one ratchet store, as on one host
     (tmp_path / "a").mkdir()
     a = DockerKernel(tmp_path / "a", docker_client, test_image, shared)
     (tmp_path / "b").mkdir()  # B mounts A's very folder

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
@@ -64,7 +64,8 @@ class SandboxCgroup:
     version: int
     dirs: dict[str, Path]
     caps: Caps
-    _start: dict[str, int] = field(default_factory=dict)
+    #: made (and removed) by us; False for a container's, which the daemon owns
+    owned: bool = True
 
     # ---- in the child, between fork and exec ------------------------------------
     def join(self) -> None:
@@ -111,6 +112,8 @@ class SandboxCgroup:
 
     def remove(self, timeout: float = 2.0) -> None:
         """Remove the (now empty) cgroup directories; retried while processes exit."""
+        if not self.owned:
+            return
         deadline = time.monotonic() + timeout
         for directory in self.dirs.values():
             while True:

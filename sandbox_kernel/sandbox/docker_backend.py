@@ -91,6 +91,19 @@ class ContainerProcess(SandboxProcess):
         self.container_id = container_id
         self.container_name = name
         self._removed = False
+        self._caps_looked_up = False
+
+    def caps_mark(self) -> dict[str, int]:
+        """The daemon caps the container (memory without swap, pids): find its
+        cgroup from the host once, to name a cap a cell reaches exactly as the
+        bwrap backend does."""
+        if self.cgroup is None and not self._caps_looked_up:
+            self._caps_looked_up = True
+            try:
+                self.cgroup = _container_cgroup(self.client, self.container_id)
+            except Exception as exc:  # no cgroup view from here (remote daemon...): no names, still capped
+                log.debug("cgroup of container %s not found: %s", self.container_id[:12], exc)
+        return super().caps_mark()
 
     async def remove_container(self) -> None:
         """Remove the container by id (``force``: kills what still runs in it)."""
@@ -117,6 +130,32 @@ class ContainerProcess(SandboxProcess):
             await self.remove_container()
         finally:
             await super().kill()
+
+
+def _container_cgroup(client: Any, container_id: str) -> Any:
+    """The container's cgroup(s) as seen from the host, read-only (the daemon
+    made them and removes them): for the counters of its caps."""
+    from . import cgroups
+
+    info = client.api.inspect_container(container_id)
+    pid = int((info.get("State") or {}).get("Pid") or 0)
+    host = info.get("HostConfig") or {}
+    if pid <= 0:
+        return None
+    caps = cgroups.Caps(memory=host.get("Memory") or None, pids=host.get("PidsLimit") or None)
+    dirs: dict[str, Any] = {}
+    version = 1
+    for line in open(f"/proc/{pid}/cgroup").read().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            if (cgroups.ROOT / "cgroup.controllers").exists():
+                version = 2
+                dirs["unified"] = cgroups.ROOT / path.lstrip("/")
+            continue
+        for controller in ("memory", "pids"):
+            if controller in controllers.split(","):
+                dirs[controller] = cgroups.ROOT / controller / path.lstrip("/")
+    return cgroups.SandboxCgroup(version, dirs, caps, owned=False) if dirs else None
 
 
 def _disconnect_all(client: Any, container_id: str) -> None:

@@ -188,6 +188,7 @@ class SessionRegistry:
         self._reaper: asyncio.Task | None = None
         self._watcher: asyncio.Task | None = None
         self._docker: Any = None
+        self._shell_records: dict[tuple[str, str, str], Any] = {}
 
     async def get(self, user_id: str, session_id: str) -> ToolSession:
         user_id = validate_id(user_id, "user_id")
@@ -275,10 +276,33 @@ class SessionRegistry:
                 if self._docker is not None:
                     try:
                         await asyncio.to_thread(self._docker.enforce_network)
+                        self._report_shell_containers()
                     except Exception as exc:
                         log.error("cutting shell containers failed: %s", exc)
 
         self._watcher = asyncio.get_running_loop().create_task(watch())
+
+    def _report_shell_containers(self) -> None:
+        """Tell host-side raisers waiting for a cut (``wait=True``) about the
+        Docker shell's persistent containers too: each is a holder of its
+        session, with network until the watcher disconnected it."""
+        from ..docker.hardening import docker_network
+        from ..privacy.enforcement import EnforcementRecord
+
+        store_root = self.config.root() / "privacy"
+        live = {}
+        for shell in self._docker.sessions():
+            key = (shell.user_id, shell.session_id, shell.container_id)
+            record = self._shell_records.get(key) or EnforcementRecord(
+                store_root, shell.user_id, shell.session_id, workspace=workspace_dir(shell.user_id, shell.session_id, self.config.root()),
+            )
+            level = Ratchet(shell.user_id, shell.session_id, PrivacyStore(store_root)).state.sensitivity
+            record.report(level, docker_network(shell.network_mode) != "none")
+            live[key] = record
+        for key, record in self._shell_records.items():
+            if key not in live:
+                record.close()
+        self._shell_records = live
 
     def docker_manager(self) -> Any:
         if self._docker is None:
@@ -307,6 +331,9 @@ class SessionRegistry:
                 except (asyncio.CancelledError, Exception):
                     pass
         self._reaper = self._watcher = None
+        for record in self._shell_records.values():
+            record.close()
+        self._shell_records = {}
         async with self._lock:
             sessions, self._sessions = list(self._sessions.values()), {}
         for session in sessions:

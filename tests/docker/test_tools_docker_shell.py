@@ -314,6 +314,34 @@ async def test_ratchet_from_the_host_store_cuts_the_shell_network_for_good(
     assert len(other) >= 2, other
 
 
+async def test_host_raise_with_wait_covers_a_persistent_shell_container(
+    tmp_path: Path, test_image: str, test_limits: dict[str, Any], ids: tuple[str, str], list_managed: Any
+) -> None:
+    """A persistent shell container idles between commands, maybe with a
+    background process; a connector's ``wait=True`` returns only once the
+    daemon has disconnected it (no command needed)."""
+    require_bwrap()
+    user, session = ids
+    config = _config(tmp_path / "data", test_image, test_limits)
+    config.docker_persistent = True
+    reg = SessionRegistry(config)
+    try:
+        kw = _kw(reg, ids)
+        r = await sandbox_execute("(sleep 60 &) ; ls /sys/class/net", **kw)
+        assert len(_body(r.text).split()) >= 2, r.text
+        [container] = list_managed(user=user, session=session)
+        await asyncio.sleep(0.6)  # the watcher has registered the container as a holder
+        store = PrivacyStore(config.root() / "privacy")
+        await asyncio.to_thread(PrivateData(user, session, store).add_private_dataset, "crm", "SECRET", "connector", True)
+        import docker
+
+        nets = docker.from_env().api.inspect_container(container["Id"])["NetworkSettings"]["Networks"]
+        assert not [n for n in nets if n != "none"], nets
+        assert await _interfaces(reg, ids) == ["lo"]
+    finally:
+        await reg.aclose()
+
+
 # ------------------------------------------------------------------ Docker down
 
 

@@ -9,6 +9,7 @@ sanitising.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Any
 
@@ -67,6 +68,20 @@ class ChannelDisplayHook(DisplayHook):
         self.msg = None
 
 
+#: GUI toolkits and the matplotlib backends that need one (matched case-insensitively)
+_GUI = re.compile(r"(qt\d?|tk|gtk\d?|wx|osx|macosx|cocoa|glut|pyglet|gtk3cairo|gtk4cairo)(agg|cairo)?\Z", re.I)
+
+
+def _refuse_gui(gui: str) -> None:
+    from IPython.core.error import UsageError
+
+    if _GUI.match(gui.strip()):
+        raise UsageError(
+            f"the sandbox has no display, so the GUI backend {gui!r} cannot open windows: "
+            "use %matplotlib inline (figures appear in the notebook) or a non-GUI backend such as agg"
+        )
+
+
 class SandboxShell(InteractiveShell):
     """InteractiveShell whose outputs go to the host channel."""
 
@@ -100,6 +115,24 @@ class SandboxShell(InteractiveShell):
     def ask_exit(self) -> None:
         assert self.payload_manager is not None
         self.payload_manager.write_payload({"source": "ask_exit", "keepkernel": False})
+
+    def enable_matplotlib(self, gui: str | None = None):  # type: ignore[no-untyped-def]
+        """Refuse GUI backends before matplotlib tries to import their toolkit
+        (which would fail with a confusing import error instead)."""
+        if gui is not None:
+            _refuse_gui(gui)
+        return super().enable_matplotlib(gui)
+
+    def enable_gui(self, gui: str | None = None) -> None:
+        """``%matplotlib`` and ``%gui`` call this (InteractiveShell leaves it to
+        subclasses, as ipykernel's shell implements it). Inline and non-GUI
+        backends need no event loop; a GUI toolkit cannot work in a sandbox
+        that has no display, so the user is told that plainly."""
+        from IPython.core.error import UsageError
+
+        if gui is not None:
+            _refuse_gui(gui)
+        self.active_eventloop = None if gui in (None, "", "none") else gui
 
     def _showtraceback(self, etype, evalue, stb) -> None:
         _flush_std()

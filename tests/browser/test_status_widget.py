@@ -413,11 +413,12 @@ def test_item_warns_on_other_kernels(page: Page, lab: LabServer, shot: Shots) ->
 
     nb = notebook_json(["1 + 1"])
     nb["metadata"]["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    lab.request("PUT", "/api/contents/plain.ipynb", {"type": "notebook", "format": "json", "content": nb})
-    page.goto(lab.url("/lab/tree/plain.ipynb?reset"), wait_until="domcontentloaded", timeout=APP_LOAD_TIMEOUT)
+    lab.request("PUT", "/api/contents/f", {"type": "directory"})  # a folder of its own (rule 1)
+    lab.request("PUT", "/api/contents/f/plain.ipynb", {"type": "notebook", "format": "json", "content": nb})
+    page.goto(lab.url("/lab/tree/f/plain.ipynb?reset"), wait_until="domcontentloaded", timeout=APP_LOAD_TIMEOUT)
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(state="visible", timeout=APP_LOAD_TIMEOUT)
-    lab.wait_kernel_idle("plain.ipynb", timeout=KERNEL_TIMEOUT / 1000)
-    assert lab.session_for("plain.ipynb")["kernel"]["name"] == "python3"  # type: ignore[index]
+    lab.wait_kernel_idle("f/plain.ipynb", timeout=KERNEL_TIMEOUT / 1000)
+    assert lab.session_for("f/plain.ipynb")["kernel"]["name"] == "python3"  # type: ignore[index]
     item = status_item(page)
     expect(item).to_have_count(1, timeout=KERNEL_TIMEOUT)
     expect(item).to_have_attribute("data-phase", "unsandboxed")
@@ -426,5 +427,5 @@ def test_item_warns_on_other_kernels(page: Page, lab: LabServer, shot: Shots) ->
     item.locator("button.sk-switch-kernel").click()
     expect(item).to_have_attribute("data-phase", "ready", timeout=KERNEL_TIMEOUT)
     expect(item.locator(".sk-status-label")).to_have_text("Network on")
-    assert lab.session_for("plain.ipynb")["kernel"]["name"] == "sandbox-python"  # type: ignore[index]
+    assert lab.session_for("f/plain.ipynb")["kernel"]["name"] == "sandbox-python"  # type: ignore[index]
     shot(page, "plain-switched-to-sandbox")

@@ -29,8 +29,34 @@ def _drop_cwd_from_path() -> None:
 _drop_cwd_from_path()
 
 
+USAGE = """\
+usage: sandbox-kernel <command> [options]
+
+The sandboxed Jupyter kernel ("Python 3 (sandboxed)", kernelspec sandbox-python)
+and its tools. Commands:
+
+  -f CONNECTION_FILE [--SandboxKernel.x=...]
+            run the kernel (what Jupyter does; options: --help-all)
+  install   install the kernelspec (--user | --sys-prefix | --prefix P)
+  mcp       serve the agent tools over MCP (stdio or streamable HTTP)
+  gc        remove sandbox containers left behind by a crash
+  doctor    check bubblewrap, user namespaces, pasta, seccomp, cgroups, Docker,
+            the kernelspec, the JupyterLab extension and the ratchet store, and
+            print the command that fixes what is missing
+
+Each command takes --help. Configuration: docs, or `sandbox-kernel --help-all`.
+"""
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE, end="")
+        return
+    if args[0] == "doctor":
+        from .doctor import main as doctor_main
+
+        sys.exit(doctor_main(args[1:]))
     if args and args[0] == "install":
         from .install import main as install_main
 

@@ -243,7 +243,9 @@ class Session:
         try:
             process = await self.sandbox.start(spec)
         except (OSError, RuntimeError) as exc:
-            raise SandboxUnavailable(f"could not start the {self.sandbox.name} sandbox: {exc}") from exc
+            raise SandboxUnavailable(
+                f"could not start the {self.sandbox.name} sandbox: {exc}. Run `sandbox-kernel doctor` to see what is missing."
+            ) from exc
         worker = WorkerHandle(process, self.log)
         if self._closed:  # shut down while this sandbox was starting: leave nothing behind
             await worker.kill()
@@ -255,7 +257,10 @@ class Session:
         if msg.get("type") != "ready" or self._closed:
             await worker.kill()
             tail = "\n".join(worker.stderr_tail)
-            raise SandboxUnavailable(f"the {self.sandbox.name} sandbox failed to start: {msg.get('reason', msg)}\n{tail}".strip())
+            raise SandboxUnavailable(
+                f"the {self.sandbox.name} sandbox failed to start: {msg.get('reason', msg)}\n{tail}\n"
+                "Run `sandbox-kernel doctor` to see what is missing.".strip()
+            )
         self.worker = worker
         self.started_at = time.monotonic()
         self.log.info("sandbox started (%s, python %s, %.2f s)", self.sandbox.name, msg.get("python"), msg.get("startup_seconds", 0))

@@ -27,8 +27,11 @@ from traitlets import Bool, Dict, Enum, Float, Int, Unicode
 
 from . import __version__
 from .engine import EngineConfig, Session
+from . import requests
 from .engine.ratchet import Ratchet
 from .language import language_info
+from .outputs.links import defang_text
+from .outputs.replies import clean_completion_metadata, clean_payloads, clean_user_expressions, plain_text
 from .privacy import PrivacyStore, default_store, default_user_id, session_id_for_notebook, validate_id
 from .sandbox.limit_traits import GiB, LimitTraits
 from .status_comm import StatusComm
@@ -94,6 +97,10 @@ class SandboxKernel(Kernel, LimitTraits):
         "cells get no more file access than any other unprivileged user; the workspace is shared with it "
         "by POSIX ACLs. 0 keeps host root's file access inside the sandbox (unsafe). Ignored when the kernel "
         "is not root (the sandbox then has the kernel user's access).",
+    ).tag(config=True)
+    max_code_bytes = Int(
+        requests.MAX_CODE_BYTES, help="Largest code (in UTF-8 bytes) an execute, complete, inspect or is_complete "
+        "request may carry; a larger one gets an error reply naming the limit.",
     ).tag(config=True)
     privacy_poll_interval = Float(
         0.25, help="Seconds between checks of the ratchet store for rises made by other processes (a check is a "
@@ -217,8 +224,91 @@ class SandboxKernel(Kernel, LimitTraits):
         self.session.send(socket, "create_subshell_reply", {"status": "error", "ename": "NotSupported", "evalue": "this kernel does not offer subshells", "traceback": []}, parent, ident)
 
     # ---- execution ----------------------------------------------------------------
+    # ---- request validation, before ipykernel touches the fields ----------------------
+    # ipykernel re-publishes the code (execute_input) and reads the fields before
+    # do_* runs: a lone surrogate there made the publish fail and the client never
+    # got a reply, and a missing field is only logged. Checked here first.
+    def _refuse(self, stream: Any, ident: Any, parent: Any, reply_type: str, problem: str, **extra: Any) -> None:
+        self.log.warning("%s refused: %s", reply_type.replace("_reply", "_request"), problem)
+        self.session.send(stream, reply_type, requests.error_reply(problem, **extra), parent, ident)
+
+    @staticmethod
+    def _content(parent: Any) -> tuple[dict[str, Any] | None, str | None]:
+        content = parent.get("content") if isinstance(parent, dict) else None
+        if not isinstance(content, dict):
+            return None, "the request's content must be an object"
+        return content, None
+
+    async def execute_request(self, stream, ident, parent):  # type: ignore[no-untyped-def,override]
+        content, problem = self._content(parent)
+        if content is not None:
+            silent = content.get("silent", False)
+            problem = (
+                (None if "code" in content else "code is missing")
+                or (None if isinstance(parent.get("metadata", {}), dict) else "metadata must be an object")
+                or requests.execute_problem(
+                    content.get("code"), silent, content.get("store_history", not silent if isinstance(silent, bool) else True),
+                    content.get("user_expressions", {}), content.get("allow_stdin", False), self.max_code_bytes,
+                )
+            )
+        if problem:
+            self._refuse(stream, ident, parent, "execute_reply", problem, execution_count=self.execution_count)
+            return
+        await super().execute_request(stream, ident, parent)
+
+    async def complete_request(self, stream, ident, parent):  # type: ignore[no-untyped-def,override]
+        content, problem = self._content(parent)
+        if content is not None:
+            problem = None if {"code", "cursor_pos"} <= content.keys() else "code and cursor_pos are required"
+        if problem:
+            self._refuse(stream, ident, parent, "complete_reply", problem, matches=[], cursor_start=0, cursor_end=0, metadata={})
+            return
+        await super().complete_request(stream, ident, parent)
+
+    async def inspect_request(self, stream, ident, parent):  # type: ignore[no-untyped-def,override]
+        content, problem = self._content(parent)
+        if content is not None:
+            problem = None if {"code", "cursor_pos"} <= content.keys() else "code and cursor_pos are required"
+        if problem:
+            self._refuse(stream, ident, parent, "inspect_reply", problem, found=False, data={}, metadata={})
+            return
+        await super().inspect_request(stream, ident, parent)
+
+    async def is_complete_request(self, stream, ident, parent):  # type: ignore[no-untyped-def,override]
+        content, problem = self._content(parent)
+        if content is not None:
+            problem = None if "code" in content else "code is required"
+        if problem:
+            self._refuse(stream, ident, parent, "is_complete_reply", problem)
+            return
+        await super().is_complete_request(stream, ident, parent)
+
+    async def history_request(self, stream, ident, parent):  # type: ignore[no-untyped-def,override]
+        content, problem = self._content(parent)
+        if content is not None:
+            problem = None if "hist_access_type" in content else "hist_access_type is required"
+        if problem or content is None:
+            self._refuse(stream, ident, parent, "history_reply", problem or "bad request", history=[])
+            return
+        # ipykernel passes the content as keyword arguments: unknown keys would raise there
+        known = ("hist_access_type", "output", "raw", "session", "start", "stop", "n", "pattern", "unique")
+        cleaned = {"output": False, "raw": True, **{k: v for k, v in content.items() if k in known}}
+        await super().history_request(stream, ident, {**parent, "content": cleaned})
+
     async def do_execute(self, code, silent, store_history=True, user_expressions=None, allow_stdin=False, *, cell_meta=None, cell_id=None):  # type: ignore[override]
         self._loop = asyncio.get_running_loop()
+        problem = requests.execute_problem(code, silent, store_history, user_expressions, allow_stdin, self.max_code_bytes)
+        if problem:
+            self.log.warning("execute_request refused: %s", problem)
+            return requests.error_reply(problem, execution_count=self.execution_count)
+        try:
+            return await self._execute(code, silent, store_history, user_expressions or {}, allow_stdin)
+        except Exception as exc:  # whatever went wrong, the client gets a reply and the kernel stays idle-able
+            self.log.exception("execute_request failed")
+            return requests.error_reply(f"the kernel could not run this request: {type(exc).__name__}: {exc}"[:2000],
+                                        execution_count=self.execution_count) | {"ename": "KernelError"}
+
+    async def _execute(self, code: str, silent: bool, store_history: bool, user_expressions: dict[str, str], allow_stdin: bool) -> dict[str, Any]:
         parent = self.get_parent("shell")
         ident = self._get_shell_context_var(self._shell_parent_ident)
 
@@ -240,8 +330,8 @@ class SandboxKernel(Kernel, LimitTraits):
             emit=emit,
             silent=silent,
             store_history=store_history,
-            user_expressions=user_expressions if isinstance(user_expressions, dict) else {},
-            allow_stdin=bool(allow_stdin),
+            user_expressions=user_expressions,
+            allow_stdin=allow_stdin,
             ask_input=ask_input if allow_stdin else None,
             timeout=self.cell_timeout or None,
         )
@@ -250,8 +340,10 @@ class SandboxKernel(Kernel, LimitTraits):
             "execution_count": self.execution_count,
         }
         if result.status == "ok":
-            reply["user_expressions"] = result.user_expressions
-            reply["payload"] = result.payload
+            # Sandbox-made too: cleaned by the output policy (outputs/replies.py).
+            private = self.engine.private
+            reply["user_expressions"] = clean_user_expressions(result.user_expressions, user_expressions, private=private, defang=defang_text)
+            reply["payload"] = clean_payloads(result.payload, private=private, defang=defang_text)
         else:
             reply.update(ename=result.ename, evalue=result.evalue, traceback=result.traceback)
         return reply
@@ -290,23 +382,35 @@ class SandboxKernel(Kernel, LimitTraits):
         raise InterruptedError("the input prompt was cancelled")
 
     async def do_complete(self, code, cursor_pos):  # type: ignore[override]
+        problem = requests.text_problem(code, "code", self.max_code_bytes) or requests.cursor_problem(cursor_pos, code)
+        if problem:
+            return requests.error_reply(problem)
         cursor_pos = len(code) if cursor_pos is None else cursor_pos
         try:
             reply = await self.engine.complete(code, cursor_pos)
         except Exception as exc:
             self.log.warning("completion failed: %s", exc)
             reply = {}
+        matches = [plain_text(m, 1000) for m in reply.get("matches", []) if isinstance(m, str)][:10_000]
+        start, end = reply.get("cursor_start"), reply.get("cursor_end")
         return {
             "status": "ok",
-            "matches": [m for m in reply.get("matches", []) if isinstance(m, str)],
-            "cursor_start": reply.get("cursor_start", cursor_pos),
-            "cursor_end": reply.get("cursor_end", cursor_pos),
-            "metadata": reply.get("metadata", {}) if isinstance(reply.get("metadata"), dict) else {},
+            "matches": matches,
+            "cursor_start": start if isinstance(start, int) and 0 <= start <= len(code) else cursor_pos,
+            "cursor_end": end if isinstance(end, int) and 0 <= end <= len(code) else cursor_pos,
+            "metadata": clean_completion_metadata(reply.get("metadata"), len(matches)),
         }
 
     async def do_inspect(self, code, cursor_pos, detail_level=0, omit_sections=()):  # type: ignore[override]
         from .outputs import sanitize_bundle
 
+        problem = (
+            requests.text_problem(code, "code", self.max_code_bytes)
+            or requests.cursor_problem(cursor_pos, code if isinstance(code, str) else "")
+            or (None if detail_level in (0, 1) and not isinstance(detail_level, bool) else f"detail_level must be 0 or 1, not {str(detail_level)[:20]!r}")
+        )
+        if problem:
+            return requests.error_reply(problem)
         cursor_pos = len(code) if cursor_pos is None else cursor_pos
         try:
             reply = await self.engine.inspect(code, cursor_pos, detail_level)
@@ -318,6 +422,9 @@ class SandboxKernel(Kernel, LimitTraits):
         return {"status": "ok", "found": found, "data": clean.data if found else {}, "metadata": {}}
 
     async def do_is_complete(self, code):  # type: ignore[override]
+        problem = requests.text_problem(code, "code", self.max_code_bytes)
+        if problem:
+            return requests.error_reply(problem)
         status, indent = self._transformer.check_complete(code)
         reply: dict[str, Any] = {"status": status}
         if status == "incomplete":
@@ -325,6 +432,9 @@ class SandboxKernel(Kernel, LimitTraits):
         return reply
 
     async def do_history(self, hist_access_type, output, raw, session=None, start=None, stop=None, n=None, pattern=None, unique=False):  # type: ignore[override]
+        problem = requests.history_problem(hist_access_type, n, start, stop, session, pattern)
+        if problem:
+            return requests.error_reply(problem, history=[])
         entries = [(1, count, code) for count, code in self.engine.history]
         if hist_access_type == "tail":
             entries = entries[-n:] if n else entries

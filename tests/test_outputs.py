@@ -570,7 +570,8 @@ def test_private_markdown_external_images_removed_data_images_kept():
     rendered = render_markdown(out)
     assert_no_fetch(rendered)
     assert 'src="' + DATA_PNG in rendered
-    assert '<a href="https://example.org"' in rendered  # links stay: they only act on a click
+    # once private a click must not send anything out: the link's target goes, its text stays
+    assert 'href="https://example.org"' not in rendered and "a normal link" in rendered
     # not private: markdown images stay as they are
     assert sanitize_bundle({"text/markdown": md}).data["text/markdown"].startswith("![a](http://evil.example/y.png)")
 

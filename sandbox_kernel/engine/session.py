@@ -15,12 +15,13 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..outputs import OutputLimiter, sanitize_bundle
+from ..outputs.links import defang_text
 from ..privacy.enforcement import EnforcementRecord
 from ..sandbox import BindMount, Sandbox, SandboxSpec, get_sandbox
 from ..sandbox.subprocess_backend import WARNING as SUBPROCESS_WARNING
@@ -638,27 +639,40 @@ class Session:
             emit("clear_output", {"wait": bool(msg.get("wait"))})
 
     def _guarded_emit(self, emit: Emit, limiter: OutputLimiter) -> Emit:
-        """Sanitise MIME bundles and enforce the per-cell output budget."""
+        """Enforce the per-cell output budget, then sanitise what will be sent.
+
+        The budget is counted on the raw bundle BEFORE any cleaning: once a
+        cell's budget is spent, further outputs cost the host a size count and
+        nothing else (10,000 large HTML outputs used to keep the kernel busy
+        sanitising for minutes). Once the session is private, stream and error
+        text are defanged (frontends turn URLs in text into links)."""
         notes: set[str] = set()
 
         def guarded(kind: str, content: dict[str, Any]) -> None:
+            private = self.private
             if kind == "stream":
                 text = limiter.admit_text(content["text"])
                 if text:
-                    emit(kind, {**content, "text": text})
+                    emit(kind, {**content, "text": defang_text(text) if private else text})
                 return
             if kind in ("display_data", "update_display_data", "execute_result"):
-                clean = sanitize_bundle(content.get("data"), content.get("metadata"), trusted=self.config.trust_outputs, private=self.private)
+                data = content.get("data")
+                if isinstance(data, Mapping) and not limiter.admit_bundle(data):
+                    return  # over budget: dropped uncleaned, counted for the truncation note
+                clean = sanitize_bundle(data, content.get("metadata"), trusted=self.config.trust_outputs, private=private)
                 for note in clean.removed:
                     if note not in notes:
                         notes.add(note)
                         emit("stream", {"name": "stderr", "text": f"{NOTICE} {note}\n"})
-                if not clean.data or not limiter.admit_bundle(clean.data):
+                if not clean.data or (not isinstance(data, Mapping) and not limiter.admit_bundle(clean.data)):
                     return
                 emit(kind, {**content, "data": clean.data, "metadata": clean.metadata})
                 return
             if kind == "error":
                 if limiter.admit_bundle({"text/plain": "\n".join(content.get("traceback", []))}):
+                    if private:
+                        content = {**content, "evalue": defang_text(content.get("evalue", "")),
+                                   "traceback": [defang_text(line) for line in content.get("traceback", [])]}
                     emit(kind, content)
                 return
             emit(kind, content)

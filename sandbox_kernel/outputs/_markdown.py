@@ -18,6 +18,7 @@ import bisect
 import html
 import re
 
+from .links import defang_markdown
 from ._policy import (
     DROP_WITH_CONTENT,
     HTML_ATTRIBUTES,
@@ -401,21 +402,21 @@ _SCHEME_CHARS = re.compile(r"[A-Za-z0-9+.\-]*\Z")
 _PLAIN_DEST = re.compile(r"(?:https?://|mailto:|#|/(?![/\\]))[^\\&\x00-\x20]*\Z|[^:\\&\x00-\x20<]*\Z", re.I)
 
 
-def _dest_ok(raw: str, cut: bool) -> bool:
+def _dest_ok(raw: str, cut: bool, private: bool = False) -> bool:
     """Whether a markdown link destination is harmless. Only its first 256
     characters are read (a scheme must come first); when those do not settle
     it, say no."""
-    if not cut and _PLAIN_DEST.match(raw):
+    if not cut and not private and _PLAIN_DEST.match(raw):
         return True  # no escapes or references to decode: what you see is the URL
     url = html.unescape(_MD_ESCAPE.sub(r"\1", raw)).strip()
     url = url[1:-1] if url.startswith("<") and url.endswith(">") else url.lstrip("<")
     norm = normalise_url(url)
     if cut and _SCHEME_CHARS.match(norm):
         return False
-    return link_ok(url) or bool(re.match(r"data:image/(?:png|jpe?g|gif|webp)[;,]", norm, re.I))
+    return link_ok(url, private=private) or bool(re.match(r"data:image/(?:png|jpe?g|gif|webp)[;,]", norm, re.I))
 
 
-def _fix_links(s: str, notes: Notes) -> str:
+def _fix_links(s: str, notes: Notes, private: bool = False) -> str:
     """Point markdown links/definitions whose target could run code at ``#``.
 
     Every ``](`` and ``]:`` is checked, in code too: a wrong guess about what
@@ -428,10 +429,10 @@ def _fix_links(s: str, notes: Notes) -> str:
         d = _DEST.match(s, m.end())
         assert d is not None
         raw = d.group(1)
-        if not raw or _dest_ok(raw, cut=len(raw) >= 256):
+        if not raw or _dest_ok(raw, cut=len(raw) >= 256, private=private):
             continue
         url = html.unescape(_MD_ESCAPE.sub(r"\1", raw)).strip("<> ")
-        notes.add(f"link with {describe_url_removal(url, private=False)} removed from {WHERE}")
+        notes.add(f"link with {describe_url_removal(url, private=private)} removed from {WHERE}")
         out.append(s[pos : d.start(1)])
         out.append("#")
         pos = d.end(1)
@@ -502,7 +503,8 @@ def clean_markdown(text: str, *, private: bool, notes: Notes) -> str:
             parts.append(_MATH_TAG_OPEN.sub(r"\\lt ", text[a:b]))
         else:
             parts.append(cleaner.clean(text, a, b, code=kind == "code"))
-    out = _fix_links("".join(parts), notes)
+    out = _fix_links("".join(parts), notes, private=private)
     if private:
         out = _private_images(out, notes)
+        out = defang_markdown(out)  # bare URLs and autolinks GFM would link
     return clean_tex(out, private=private, notes=notes, where=WHERE)

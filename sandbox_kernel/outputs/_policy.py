@@ -49,11 +49,15 @@ def url_scheme(url: str) -> str | None:
     return m.group(1).lower() if m else None
 
 
-def link_ok(url: str) -> bool:
+def link_ok(url: str, *, private: bool = False) -> bool:
     """A link target (``href``, ``cite``, markdown link) that cannot run code:
-    relative, ``#fragment``, http(s) or mailto. Links only act on a click, so
-    they stay in private sessions too."""
-    scheme = url_scheme(normalise_url(url))
+    relative, ``#fragment``, http(s) or mailto. Once the session is private a
+    click must not send anything out either: only relative and ``#fragment``
+    targets remain (no scheme, no ``//host``)."""
+    norm = normalise_url(url)
+    scheme = url_scheme(norm)
+    if private:
+        return scheme is None and not norm.startswith("//")
     return scheme is None or scheme in LINK_SCHEMES
 
 
@@ -226,9 +230,9 @@ def clean_tex(text: str, *, private: bool, notes: Notes, where: str) -> str:
             notes.add(f"\\{m.group(1)} used without a plain {{url}} disarmed in {where}")
             return "\\mathrm{" + m.group(1) + "}"
         url = html.unescape(m.group(3))
-        if link_ok(url):
+        if link_ok(url, private=private):
             return m.group(0)
-        notes.add(f"\\{m.group(1)} with {describe_url_removal(url, private=False)} disarmed in {where}")
+        notes.add(f"\\{m.group(1)} with {describe_url_removal(url, private=private)} disarmed in {where}")
         return "\\" + m.group(1) + "{#}"
 
     text = _TEX_LINK.sub(fix_link, text)
@@ -307,9 +311,9 @@ def make_attribute_filter(
         if attr == "style":
             return clean_css(value, private=private, notes=notes, where=f"{where} style attribute")
         if attr in {"href", "cite"}:
-            if link_ok(value):
+            if link_ok(value, private=private):
                 return value
-            notes.add(f"{describe_url_removal(value, private=False)} removed from {where} <{tag} {attr}>")
+            notes.add(f"{describe_url_removal(value, private=private)} removed from {where} <{tag} {attr}>")
             return None
         if attr == "src":
             if image_ok(value, private=private):

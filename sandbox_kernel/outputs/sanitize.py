@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ._html import clean_html
+from .links import defang_json, defang_text
 from ._markdown import clean_markdown
 from ._policy import Notes, clean_tex
 from ._svg import SvgRejected, clean_svg
@@ -153,7 +154,8 @@ def _clean_one(mime: str, value: Any, *, private: bool, notes: Notes) -> Any | N
             return None
         return cleaned
     if mime == "text/latex":
-        return clean_tex(value, private=private, notes=notes, where=mime)
+        tex = clean_tex(value, private=private, notes=notes, where=mime)
+        return defang_text(tex) if private else tex  # \url{...} and URLs in text
     if mime == "image/svg+xml":
         return clean_svg(value, notes=notes)
     if mime == "application/pdf" and private:
@@ -165,6 +167,11 @@ def _clean_one(mime: str, value: Any, *, private: bool, notes: Notes) -> Any | N
         if problem:
             notes.add(f"{mime} output dropped ({problem})")
             return None
+        return value
+    if private and mime == "text/plain":
+        return defang_text(value)  # JupyterLab links URLs in plain text
+    if private and is_json_mime(mime):
+        return defang_json(value)  # rendered as text (JSON tree, data tables): linkified too
     return value
 
 

@@ -1,0 +1,188 @@
+"""Every field of sandbox origin that a frontend may render passes the output
+policy (class 5), and malformed requests get an error reply naming the field
+while the kernel stays responsive and keeps its state (class 8)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from kernel_helpers import SandboxKernelHandle
+
+
+def request(k: SandboxKernelHandle, msg_type: str, content: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
+    """Send a raw shell request (any content, as a hostile client would) and
+    return its reply's content."""
+    msg = k.kc.session.msg(msg_type, content)
+    session = k.kc.session
+    packer = session.pack
+    # ASCII-escaped JSON carries what jupyter_client refuses to encode (lone
+    # surrogates): a hostile client is not bound by it
+    session.pack = lambda obj: json.dumps(obj, ensure_ascii=True, default=str).encode()
+    try:
+        k.kc.shell_channel.send(msg)
+    finally:
+        session.pack = packer
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reply = k.kc.get_shell_msg(timeout=timeout)
+        if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"]:
+            return reply["content"]
+    raise AssertionError(f"no reply to {msg_type}")
+
+
+def execute(k: SandboxKernelHandle, **content: Any) -> dict[str, Any]:
+    base = {"code": "", "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False, "stop_on_error": False}
+    return request(k, "execute_request", {**base, **content})
+
+
+# ---- class 5: what reaches the frontend ---------------------------------------------------
+
+
+def test_pager_payload_html_is_sanitised(kernel: SandboxKernelHandle) -> None:
+    reply = execute(kernel, code=(
+        "from IPython.core import page\n"
+        "page.page({'text/html': '<img src=x onerror=\"fetch(1)\"><b>shown</b>', 'text/plain': 'shown',"
+        " 'application/javascript': 'alert(1)'})"
+    ))
+    assert reply["status"] == "ok", reply
+    [payload] = reply["payload"]
+    assert payload["source"] == "page"
+    html = payload["data"].get("text/html", "")
+    assert "onerror" not in html and "<b>shown</b>" in html, payload
+    assert "application/javascript" not in payload["data"]
+
+
+def test_help_pager_still_works(kernel: SandboxKernelHandle) -> None:
+    reply = execute(kernel, code="zip?")
+    assert reply["status"] == "ok" and reply["payload"][0]["source"] == "page"
+    assert "zip" in reply["payload"][0]["data"]["text/plain"]
+
+
+def test_injected_payloads_are_dropped_or_cut(kernel: SandboxKernelHandle) -> None:
+    reply = execute(kernel, code=(
+        "ip = get_ipython()\n"
+        "ip.payload_manager.write_payload({'source': 'edit_magic', 'filename': '/etc/passwd', 'line_number': 1})\n"
+        "ip.payload_manager.write_payload({'source': 'evil', 'data': {'text/html': '<script>x()</script>'}})\n"
+        "ip.payload_manager.write_payload({'source': 'ask_exit', 'keepkernel': 'yes', 'extra': '<script>'})\n"
+        "ip.set_next_input('print(1)\\x00\\x1b[31m' + 'x' * 200_000)\n"
+    ))
+    assert reply["status"] == "ok", reply
+    sources = [p["source"] for p in reply["payload"]]
+    assert "edit_magic" not in sources and "evil" not in sources, reply["payload"]
+    exit_payload = next(p for p in reply["payload"] if p["source"] == "ask_exit")
+    assert exit_payload == {"source": "ask_exit", "keepkernel": False}
+    nxt = next(p for p in reply["payload"] if p["source"] == "set_next_input")
+    assert len(nxt["text"]) <= 100_000 and "\x00" not in nxt["text"] and "\x1b" not in nxt["text"]
+    assert nxt["text"].startswith("print(1)")
+
+
+def test_user_expressions_are_sanitised_and_only_those_asked(kernel: SandboxKernelHandle) -> None:
+    reply = execute(
+        kernel, code="class H:\n    def _repr_html_(self): return '<img src=x onerror=\"fetch(1)\">h'\nh = H()",
+        user_expressions={"asked": "h", "bad": "1/0"},
+    )
+    assert reply["status"] == "ok"
+    values = reply["user_expressions"]
+    assert set(values) == {"asked", "bad"}
+    assert "onerror" not in values["asked"]["data"].get("text/html", "")
+    assert values["bad"]["status"] == "error" and values["bad"]["ename"] == "ZeroDivisionError"
+    # the sandbox is the attacker: it answers for names nobody asked, with script
+    execute(kernel, code=(
+        "ip = get_ipython()\n"
+        "ip.user_expressions = lambda e: {**{k: {'status': 'ok', 'data': {'text/html': '<script>x()</script>ok'}, 'metadata': {}} for k in e},"
+        " 'injected': {'status': 'ok', 'data': {'text/html': '<script>steal()</script>'}, 'metadata': {}}}"
+    ))
+    reply = execute(kernel, code="1", user_expressions={"asked": "1"})
+    try:
+        assert set(reply["user_expressions"]) == {"asked"}, reply["user_expressions"]
+        assert "<script" not in str(reply["user_expressions"])
+    finally:
+        execute(kernel, code="del get_ipython().user_expressions")
+
+
+def test_completion_and_inspection_data_from_the_sandbox_are_cleaned(kernel: SandboxKernelHandle) -> None:
+    execute(kernel, code=(
+        "import sys\n"
+        "m = sys.modules['sandbox_kernel_worker.main']\n"
+        "saved = (m.Holder._complete, m.Holder._inspect)\n"
+        "m.Holder._complete = lambda self, msg, ctl: {'status': 'ok', 'matches': ['a', 7], 'cursor_start': -5, 'cursor_end': 10**9,"
+        " 'metadata': {'evil': '<script>', '_jupyter_types_experimental': [{'text': 'a', 'type': '<img onerror=x>' * 1000, 'start': 0, 'end': 1}]}}\n"
+        "m.Holder._inspect = lambda self, msg, ctl: {'status': 'ok', 'found': True, 'data': {'text/html': '<script>steal()</script><i>doc</i>',"
+        " 'text/plain': 'doc', 'application/javascript': 'x'}, 'metadata': {'evil': 1}}\n"
+    ))
+    try:
+        comp = request(kernel, "complete_request", {"code": "ab", "cursor_pos": 2})
+        assert comp["status"] == "ok" and comp["matches"] == ["a"], comp
+        assert 0 <= comp["cursor_start"] <= 2 and 0 <= comp["cursor_end"] <= 2
+        assert set(comp["metadata"]) <= {"_jupyter_types_experimental"}, comp["metadata"]
+        assert all(len(t.get("type", "")) <= 100 for t in comp["metadata"].get("_jupyter_types_experimental", []))
+        insp = request(kernel, "inspect_request", {"code": "ab", "cursor_pos": 2, "detail_level": 0})
+        assert insp["status"] == "ok" and "<script" not in str(insp["data"]) and insp["metadata"] == {}
+        assert "application/javascript" not in insp["data"]
+    finally:
+        execute(kernel, code="m.Holder._complete, m.Holder._inspect = saved")
+
+
+# ---- class 8: malformed requests -----------------------------------------------------------
+
+BAD_EXECUTES = [
+    ({"code": 123}, "code"),
+    ({"code": "x = 1\n" * 3_000_000}, "code"),  # 18 MB
+    ({"code": "x = '\ud800'"}, "code"),
+    ({"code": "1", "silent": "yes"}, "silent"),
+    ({"code": "1", "store_history": 3}, "store_history"),
+    ({"code": "1", "allow_stdin": None}, "allow_stdin"),
+    ({"code": "1", "user_expressions": ["a"]}, "user_expressions"),
+    ({"code": "1", "user_expressions": {"a": 5}}, "user_expressions"),
+    ({"code": "1", "user_expressions": {"a": "x" * 100_000}}, "user_expressions"),
+]
+
+
+@pytest.mark.parametrize(("content", "field"), BAD_EXECUTES, ids=[f"{f}-{i}" for i, (_, f) in enumerate(BAD_EXECUTES)])
+def test_malformed_execute_gets_an_error_and_keeps_state(kernel: SandboxKernelHandle, content: dict[str, Any], field: str) -> None:
+    assert execute(kernel, code="kept = 'earlier state'")["status"] == "ok"
+    reply = execute(kernel, **content)
+    assert reply["status"] == "error" and reply["ename"] == "InvalidRequest", reply
+    assert field in reply["evalue"], reply["evalue"]
+    run = kernel.run("print(kept)")
+    assert run.stdout.strip() == "earlier state", (run.stdout, run.stderr, run.errors)
+
+
+BAD_OTHERS = [
+    ("complete_request", {"code": 5, "cursor_pos": 0}, "code"),
+    ("complete_request", {"code": "ab", "cursor_pos": -1}, "cursor_pos"),
+    ("complete_request", {"code": "ab", "cursor_pos": "x"}, "cursor_pos"),
+    ("complete_request", {"code": "ab", "cursor_pos": 10**12}, "cursor_pos"),
+    ("inspect_request", {"code": "zip", "cursor_pos": 1, "detail_level": "x"}, "detail_level"),
+    ("inspect_request", {"code": None, "cursor_pos": 1, "detail_level": 0}, "code"),
+    ("is_complete_request", {"code": "x = 1\n" * 3_000_000}, "code"),
+    ("is_complete_request", {"code": ["a"]}, "code"),
+    ("history_request", {"hist_access_type": 5, "output": False, "raw": True}, "hist_access_type"),
+    ("history_request", {"hist_access_type": "tail", "output": False, "raw": True, "n": "x"}, "n"),
+    ("history_request", {"output": False}, "hist_access_type"),
+    ("execute_request", {"silent": False}, "code"),
+    ("complete_request", {"code": "ab"}, "cursor_pos"),
+]
+
+
+@pytest.mark.parametrize(("msg_type", "content", "field"), BAD_OTHERS, ids=[f"{m}-{f}-{i}" for i, (m, _, f) in enumerate(BAD_OTHERS)])
+def test_malformed_requests_get_an_error_naming_the_field(kernel: SandboxKernelHandle, msg_type: str, content: dict[str, Any], field: str) -> None:
+    reply = request(kernel, msg_type, content)
+    assert reply["status"] == "error", reply
+    assert field in reply.get("evalue", ""), reply
+    assert kernel.run("1 + 1").result["text/plain"] == "2"
+
+
+def test_unsolicited_and_misdirected_messages_are_ignored(kernel: SandboxKernelHandle) -> None:
+    assert execute(kernel, code="kept2 = 5")["status"] == "ok"
+    kernel.kc.input("nobody asked")  # input_reply with no prompt open
+    for content in ({"comm_id": "no-such-comm", "data": {}}, {"comm_id": "x", "data": "not a dict"}, {"data": {}}):
+        kernel.kc.shell_channel.send(kernel.kc.session.msg("comm_msg", content))
+    kernel.kc.shell_channel.send(kernel.kc.session.msg("comm_open", {"comm_id": "c1", "target_name": 5, "data": {}}))
+    time.sleep(0.5)
+    run = kernel.run("print(kept2)")
+    assert run.stdout.strip() == "5", (run.stdout, run.stderr)

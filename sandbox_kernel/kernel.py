@@ -345,7 +345,12 @@ class SandboxKernel(Kernel, LimitTraits):
             reply["user_expressions"] = clean_user_expressions(result.user_expressions, user_expressions, private=private, defang=defang_text)
             reply["payload"] = clean_payloads(result.payload, private=private, defang=defang_text)
         else:
-            reply.update(ename=result.ename, evalue=result.evalue, traceback=result.traceback)
+            private = self.engine.private
+            reply.update(
+                ename=plain_text(result.ename, 200),
+                evalue=plain_text(result.evalue, defang=defang_text if private else lambda t: t),
+                traceback=[plain_text(line, defang=defang_text if private else lambda t: t) for line in result.traceback[:1000]],
+            )
         return reply
 
     def _cancellable_input_request(self, prompt: str, ident: Any, parent: Any, password: bool, cancelled: threading.Event) -> str:

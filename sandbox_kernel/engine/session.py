@@ -467,11 +467,17 @@ class Session:
                 "op": "execute", "id": rid, "code": code, "silent": silent,
                 "store_history": store_history, "user_expressions": user_expressions or {},
                 "allow_stdin": allow_stdin and ask_input is not None, "execution_count": execution_count,
+                # the worker stops sending a little after the host's budget: the host
+                # still counts and notes the cut, but a flood never crosses the pipe
+                "max_output_bytes": self.config.max_output_bytes + self.config.max_output_bytes // 10 + (1 << 20),
             })
             try:
                 done = await self._await_done(worker, rid, guarded, ask_input=ask_input, timeout=timeout)
             finally:
                 self._running = None
+            dropped = done.get("dropped_output")
+            if isinstance(dropped, int) and dropped > 0:
+                limiter.discarded += dropped  # what the worker did not even send
             note = limiter.truncation_note()
             if note:
                 emit("stream", {"name": "stderr", "text": f"\n{note}\n"})

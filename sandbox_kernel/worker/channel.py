@@ -15,6 +15,10 @@ import threading
 from typing import Any
 
 MAX_FRAME = 64 * 1024 * 1024
+#: message kinds that are a cell's output (counted against its budget)
+OUTPUT_TYPES = frozenset({"stream", "display_data", "update_display_data", "execute_result", "clear_output"})
+#: the largest single output message sent (the host refuses larger bundles anyway)
+MAX_OUTPUT_MESSAGE = 20 * 1024 * 1024
 
 
 class ChannelClosed(EOFError):
@@ -28,9 +32,31 @@ class Channel:
         self._lock = threading.Lock()
         #: set to False to drop messages (background threads of a finished cell)
         self.enabled = True
+        #: bytes of output the running cell may still send (None: no budget).
+        #: The host enforces the budget too; counting here keeps a flood from
+        #: ever crossing the pipe (and costing the HOST its decoding).
+        self.output_budget: int | None = None
+        self.dropped_output = 0
+
+    def set_output_budget(self, budget: int | None) -> None:
+        self.output_budget = budget if budget and budget > 0 else None
+        self.dropped_output = 0
+
+    @property
+    def output_exhausted(self) -> bool:
+        return self.output_budget is not None and self.output_budget <= 0
 
     def send(self, msg: dict[str, Any]) -> None:
+        output = self.output_budget is not None and msg.get("type") in OUTPUT_TYPES
+        if output and self.output_exhausted:
+            self.dropped_output += _rough_size(msg)
+            return
         data = json.dumps(msg, default=repr, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        if output:
+            if len(data) > MAX_OUTPUT_MESSAGE:
+                self.dropped_output += len(data)
+                return
+            self.output_budget = (self.output_budget or 0) - len(data)
         frame = struct.pack(">I", len(data)) + data
         with self._lock:
             view = memoryview(frame)
@@ -56,3 +82,14 @@ class Channel:
         if not isinstance(msg, dict):
             raise ValueError("message is not a JSON object")
         return msg
+
+
+def _rough_size(msg: dict[str, Any]) -> int:
+    """Size of a message's payload without serialising it (strings only)."""
+    size = 0
+    for value in msg.values():
+        if isinstance(value, str):
+            size += len(value)
+        elif isinstance(value, dict):
+            size += sum(len(v) for v in value.values() if isinstance(v, str))
+    return size

@@ -277,6 +277,8 @@ class Holder:
         allow_stdin = bool(msg.get("allow_stdin"))
         _install_host_requests(self.channel, ctl, allow_stdin, out, err)
         shell.execution_count = int(msg.get("execution_count") or shell.execution_count)
+        budget = msg.get("max_output_bytes")
+        self.channel.set_output_budget(budget if isinstance(budget, int) else None)
         shell.payload_manager.clear_payload()
         shell._last_error = None
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -306,6 +308,8 @@ class Holder:
             capture.stop()
         out.flush()
         err.flush()
+        reply["dropped_output"] = self.channel.dropped_output
+        self.channel.set_output_budget(None)
         return reply
 
     def _restore(self, msg: dict[str, Any], ctl: Channel) -> dict[str, Any]:

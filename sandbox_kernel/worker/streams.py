@@ -17,6 +17,8 @@ import time
 from .channel import Channel
 
 FLUSH_INTERVAL = 0.05
+#: characters per stream message (at most 1 MiB of UTF-8)
+CHUNK_CHARS = 256 * 1024
 
 
 class OutStream(io.TextIOBase):
@@ -75,8 +77,15 @@ class OutStream(io.TextIOBase):
                 return
             text = "".join(self._buffer)
             self._buffer.clear()
-        if self.channel.enabled:
-            self.channel.send({"type": "stream", "name": self.name, "text": text})
+        if not self.channel.enabled:
+            return
+        # One huge write becomes bounded frames (a 400 MB write used to exceed
+        # the frame limit and take the sandbox, and the namespace, down).
+        for start in range(0, len(text), CHUNK_CHARS):
+            if self.channel.output_exhausted:
+                self.channel.dropped_output += len(text) - start
+                return
+            self.channel.send({"type": "stream", "name": self.name, "text": text[start : start + CHUNK_CHARS]})
 
 
 class FdCapture:

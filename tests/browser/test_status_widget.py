@@ -429,3 +429,23 @@ def test_item_warns_on_other_kernels(page: Page, lab: LabServer, shot: Shots) ->
     expect(item.locator(".sk-status-label")).to_have_text("Network on")
     assert lab.session_for("f/plain.ipynb")["kernel"]["name"] == "sandbox-python"  # type: ignore[index]
     shot(page, "plain-switched-to-sandbox")
+
+
+def test_pager_payload_script_never_runs(page: Page, lab: LabServer, shot: Shots) -> None:
+    """The attack that landed: a cell calls ``IPython.core.page.page`` with HTML
+    carrying a script; JupyterLab shows execute_reply pager payloads as trusted
+    output in the cell, so the script ran in the user's browser (and could use
+    the Jupyter server's API). The text shows; the script does not run."""
+    lab.put_notebook("g/pager.ipynb")
+    open_notebook(page, lab, "g/pager.ipynb")
+    page.evaluate("() => { window.__pwned = 0; }")
+    code = (
+        "from IPython.core import page; "
+        "page.page({'text/html': '<img src=x onerror=\"window.__pwned=1\"><b>PAGER-TEXT</b>', 'text/plain': 'PAGER-TEXT'})"
+    )
+    cell, _ = run_cell(page, code)
+    expect(cell.locator(".jp-OutputArea-output")).to_contain_text("PAGER-TEXT", timeout=KERNEL_TIMEOUT)
+    page.wait_for_timeout(1000)  # an onerror fires as soon as the broken image is in the page
+    assert page.evaluate("() => window.__pwned") == 0, "the pager's script ran in the browser"
+    assert cell.locator("img[onerror]").count() == 0
+    shot(page, "pager-payload-sanitised")

@@ -193,3 +193,13 @@ def status_of(handle: "SandboxKernelHandle") -> dict[str, Any]:
             if data.get("type") == "state":
                 return data["state"]
     raise AssertionError("no state from the kernel's status comm")
+
+
+def reply_to(handle: "SandboxKernelHandle", msg_id: str, timeout: float = 180) -> dict[str, Any]:
+    """The shell reply to the request ``msg_id`` (other replies are skipped)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reply = handle.kc.get_shell_msg(timeout=timeout)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply["content"]
+    raise AssertionError(f"no reply to {msg_id} within {timeout} s")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from kernel_helpers import SandboxKernelHandle
+from kernel_helpers import SandboxKernelHandle, reply_to
 
 
 def _wait_for_input_request(k: SandboxKernelHandle, timeout: float = 30) -> dict:
@@ -22,15 +22,6 @@ def _wait_for_input_request(k: SandboxKernelHandle, timeout: float = 30) -> dict
     raise AssertionError("no input_request")
 
 
-def _reply_to(k: SandboxKernelHandle, msg_id: str, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        reply = k.kc.get_shell_msg(timeout=timeout)
-        if reply["parent_header"].get("msg_id") == msg_id:
-            return reply["content"]
-    raise AssertionError("no execute_reply")
-
-
 def test_interrupting_a_prompt_ends_the_cell_and_keeps_the_state(fresh_kernel: SandboxKernelHandle) -> None:
     k = fresh_kernel
     assert k.run("kept = 'earlier state'").status == "ok"
@@ -38,7 +29,7 @@ def test_interrupting_a_prompt_ends_the_cell_and_keeps_the_state(fresh_kernel: S
     request = _wait_for_input_request(k)
     assert request["content"]["prompt"] == "who? "
     k.km.interrupt_kernel()
-    reply = _reply_to(k, msg_id)
+    reply = reply_to(k, msg_id, 60)
     assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
     # the kernel serves and nothing earlier was lost
     run = k.run("print(kept, partial, 'never' in globals())")
@@ -56,5 +47,5 @@ def test_interrupting_getpass_too(fresh_kernel: SandboxKernelHandle) -> None:
     request = _wait_for_input_request(k)
     assert request["content"]["password"] is True
     k.km.interrupt_kernel()
-    assert _reply_to(k, msg_id)["ename"] == "KeyboardInterrupt"
+    assert reply_to(k, msg_id, 60)["ename"] == "KeyboardInterrupt"
     assert k.run("1 + 1").result["text/plain"] == "2"

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from kernel_helpers import SandboxKernelHandle, require_bwrap, status_of
+from kernel_helpers import SandboxKernelHandle, reply_to, require_bwrap, status_of
 from sandbox_kernel.privacy import PrivacyStore, PrivateData
 
 IFACES = "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))"
@@ -104,10 +104,7 @@ def test_host_rise_cuts_a_busy_uncooperative_sandbox_at_once(tmp_path: Path) -> 
         assert cut_after is not None, "the sandbox still had its network 10 s after the host-side rise"
         print(f"network cut {cut_after * 1000:.0f} ms after the host-side rise")
         # the kernel goes on serving once the busy cell is dealt with
-        while True:  # the busy cell's reply (it was stopped, its state carried)
-            reply = k.kc.get_shell_msg(timeout=180)
-            if reply["parent_header"].get("msg_id") == msg_id:
-                break
+        reply_to(k, msg_id)  # the busy cell's reply (it was stopped, its state carried)
         assert k.run(IFACES).stdout.strip() == "['lo']"
     finally:
         k.shutdown()
@@ -213,10 +210,7 @@ def test_host_raiser_with_wait_returns_only_after_the_cut(tmp_path: Path) -> Non
         routes = _sandbox_routes(k)
         assert not any(routes), f"add_private_dataset(wait=True) returned while a sandbox still had a route: {routes}"
         print(f"wait=True returned {took * 1000:.0f} ms after the call, no route left")
-        while True:
-            reply = k.kc.get_shell_msg(timeout=180)
-            if reply["parent_header"].get("msg_id") == msg_id:
-                break
+        reply_to(k, msg_id)
         assert k.run(IFACES).stdout.strip() == "['lo']"
     finally:
         k.shutdown()

@@ -146,6 +146,12 @@ class SandboxProcess:
         A user-mode network lives in its helper (pasta): when the helper dies
         its tap interface, the default route and every connection through it
         go with it, whatever the sandbox is busy with."""
+        stopped = await self._stop_helpers()
+        self.network_cut = True
+        return stopped
+
+    async def _stop_helpers(self) -> bool:
+        """Kill and reap the helper processes; whether there were any."""
         helpers, self.helpers = self.helpers, []
         for helper in helpers:
             if helper.returncode is None:
@@ -154,7 +160,6 @@ class SandboxProcess:
                 except ProcessLookupError:
                     pass
             await helper.wait()
-        self.network_cut = True
         return bool(helpers)
 
     #: set once :meth:`cut_network` succeeded
@@ -162,14 +167,7 @@ class SandboxProcess:
 
     async def kill(self) -> None:
         """Kill the whole sandbox: it leads its own session, so its group goes too."""
-        helpers, self.helpers = self.helpers, []
-        for helper in helpers:
-            if helper.returncode is None:
-                try:
-                    helper.kill()
-                except ProcessLookupError:
-                    pass
-            await helper.wait()
+        await self._stop_helpers()
         if self.process.returncode is None:
             for target in (lambda: os.killpg(self.process.pid, signal.SIGKILL), self.process.kill):
                 try:

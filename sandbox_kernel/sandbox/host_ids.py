@@ -92,22 +92,22 @@ def _blob(entries: list[tuple[int, int, int]]) -> bytes:
     return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
 
 
-def _grant_fd(fd: int, st: os.stat_result, uid: int, perm: int, default: bool) -> None:
+def _add_entry(fd: int, st: os.stat_result, name: str, uid: int, perm: int) -> None:
+    """Merge ``perm`` for ``uid`` into the ACL ``name`` of ``fd`` (starting from
+    the mode bits when it has none)."""
     try:
-        entries = _parse(os.getxattr(fd, _ACL_ACCESS))
+        entries = _parse(os.getxattr(fd, name))
     except OSError as exc:
         if exc.errno not in (errno.ENODATA, getattr(errno, "ENOATTR", errno.ENODATA)):
             raise
         entries = _from_mode(st.st_mode)
-    os.setxattr(fd, _ACL_ACCESS, _blob(_with_user(entries, uid, perm)))
+    os.setxattr(fd, name, _blob(_with_user(entries, uid, perm)))
+
+
+def _grant_fd(fd: int, st: os.stat_result, uid: int, perm: int, default: bool) -> None:
+    _add_entry(fd, st, _ACL_ACCESS, uid, perm)
     if default and stat.S_ISDIR(st.st_mode):
-        try:
-            dentries = _parse(os.getxattr(fd, _ACL_DEFAULT))
-        except OSError as exc:
-            if exc.errno not in (errno.ENODATA, getattr(errno, "ENOATTR", errno.ENODATA)):
-                raise
-            dentries = _from_mode(st.st_mode)
-        os.setxattr(fd, _ACL_DEFAULT, _blob(_with_user(dentries, uid, perm)))
+        _add_entry(fd, st, _ACL_DEFAULT, uid, perm)
 
 
 def _may(st: os.stat_result, uid: int, gid: int, want: int) -> bool:

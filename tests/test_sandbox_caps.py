@@ -92,5 +92,39 @@ def test_a_fork_storm_stops_at_the_process_cap(tmp_path: Path) -> None:
         assert after.stdout.strip() == "1", (after.stderr, run.stderr)
     finally:
         k.shutdown()
-    leftovers = [p for p in Path("/sys/fs/cgroup/pids").glob(f"**/sandbox-kernel-{kernel_pid}-*")]
+    deadline = time.monotonic() + 10
+    while True:  # every hierarchy: memory and cpu cgroups stay busy a little after the last task
+        leftovers = [p for h in ("pids", "memory", "cpu") for p in Path(f"/sys/fs/cgroup/{h}").glob(f"**/sandbox-kernel-{kernel_pid}-*")]
+        if not leftovers or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert not leftovers, leftovers
+
+
+def test_cgroups_of_a_killed_kernel_are_collected(tmp_path: Path) -> None:
+    """A SIGKILLed kernel cannot remove its sandbox's cgroup; the next kernel does."""
+    import os
+    import signal
+
+    k = _kernel(tmp_path)
+    kernel_pid = k.pid
+    assert k.run("1").status == "ok"
+    os.kill(kernel_pid, signal.SIGKILL)
+    time.sleep(1)  # its sandbox dies with it (--die-with-parent); nobody reaps the kernel yet
+    left = [p for h in ("pids", "memory", "cpu") for p in Path(f"/sys/fs/cgroup/{h}").glob(f"**/sandbox-kernel-{kernel_pid}-*")]
+    assert left, "the killed kernel's cgroups were expected to be left behind"
+    other = tmp_path / "other"
+    other.mkdir()
+    k2 = _kernel(other)
+    try:
+        assert k2.run("1").status == "ok"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(p.exists() for p in left):
+            time.sleep(0.2)
+        assert not [p for p in left if p.exists()], left
+    finally:
+        k2.shutdown()
+        try:
+            k.km.shutdown_kernel(now=True)
+        except Exception:
+            pass

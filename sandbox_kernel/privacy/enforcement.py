@@ -31,13 +31,13 @@ def _root(store_root: Path) -> Path:
 
 
 def _alive(pid: int) -> bool:
+    """A running process: a killed kernel its parent has not reaped yet (a
+    zombie) holds no sandbox any more."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 class EnforcementRecord:

@@ -10,6 +10,7 @@ import asyncio
 import os
 import resource
 import signal
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -178,7 +179,10 @@ class SandboxProcess:
         await self.process.wait()
         if self.cgroup is not None:
             cgroup, self.cgroup = self.cgroup, None
-            await asyncio.to_thread(cgroup.remove)
+            if not await asyncio.to_thread(cgroup.remove, 0.5):
+                # busy a little longer: finish in the background rather than
+                # delay a shutdown; a dead kernel's leftovers are collected later
+                threading.Thread(target=cgroup.remove, daemon=True).start()
 
 
 class Sandbox(ABC):

@@ -27,6 +27,7 @@ ROOT = Path("/sys/fs/cgroup")
 #: CPU weight of a sandbox relative to the default (1024 in v1 shares, 100 in v2)
 CPU_SHARES = 512
 _names = itertools.count(1)
+_collected = False  # stale cgroups of dead kernels are collected once per process
 
 
 @dataclass(frozen=True)
@@ -110,22 +111,67 @@ class SandboxCgroup:
                         "new processes or threads were refused")
         return hits
 
-    def remove(self, timeout: float = 2.0) -> None:
-        """Remove the (now empty) cgroup directories; retried while processes exit."""
+    def remove(self, timeout: float = 5.0) -> bool:
+        """Remove the (now empty) cgroup directories, retrying all of them while
+        the last processes exit and the kernel lets go (memory and cpu cgroups
+        stay busy a little after the last task is gone). Returns whether all
+        went; what is left is collected by :func:`collect_stale` later."""
         if not self.owned:
-            return
+            return True
         deadline = time.monotonic() + timeout
-        for directory in self.dirs.values():
-            while True:
+        left = list(self.dirs.values())
+        while left:
+            still = []
+            for directory in left:
                 try:
                     directory.rmdir()
-                    break
                 except FileNotFoundError:
-                    break
+                    pass
                 except OSError:
-                    if time.monotonic() > deadline:
-                        break
-                    time.sleep(0.02)
+                    still.append(directory)
+            left = still
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        return not left
+
+
+def collect_stale() -> int:
+    """Remove the cgroups of sandboxes whose kernel died without removing them
+    (a SIGKILLed kernel cannot): names carry the kernel's pid. Returns how many
+    went."""
+    removed = 0
+    for hierarchy in ("memory", "pids", "cpu", ""):
+        own = _own_path(hierarchy)
+        if own is None:
+            continue
+        base = (ROOT / hierarchy / own.lstrip("/")) if hierarchy else (ROOT / own.lstrip("/"))
+        try:
+            entries = list(base.glob("sandbox-kernel-*"))
+        except OSError:
+            continue
+        for directory in entries:
+            try:
+                pid = int(directory.name.split("-")[2])
+            except (IndexError, ValueError):
+                continue
+            if pid == os.getpid() or _alive(pid):
+                continue
+            try:
+                directory.rmdir()
+                removed += 1
+            except OSError:
+                continue
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """A running process (a zombie whose parent has not reaped it is dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _size(n: int) -> str:
@@ -137,6 +183,10 @@ def _size(n: int) -> str:
 
 def create(caps: Caps) -> tuple[SandboxCgroup | None, str | None]:
     """A fresh cgroup for one sandbox with ``caps``, or (None, why not)."""
+    global _collected
+    if not _collected:
+        _collected = True
+        collect_stale()
     name = f"sandbox-kernel-{os.getpid()}-{next(_names)}"
     if (ROOT / "cgroup.controllers").exists():
         return _create_v2(name, caps)

@@ -26,8 +26,8 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Dict, Enum, Float, Int, Unicode
 
 from . import __version__
-from .engine import EngineConfig, Session
 from . import requests
+from .engine import EngineConfig, Session
 from .engine.ratchet import Ratchet
 from .language import language_info
 from .outputs.links import defang_text
@@ -223,7 +223,6 @@ class SandboxKernel(Kernel, LimitTraits):
     async def create_subshell_request(self, socket, ident, parent) -> None:  # type: ignore[override]
         self.session.send(socket, "create_subshell_reply", {"status": "error", "ename": "NotSupported", "evalue": "this kernel does not offer subshells", "traceback": []}, parent, ident)
 
-    # ---- execution ----------------------------------------------------------------
     # ---- request validation, before ipykernel touches the fields ----------------------
     # ipykernel re-publishes the code (execute_input) and reads the fields before
     # do_* runs: a lone surrogate there made the publish fail and the client never
@@ -295,6 +294,7 @@ class SandboxKernel(Kernel, LimitTraits):
         cleaned = {"output": False, "raw": True, **{k: v for k, v in content.items() if k in known}}
         await super().history_request(stream, ident, {**parent, "content": cleaned})
 
+    # ---- execution ----------------------------------------------------------------
     async def do_execute(self, code, silent, store_history=True, user_expressions=None, allow_stdin=False, *, cell_meta=None, cell_id=None):  # type: ignore[override]
         self._loop = asyncio.get_running_loop()
         problem = requests.execute_problem(code, silent, store_history, user_expressions, allow_stdin, self.max_code_bytes)

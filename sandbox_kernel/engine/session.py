@@ -95,6 +95,7 @@ class Session:
         self._closed = False
         self._warned = False  # the isolation warning is shown once per session
         self._caps_warned = False  # so is the lack of whole-sandbox caps
+        self._background: set[asyncio.Future[Any]] = set()
         self._workspace_noted = False  # the home-rule note is shown once per session
         self.started_at: float | None = None
         #: tells host-side raisers waiting for the cut what this session enforces
@@ -407,7 +408,9 @@ class Session:
             # The host's own network cannot be taken away: the sandbox goes.
             self.worker.dead_reason = "the session became private while the sandbox shared the host network"
             await self.worker.kill()
-        self.log.warning("network of the sandbox cut: the session became private")
+            cut = True
+        if cut:
+            self.log.warning("network of the sandbox cut: the session became private")
         return cut
 
     def _notify_privacy_change(self) -> bool:
@@ -611,7 +614,9 @@ class Session:
                 "so it was stopped at that point"
             )
             self._replace_reason = "private data entered the session"
-            asyncio.ensure_future(self.cut_network())  # daemonised children lose it too
+            task = asyncio.ensure_future(self.cut_network())  # daemonised children lose it too
+            self._background.add(task)  # asyncio keeps only a weak reference to tasks
+            task.add_done_callback(self._background.discard)
             worker.send({"op": "kill"})
         else:
             worker.send({"op": "ratchet_reply", **reply})

@@ -13,7 +13,7 @@ import pytest
 
 from kernel_helpers import SandboxKernelHandle
 from test_docker_kernel import docker_args
-from test_workspace_policy import SECRET_KEY, lines, make_home, try_write
+from test_workspace_policy import SECRET_KEY, STORE_RECORD, lines, make_home, try_write
 
 CONTAINER_USER = 65534
 
@@ -97,3 +97,19 @@ def test_docker_shell_manager_masks_a_repository_in_the_workspace(manager: Any, 
     assert not (git / "hooks" / "pre-commit").exists()
     assert (git / "config").read_text() == "[core]\n"
     assert (workspace / "checkout" / "notes.txt").read_text() == "fine\n"
+
+
+def test_docker_privacy_store_hidden_and_not_deletable(docker_home) -> None:
+    """Rule 3 of the ratchet on Docker: a cell can neither read nor delete the
+    store (and with it the session's level) when it lies in the workspace."""
+    kernel, home, _ = docker_home
+    run = kernel.run(
+        "import os, shutil\n"
+        "try: print('READ', open('/workspace/skdata/privacy/record.json').read())\n"
+        "except OSError as e: print('NOREAD', type(e).__name__)\n"
+        "try: shutil.rmtree('/workspace/skdata'); print('DELETED')\n"
+        "except OSError as e: print('DENIED', type(e).__name__)\n"
+    )
+    assert STORE_RECORD not in run.stdout and "NOREAD" in run.stdout, run.stdout + run.stderr
+    assert "DELETED" not in run.stdout
+    assert (home / "skdata" / "privacy" / "record.json").read_text() == STORE_RECORD

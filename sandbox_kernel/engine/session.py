@@ -388,9 +388,10 @@ class Session:
             await self.cut_network()
             self._report_enforcement()
             if self._running is not None and self.worker is not None:
-                self._kill_reason = "the session became private while this cell ran with network, so the cell was stopped"
-                self._replace_reason = "the session became private"
-                self.worker.send({"op": "kill"})
+                if self._kill_reason is None:  # the cell's own rise may have stopped it already
+                    self._kill_reason = "the session became private while this cell ran with network, so the cell was stopped"
+                    self._replace_reason = "the session became private"
+                    self.worker.send({"op": "kill"})
             elif not self._lock.locked():
                 async with self._lock:
                     await self._enforce_ratchet(None)

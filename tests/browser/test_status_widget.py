@@ -256,7 +256,9 @@ def dataset_rows(page: Page, expected: int) -> list[str]:
     dialog = page.locator(".sk-status-dialog")
     expect(dialog).to_be_visible()
     expect(dialog.locator(".sk-status-dataset")).to_have_count(expected, timeout=10_000)
-    rows = dialog.locator(".sk-status-dataset").all_inner_texts()
+    # The first cell of each row is the name; textContent does not depend on
+    # layout (innerText of a row being re-rendered can lose its separators).
+    rows = dialog.locator(".sk-status-dataset td:first-child").all_text_contents()
     page.keyboard.press("Escape")
     expect(dialog).to_have_count(0)
     return rows

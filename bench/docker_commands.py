@@ -18,7 +18,6 @@ import time
 import uuid
 
 import docker
-
 from sandbox_kernel.docker import SandboxManager
 from sandbox_kernel.docker.image import ensure_test_image, offline_config
 from sandbox_kernel.privacy.modes import NetworkMode
@@ -38,14 +37,23 @@ def main() -> None:
     ensure_test_image(client)
     session = f"bench-{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as root:
-        manager = SandboxManager(config=offline_config(), workspace_root=root, client=client,
-                                 network_mode_getter=lambda u, s: NetworkMode.NONE)
+        manager = SandboxManager(
+            config=offline_config(),
+            workspace_root=root,
+            client=client,
+            network_mode_getter=lambda u, s: NetworkMode.NONE,
+        )
         try:
             ephemeral = [timed(lambda: manager.execute_command("bench", session, "true")) for _ in range(args.runs)]
             manager.execute_command("bench", session, "true", persistent=True)
-            persistent = [timed(lambda: manager.execute_command("bench", session, "true", persistent=True)) for _ in range(args.runs)]
+            persistent = [
+                timed(lambda: manager.execute_command("bench", session, "true", persistent=True))
+                for _ in range(args.runs)
+            ]
             cid = manager.get_or_create_session("bench", session).container_id
-            floor = [timed(lambda: subprocess.run(["docker", "exec", cid, "true"], check=True)) for _ in range(args.runs)]
+            floor = [
+                timed(lambda: subprocess.run(["docker", "exec", cid, "true"], check=True)) for _ in range(args.runs)
+            ]
         finally:
             manager.close_all()
     print(f"ephemeral command median  {statistics.median(ephemeral) * 1000:7.1f} ms (goal <= 600 ms)")

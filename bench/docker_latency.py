@@ -23,9 +23,7 @@ import time
 from pathlib import Path
 
 from jupyter_client.manager import KernelManager
-
-
-from kernel_latency import round_trip  # noqa: E402 - same folder, same measurement
+from kernel_latency import round_trip
 
 
 def measure(kernel_name: str, args: list[str], cells: int, workdir: Path) -> dict[str, float]:
@@ -56,7 +54,9 @@ def measure(kernel_name: str, args: list[str], cells: int, workdir: Path) -> dic
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cells", type=int, default=40)
-    parser.add_argument("--image", default="", help="docker image (default: the offline test image with the host's /usr)")
+    parser.add_argument(
+        "--image", default="", help="docker image (default: the offline test image with the host's /usr)"
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "docker_latency.json")
     args = parser.parse_args()
 
@@ -64,7 +64,6 @@ def main() -> None:
         docker_args = ["--SandboxKernel.backend=docker", f"--DockerSandbox.image={args.image}"]
     else:
         import docker
-
         from sandbox_kernel.docker.image import ensure_test_image
 
         client = docker.from_env()
@@ -94,7 +93,9 @@ def main() -> None:
             ratios[f"{label}_trivial_cell_vs_ipykernel"] = results[label]["trivial_cell_s"] / base["trivial_cell_s"]
             ratios[f"{label}_first_cell_vs_ipykernel"] = results[label]["first_cell_s"] / base["first_cell_s"]
     if "bwrap" in results:
-        ratios["docker_trivial_cell_vs_bwrap"] = results["docker"]["trivial_cell_s"] / results["bwrap"]["trivial_cell_s"]
+        ratios["docker_trivial_cell_vs_bwrap"] = (
+            results["docker"]["trivial_cell_s"] / results["bwrap"]["trivial_cell_s"]
+        )
         ratios["docker_first_cell_vs_bwrap"] = results["docker"]["first_cell_s"] / results["bwrap"]["first_cell_s"]
     report = {"python": sys.version.split()[0], "cells": args.cells, "results": results, "ratios": ratios}
     args.out.parent.mkdir(parents=True, exist_ok=True)

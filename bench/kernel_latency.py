@@ -56,14 +56,22 @@ def measure(kernel_name: str, cells: int, workdir: Path) -> dict[str, float]:
         for _ in range(3):
             round_trip(kc, "x = 1")
         empty = statistics.median(round_trip(kc, "x = 1") for _ in range(cells))
-        round_trip(kc, "arrays = [np.ones(25_000_000, dtype=np.float64) for _ in range(2)]  # ~400 MB\nextra = np.ones(12_500_000)  # ~100 MB")
+        round_trip(
+            kc,
+            "arrays = [np.ones(25_000_000, dtype=np.float64) for _ in range(2)]  # ~400 MB\nextra = np.ones(12_500_000)  # ~100 MB",
+        )
         for _ in range(3):
             round_trip(kc, "x = 1")
         loaded = statistics.median(round_trip(kc, "x = 1") for _ in range(cells))
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=False)
-    return {"kernel_info_s": info_at, "first_cell_s": first_cell_at, "trivial_cell_s": empty, "trivial_cell_500mb_s": loaded}
+    return {
+        "kernel_info_s": info_at,
+        "first_cell_s": first_cell_at,
+        "trivial_cell_s": empty,
+        "trivial_cell_500mb_s": loaded,
+    }
 
 
 def main() -> None:

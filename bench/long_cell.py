@@ -15,14 +15,13 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
 from jupyter_client.manager import KernelManager
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kernel_latency import round_trip  # noqa: E402
+from kernel_latency import round_trip
 
 
 def measure(kernel_name: str, sizes: list[int], workdir: Path) -> dict[int, dict[str, float]]:
@@ -59,7 +58,9 @@ def main() -> None:
     print(f"{'lines':>7} {'ipykernel':>10} {'sandbox':>10} {'ratio':>6} {'host CPU (sandbox)':>19}")
     for n in sizes:
         base, ours = results["python3"][n], results["sandbox-python"][n]
-        print(f"{n:7d} {base['wall_s']:9.3f}s {ours['wall_s']:9.3f}s {ours['wall_s'] / base['wall_s']:5.2f}x {ours['host_cpu_s']:18.3f}s")
+        print(
+            f"{n:7d} {base['wall_s']:9.3f}s {ours['wall_s']:9.3f}s {ours['wall_s'] / base['wall_s']:5.2f}x {ours['host_cpu_s']:18.3f}s"
+        )
 
 
 if __name__ == "__main__":

@@ -56,10 +56,17 @@ def main() -> None:
                 reply, received = run(kc, code)
                 wall, cpu = time.perf_counter() - t0, sum(host.cpu_times()[:2]) - cpu0
                 check, _ = run(kc, "kept")
-                results[name] = {"wall_s": round(wall, 2), "host_cpu_s": round(cpu, 2), "status": reply["status"],
-                                 "bytes_to_client": received, "state_kept": check["status"] == "ok"}
-                print(f"{name:24} wall {wall:7.2f} s  host CPU {cpu:6.2f} s  to client {received / 1e6:7.1f} MB  "
-                      f"status {reply['status']}  state kept {check['status'] == 'ok'}")
+                results[name] = {
+                    "wall_s": round(wall, 2),
+                    "host_cpu_s": round(cpu, 2),
+                    "status": reply["status"],
+                    "bytes_to_client": received,
+                    "state_kept": check["status"] == "ok",
+                }
+                print(
+                    f"{name:24} wall {wall:7.2f} s  host CPU {cpu:6.2f} s  to client {received / 1e6:7.1f} MB  "
+                    f"status {reply['status']}  state kept {check['status'] == 'ok'}"
+                )
         finally:
             kc.stop_channels()
             km.shutdown_kernel(now=True)

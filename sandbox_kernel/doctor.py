@@ -65,7 +65,9 @@ def check_bwrap() -> Check:
 
 def check_pasta() -> Check:
     if shutil.which("pasta") is None:
-        return Check("user-mode network (pasta)", WARN, "pasta is not installed: public sessions get no network", _apt("passt"))
+        return Check(
+            "user-mode network (pasta)", WARN, "pasta is not installed: public sessions get no network", _apt("passt")
+        )
     return Check("user-mode network (pasta)", OK, shutil.which("pasta") or "")
 
 
@@ -76,7 +78,9 @@ def check_seccomp() -> Check:
         fd = seccomp.bpf_fd()
         os.close(fd)
     except Exception as exc:
-        return Check("seccomp filter", FAIL, f"cannot be built: {exc}", "pip install pyseccomp, and " + _apt("libseccomp2"))
+        return Check(
+            "seccomp filter", FAIL, f"cannot be built: {exc}", "pip install pyseccomp, and " + _apt("libseccomp2")
+        )
     return Check("seccomp filter", OK, "built (namespace-crossing syscalls, links, device nodes refused)")
 
 
@@ -98,10 +102,18 @@ def check_cgroups() -> Check:
 
     group, problem = cgroups.create(cgroups.Caps(memory=1 << 30, pids=64))
     if group is None:
-        return Check("whole-sandbox caps (cgroups)", WARN, f"none: {problem}; memory and process limits are per process only",
-                     "run the kernel where it may create cgroups (root, or a delegated cgroup v2 subtree)")
+        return Check(
+            "whole-sandbox caps (cgroups)",
+            WARN,
+            f"none: {problem}; memory and process limits are per process only",
+            "run the kernel where it may create cgroups (root, or a delegated cgroup v2 subtree)",
+        )
     group.remove(timeout=1)
-    return Check("whole-sandbox caps (cgroups)", OK, f"cgroup v{group.version}: total memory (no swap), total processes, CPU weight")
+    return Check(
+        "whole-sandbox caps (cgroups)",
+        OK,
+        f"cgroup v{group.version}: total memory (no swap), total processes, CPU weight",
+    )
 
 
 def check_uid() -> Check:
@@ -109,26 +121,40 @@ def check_uid() -> Check:
         return Check("sandbox uid", OK, "the kernel is not root: sandboxes have this user's access")
     from .sandbox.host_ids import SANDBOX_UID
 
-    return Check("sandbox uid", OK, f"the kernel is root: sandboxes run as uid {SANDBOX_UID} (SandboxKernel.sandbox_uid)")
+    return Check(
+        "sandbox uid", OK, f"the kernel is root: sandboxes run as uid {SANDBOX_UID} (SandboxKernel.sandbox_uid)"
+    )
 
 
 def check_docker() -> Check:
     try:
         import docker
     except ImportError:
-        return Check("Docker backend", WARN, "the docker SDK is not installed (optional)", "pip install 'sandbox_kernel[docker]'")
+        return Check(
+            "Docker backend", WARN, "the docker SDK is not installed (optional)", "pip install 'sandbox_kernel[docker]'"
+        )
     try:
         client = docker.from_env(timeout=5)
         client.ping()
     except Exception as exc:
-        return Check("Docker backend", WARN, f"no daemon answers ({type(exc).__name__}) (optional)", _apt("docker.io") + " and start dockerd")
+        return Check(
+            "Docker backend",
+            WARN,
+            f"no daemon answers ({type(exc).__name__}) (optional)",
+            _apt("docker.io") + " and start dockerd",
+        )
     from .docker.config import ContainerConfig
 
     image = ContainerConfig().image
     try:
         client.images.get(image)
     except Exception:
-        return Check("Docker backend", WARN, f"daemon up, image {image} not present", f"docker build -t {image} docker/ (see docs/docker.md)")
+        return Check(
+            "Docker backend",
+            WARN,
+            f"daemon up, image {image} not present",
+            f"docker build -t {image} docker/ (see docs/docker.md)",
+        )
     return Check("Docker backend", OK, f"daemon up, image {image} present")
 
 
@@ -140,10 +166,19 @@ def check_kernelspec() -> Check:
     try:
         spec = KernelSpecManager().get_kernel_spec(KERNEL_NAME)
     except NoSuchKernel:
-        return Check("kernelspec", FAIL, f"{KERNEL_NAME} is not installed", f"{sys.executable} -I -m sandbox_kernel install --sys-prefix")
+        return Check(
+            "kernelspec",
+            FAIL,
+            f"{KERNEL_NAME} is not installed",
+            f"{sys.executable} -I -m sandbox_kernel install --sys-prefix",
+        )
     if "-I" not in spec.argv[1:2]:
-        return Check("kernelspec", FAIL, f"{KERNEL_NAME} starts python without -I (an old install: the notebook folder would be on the host's import path)",
-                     f"{sys.executable} -I -m sandbox_kernel install --sys-prefix")
+        return Check(
+            "kernelspec",
+            FAIL,
+            f"{KERNEL_NAME} starts python without -I (an old install: the notebook folder would be on the host's import path)",
+            f"{sys.executable} -I -m sandbox_kernel install --sys-prefix",
+        )
     return Check("kernelspec", OK, f"{KERNEL_NAME}: {' '.join(spec.argv[:4])} ...")
 
 
@@ -153,7 +188,12 @@ def check_labextension() -> Check:
     for base in jupyter_path("labextensions"):
         if (Path(base) / "sandbox-kernel-status" / "package.json").is_file():
             return Check("JupyterLab extension", OK, str(Path(base) / "sandbox-kernel-status"))
-    return Check("JupyterLab extension", WARN, "not installed: no network status in JupyterLab", "pip install sandbox_kernel (the wheel ships it), or scripts/setup.sh in a checkout")
+    return Check(
+        "JupyterLab extension",
+        WARN,
+        "not installed: no network status in JupyterLab",
+        "pip install sandbox_kernel (the wheel ships it), or scripts/setup.sh in a checkout",
+    )
 
 
 def check_store() -> Check:
@@ -170,12 +210,27 @@ def check_store() -> Check:
     if root.exists() and (stat.S_IMODE(root.stat().st_mode) & 0o077 or root.stat().st_uid != os.geteuid()):
         return Check("ratchet store", FAIL, f"{root} is not private to this user", f"chmod 700 {root}")
     if not os.access(parent, os.W_OK):
-        return Check("ratchet store", FAIL, f"{parent} is not writable", "set SANDBOX_KERNEL_DATA_DIR to a writable private directory")
+        return Check(
+            "ratchet store",
+            FAIL,
+            f"{parent} is not writable",
+            "set SANDBOX_KERNEL_DATA_DIR to a writable private directory",
+        )
     return Check("ratchet store", OK, f"{root} (private to uid {st.st_uid}; hidden from every sandbox)")
 
 
-CHECKS = (check_bwrap, check_pasta, check_seccomp, check_landlock, check_cgroups, check_uid, check_docker,
-          check_kernelspec, check_labextension, check_store)
+CHECKS = (
+    check_bwrap,
+    check_pasta,
+    check_seccomp,
+    check_landlock,
+    check_cgroups,
+    check_uid,
+    check_docker,
+    check_kernelspec,
+    check_labextension,
+    check_store,
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,5 +250,12 @@ def main(argv: list[str] | None = None) -> int:
             print(c.line())
     default_ok = checks[0].status == OK and checks[2].status == OK  # bwrap starts, under its seccomp filter
     if not args.json:
-        print("\nThe default backend (bwrap) " + ("can start sandboxes here." if default_ok else "CANNOT start sandboxes here: fix the [FAIL] lines above."))
+        print(
+            "\nThe default backend (bwrap) "
+            + (
+                "can start sandboxes here."
+                if default_ok
+                else "CANNOT start sandboxes here: fix the [FAIL] lines above."
+            )
+        )
     return 0 if default_ok else 1

@@ -15,7 +15,7 @@ import signal
 import threading
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import comm
 from ipykernel.comm import CommManager
@@ -25,8 +25,7 @@ from IPython.core.inputtransformer2 import TransformerManager
 from tornado.ioloop import PeriodicCallback
 from traitlets import Bool, Dict, Enum, Float, Int, Unicode
 
-from . import __version__
-from . import requests
+from . import __version__, requests
 from .engine import EngineConfig, Session
 from .engine.ratchet import Ratchet
 from .language import language_info
@@ -55,55 +54,71 @@ class SandboxKernel(Kernel, LimitTraits):
     language_version = platform.python_version()
     language_info = language_info()
     banner = f"Python {platform.python_version()} in a sandbox (sandbox_kernel {__version__})"
-    help_links = [{"text": "sandbox_kernel", "url": "https://pypi.org/project/sandbox-kernel/"}]
+    help_links: ClassVar[list[dict[str, str]]] = [
+        {"text": "sandbox_kernel", "url": "https://pypi.org/project/sandbox-kernel/"}
+    ]
 
     backend = Enum(
-        ["auto", "bwrap", "docker", "subprocess"], default_value="auto",
+        ["auto", "bwrap", "docker", "subprocess"],
+        default_value="auto",
         help="Sandbox backend: 'bwrap' (default on Linux when installed), 'docker', or "
         "'subprocess' (development only: isolates nothing). 'auto' picks bwrap, else subprocess.",
     ).tag(config=True)
     workspace = Unicode(
-        "", help="Host directory mounted read-write at /workspace (default: the kernel's working "
+        "",
+        help="Host directory mounted read-write at /workspace (default: the kernel's working "
         "directory, i.e. the notebook's folder).",
     ).tag(config=True)
     cell_timeout = Float(
-        0.0, help="Seconds after which a running cell is killed (its changes discarded). 0 disables it.",
+        0.0,
+        help="Seconds after which a running cell is killed (its changes discarded). 0 disables it.",
     ).tag(config=True)
     tmp_size = Int(1 * GiB, help="Size cap of the sandbox's private /tmp, in bytes.").tag(config=True)
     trust_outputs = Bool(
-        False, help="Pass HTML, SVG and JavaScript outputs to the frontend unsanitised. Outputs come "
+        False,
+        help="Pass HTML, SVG and JavaScript outputs to the frontend unsanitised. Outputs come "
         "from untrusted code: only enable this for code you trust.",
     ).tag(config=True)
-    max_output_bytes = Int(10 * 1024 * 1024, help="Output a single cell may send before it is truncated.").tag(config=True)
+    max_output_bytes = Int(10 * 1024 * 1024, help="Output a single cell may send before it is truncated.").tag(
+        config=True
+    )
     interrupt_grace = Float(5.0, help="Seconds an interrupted cell gets before it is killed.").tag(config=True)
     user_id = Unicode("", help="User id of the private-data ratchet (default: the OS user name).").tag(config=True)
     session_id = Unicode(
-        "", help="Session id of the private-data ratchet. Default: derived from the notebook path the "
+        "",
+        help="Session id of the private-data ratchet. Default: derived from the notebook path the "
         "Jupyter server gives the kernel (JPY_SESSION_NAME), so restarts and new kernels on the same "
         "notebook share the ratchet; a fresh id per kernel when there is no notebook path.",
     ).tag(config=True)
-    privacy_dir = Unicode("", help="Where the ratchet's store lives on the host (default: <jupyter data dir>/sandbox_kernel/privacy).").tag(config=True)
+    privacy_dir = Unicode(
+        "", help="Where the ratchet's store lives on the host (default: <jupyter data dir>/sandbox_kernel/privacy)."
+    ).tag(config=True)
     private_datasets = Dict(
-        {}, help="Private datasets mounted read-only at /private/<name>, only into sandboxes without "
+        {},
+        help="Private datasets mounted read-only at /private/<name>, only into sandboxes without "
         "network: {name: {'source': host path, 'sensitivity': 'CONFIDENTIAL'}}. Using one raises the ratchet.",
     ).tag(config=True)
     share_host_network = Bool(
-        False, help="Give public sessions the HOST's network namespace instead of a user-mode network. "
+        False,
+        help="Give public sessions the HOST's network namespace instead of a user-mode network. "
         "This exposes every service listening on the host's loopback (Jupyter server included) and the "
         "host's abstract unix sockets to cell code. Private sessions never get network either way.",
     ).tag(config=True)
     sandbox_uid = Int(
-        -1, help="Host uid the sandbox runs as when the kernel runs as root: -1 picks 65534 (nobody), so "
+        -1,
+        help="Host uid the sandbox runs as when the kernel runs as root: -1 picks 65534 (nobody), so "
         "cells get no more file access than any other unprivileged user; the workspace is shared with it "
         "by POSIX ACLs. 0 keeps host root's file access inside the sandbox (unsafe). Ignored when the kernel "
         "is not root (the sandbox then has the kernel user's access).",
     ).tag(config=True)
     max_code_bytes = Int(
-        requests.MAX_CODE_BYTES, help="Largest code (in UTF-8 bytes) an execute, complete, inspect or is_complete "
+        requests.MAX_CODE_BYTES,
+        help="Largest code (in UTF-8 bytes) an execute, complete, inspect or is_complete "
         "request may carry; a larger one gets an error reply naming the limit.",
     ).tag(config=True)
     privacy_poll_interval = Float(
-        0.25, help="Seconds between checks of the ratchet store for rises made by other processes (a check is a "
+        0.25,
+        help="Seconds between checks of the ratchet store for rises made by other processes (a check is a "
         "stat() while nothing changed). A rise cuts the sandbox's network within about this time.",
     ).tag(config=True)
 
@@ -121,7 +136,11 @@ class SandboxKernel(Kernel, LimitTraits):
             sandbox = DockerSandbox(parent=self)
         store = PrivacyStore(Path(self.privacy_dir)) if self.privacy_dir else default_store()
         self.ratchet = Ratchet(
-            self._user_id(), self._session_id(), store, self.private_datasets, workspace=Path(self.workspace or Path.cwd()),
+            self._user_id(),
+            self._session_id(),
+            store,
+            self.private_datasets,
+            workspace=Path(self.workspace or Path.cwd()),
         )
         self.engine = Session(
             EngineConfig(
@@ -170,7 +189,10 @@ class SandboxKernel(Kernel, LimitTraits):
             # session private, so the popup can say who did it and why.
             mark = privacy.mark
             name = "session marked private" + (f": {mark.reason}" if mark.reason else "")
-            state["datasets"] = [*state["datasets"], {"name": name[:200], "level": mark.sensitivity.name, "source": mark.source, "added_at": mark.added_at}]
+            state["datasets"] = [
+                *state["datasets"],
+                {"name": name[:200], "level": mark.sensitivity.name, "source": mark.source, "added_at": mark.added_at},
+            ]
         return {
             **state,
             "network": "full" if self.engine.network_allowed else "none",
@@ -216,12 +238,25 @@ class SandboxKernel(Kernel, LimitTraits):
     def kernel_info(self) -> dict[str, Any]:
         info = super().kernel_info
         # Subshells would run cells concurrently in one sandbox namespace: not offered.
-        info["supported_features"] = [f for f in info.get("supported_features", []) if f not in ("kernel subshells", "debugger")]
+        info["supported_features"] = [
+            f for f in info.get("supported_features", []) if f not in ("kernel subshells", "debugger")
+        ]
         info["debugger"] = False
         return info
 
     async def create_subshell_request(self, socket, ident, parent) -> None:  # type: ignore[override]
-        self.session.send(socket, "create_subshell_reply", {"status": "error", "ename": "NotSupported", "evalue": "this kernel does not offer subshells", "traceback": []}, parent, ident)
+        self.session.send(
+            socket,
+            "create_subshell_reply",
+            {
+                "status": "error",
+                "ename": "NotSupported",
+                "evalue": "this kernel does not offer subshells",
+                "traceback": [],
+            },
+            parent,
+            ident,
+        )
 
     # ---- request validation, before ipykernel touches the fields ----------------------
     # ipykernel re-publishes the code (execute_input) and reads the fields before
@@ -246,8 +281,12 @@ class SandboxKernel(Kernel, LimitTraits):
                 (None if "code" in content else "code is missing")
                 or (None if isinstance(parent.get("metadata", {}), dict) else "metadata must be an object")
                 or requests.execute_problem(
-                    content.get("code"), silent, content.get("store_history", not silent if isinstance(silent, bool) else True),
-                    content.get("user_expressions", {}), content.get("allow_stdin", False), self.max_code_bytes,
+                    content.get("code"),
+                    silent,
+                    content.get("store_history", not silent if isinstance(silent, bool) else True),
+                    content.get("user_expressions", {}),
+                    content.get("allow_stdin", False),
+                    self.max_code_bytes,
                 )
             )
         if problem:
@@ -260,7 +299,9 @@ class SandboxKernel(Kernel, LimitTraits):
         if content is not None:
             problem = None if {"code", "cursor_pos"} <= content.keys() else "code and cursor_pos are required"
         if problem:
-            self._refuse(stream, ident, parent, "complete_reply", problem, matches=[], cursor_start=0, cursor_end=0, metadata={})
+            self._refuse(
+                stream, ident, parent, "complete_reply", problem, matches=[], cursor_start=0, cursor_end=0, metadata={}
+            )
             return
         await super().complete_request(stream, ident, parent)
 
@@ -295,9 +336,21 @@ class SandboxKernel(Kernel, LimitTraits):
         await super().history_request(stream, ident, {**parent, "content": cleaned})
 
     # ---- execution ----------------------------------------------------------------
-    async def do_execute(self, code, silent, store_history=True, user_expressions=None, allow_stdin=False, *, cell_meta=None, cell_id=None):  # type: ignore[override]
+    async def do_execute(
+        self,
+        code,
+        silent,
+        store_history=True,
+        user_expressions=None,
+        allow_stdin=False,
+        *,
+        cell_meta=None,
+        cell_id=None,
+    ):  # type: ignore[override]
         self._loop = asyncio.get_running_loop()
-        problem = requests.execute_problem(code, silent, store_history, user_expressions, allow_stdin, self.max_code_bytes)
+        problem = requests.execute_problem(
+            code, silent, store_history, user_expressions, allow_stdin, self.max_code_bytes
+        )
         if problem:
             self.log.warning("execute_request refused: %s", problem)
             return requests.error_reply(problem, execution_count=self.execution_count)
@@ -305,10 +358,14 @@ class SandboxKernel(Kernel, LimitTraits):
             return await self._execute(code, silent, store_history, user_expressions or {}, allow_stdin)
         except Exception as exc:  # whatever went wrong, the client gets a reply and the kernel stays idle-able
             self.log.exception("execute_request failed")
-            return requests.error_reply(f"the kernel could not run this request: {type(exc).__name__}: {exc}"[:2000],
-                                        execution_count=self.execution_count) | {"ename": "KernelError"}
+            return requests.error_reply(
+                f"the kernel could not run this request: {type(exc).__name__}: {exc}"[:2000],
+                execution_count=self.execution_count,
+            ) | {"ename": "KernelError"}
 
-    async def _execute(self, code: str, silent: bool, store_history: bool, user_expressions: dict[str, str], allow_stdin: bool) -> dict[str, Any]:
+    async def _execute(
+        self, code: str, silent: bool, store_history: bool, user_expressions: dict[str, str], allow_stdin: bool
+    ) -> dict[str, Any]:
         parent = self.get_parent("shell")
         ident = self._get_shell_context_var(self._shell_parent_ident)
 
@@ -320,7 +377,9 @@ class SandboxKernel(Kernel, LimitTraits):
         async def ask_input(prompt: str, password: bool) -> str:
             cancelled = threading.Event()
             try:
-                return await asyncio.to_thread(self._cancellable_input_request, prompt, ident, parent, password, cancelled)
+                return await asyncio.to_thread(
+                    self._cancellable_input_request, prompt, ident, parent, password, cancelled
+                )
             finally:
                 cancelled.set()  # an interrupted prompt stops waiting for its reply
 
@@ -342,18 +401,24 @@ class SandboxKernel(Kernel, LimitTraits):
         if result.status == "ok":
             # Sandbox-made too: cleaned by the output policy (outputs/replies.py).
             private = self.engine.private
-            reply["user_expressions"] = clean_user_expressions(result.user_expressions, user_expressions, private=private, defang=defang_text)
+            reply["user_expressions"] = clean_user_expressions(
+                result.user_expressions, user_expressions, private=private, defang=defang_text
+            )
             reply["payload"] = clean_payloads(result.payload, private=private, defang=defang_text)
         else:
             private = self.engine.private
             reply.update(
                 ename=plain_text(result.ename, 200),
                 evalue=plain_text(result.evalue, defang=defang_text if private else lambda t: t),
-                traceback=[plain_text(line, defang=defang_text if private else lambda t: t) for line in result.traceback[:1000]],
+                traceback=[
+                    plain_text(line, defang=defang_text if private else lambda t: t) for line in result.traceback[:1000]
+                ],
             )
         return reply
 
-    def _cancellable_input_request(self, prompt: str, ident: Any, parent: Any, password: bool, cancelled: threading.Event) -> str:
+    def _cancellable_input_request(
+        self, prompt: str, ident: Any, parent: Any, password: bool, cancelled: threading.Event
+    ) -> str:
         """ipykernel's ``_input_request``, but it gives up once ``cancelled`` is
         set: it runs in a thread here, where no KeyboardInterrupt can reach it,
         so an interrupted prompt would otherwise wait for a reply forever."""
@@ -366,7 +431,9 @@ class SandboxKernel(Kernel, LimitTraits):
                 if exc.errno == zmq.EAGAIN:
                     break
                 raise
-        self.session.send(self.stdin_socket, "input_request", {"prompt": prompt, "password": password}, parent, ident=ident)
+        self.session.send(
+            self.stdin_socket, "input_request", {"prompt": prompt, "password": password}, parent, ident=ident
+        )
         while not cancelled.is_set():
             rlist, _, xlist = zmq.select([self.stdin_socket], [], [self.stdin_socket], 0.05)
             if not (rlist or xlist):
@@ -412,7 +479,11 @@ class SandboxKernel(Kernel, LimitTraits):
         problem = (
             requests.text_problem(code, "code", self.max_code_bytes)
             or requests.cursor_problem(cursor_pos, code if isinstance(code, str) else "")
-            or (None if detail_level in (0, 1) and not isinstance(detail_level, bool) else f"detail_level must be 0 or 1, not {str(detail_level)[:20]!r}")
+            or (
+                None
+                if detail_level in (0, 1) and not isinstance(detail_level, bool)
+                else f"detail_level must be 0 or 1, not {str(detail_level)[:20]!r}"
+            )
         )
         if problem:
             return requests.error_reply(problem)
@@ -436,7 +507,9 @@ class SandboxKernel(Kernel, LimitTraits):
             reply["indent"] = " " * (indent or 0)
         return reply
 
-    async def do_history(self, hist_access_type, output, raw, session=None, start=None, stop=None, n=None, pattern=None, unique=False):  # type: ignore[override]
+    async def do_history(
+        self, hist_access_type, output, raw, session=None, start=None, stop=None, n=None, pattern=None, unique=False
+    ):  # type: ignore[override]
         problem = requests.history_problem(hist_access_type, n, start, stop, session, pattern)
         if problem:
             return requests.error_reply(problem, history=[])

@@ -67,7 +67,9 @@ def cursor_problem(cursor_pos: Any, code: str) -> str | None:
     return None
 
 
-def execute_problem(code: Any, silent: Any, store_history: Any, user_expressions: Any, allow_stdin: Any, max_code: int) -> str | None:
+def execute_problem(
+    code: Any, silent: Any, store_history: Any, user_expressions: Any, allow_stdin: Any, max_code: int
+) -> str | None:
     return (
         text_problem(code, "code", max_code)
         or flag_problem(silent, "silent")
@@ -93,4 +95,10 @@ def history_problem(hist_access_type: Any, n: Any, start: Any, stop: Any, sessio
 def error_reply(problem: str, **extra: Any) -> dict[str, Any]:
     """The error reply naming what was wrong (nothing of the bad value is echoed
     but its description)."""
-    return {"status": "error", "ename": "InvalidRequest", "evalue": problem, "traceback": [f"InvalidRequest: {problem}"], **extra}
+    return {
+        "status": "error",
+        "ename": "InvalidRequest",
+        "evalue": problem,
+        "traceback": [f"InvalidRequest: {problem}"],
+        **extra,
+    }

@@ -109,9 +109,7 @@ def parse_request(data: object) -> Request:
     reason?: string}``. Nothing else: no extra fields, no other versions.
     """
     if not isinstance(data, dict):
-        raise ProtocolError(
-            f"message data must be a JSON object, got {type(data).__name__} {_short(data)}"
-        )
+        raise ProtocolError(f"message data must be a JSON object, got {type(data).__name__} {_short(data)}")
     raw_type = data.get("type")
     request = raw_type[:100] if isinstance(raw_type, str) else None
 
@@ -124,17 +122,14 @@ def parse_request(data: object) -> Request:
     # bool is an int in Python: True == 1 must not pass.
     if type(version) is not int or version != PROTOCOL_VERSION:
         raise ProtocolError(
-            f"unsupported version {_short(version)}: this kernel speaks status protocol "
-            f"version {PROTOCOL_VERSION}",
+            f"unsupported version {_short(version)}: this kernel speaks status protocol version {PROTOCOL_VERSION}",
             request,
         )
 
     if "type" not in data:
         raise ProtocolError("missing 'type'; expected one of " + ", ".join(REQUEST_FIELDS))
     if not isinstance(raw_type, str):
-        raise ProtocolError(
-            f"'type' must be a string, got {type(raw_type).__name__} {_short(raw_type)}"
-        )
+        raise ProtocolError(f"'type' must be a string, got {type(raw_type).__name__} {_short(raw_type)}")
     if raw_type not in REQUEST_FIELDS:
         raise ProtocolError(
             f"unknown type {_short(raw_type)}; expected one of " + ", ".join(REQUEST_FIELDS),
@@ -153,9 +148,7 @@ def parse_request(data: object) -> Request:
         return Request(raw_type)
 
     if "level" not in data:
-        raise ProtocolError(
-            "mark_private needs 'level', one of " + ", ".join(MARKABLE_LEVELS), raw_type
-        )
+        raise ProtocolError("mark_private needs 'level', one of " + ", ".join(MARKABLE_LEVELS), raw_type)
     level = data["level"]
     if level == "PUBLIC":
         raise ProtocolError(
@@ -173,9 +166,7 @@ def parse_request(data: object) -> Request:
     if reason is None:
         reason = ""
     if not isinstance(reason, str):
-        raise ProtocolError(
-            f"'reason' must be a string, got {type(reason).__name__} {_short(reason)}", raw_type
-        )
+        raise ProtocolError(f"'reason' must be a string, got {type(reason).__name__} {_short(reason)}", raw_type)
     if len(reason) > MAX_REASON_CHARS:
         raise ProtocolError(
             f"'reason' is {len(reason)} characters long; at most {MAX_REASON_CHARS} allowed",
@@ -223,9 +214,7 @@ def validate_state(state: object) -> dict[str, Any]:
     if state["network"] not in NETWORKS:
         raise ValueError(f"state.network {_short(state['network'])} is not 'full' or 'none'")
     if state["backend"] not in BACKENDS:
-        raise ValueError(
-            f"state.backend {_short(state['backend'])} is not one of {', '.join(BACKENDS)}"
-        )
+        raise ValueError(f"state.backend {_short(state['backend'])} is not one of {', '.join(BACKENDS)}")
     if state["error"] is not None and not isinstance(state["error"], str):
         raise ValueError("state.error must be a string or None")
     for key in ("user_id", "session_id"):
@@ -257,9 +246,7 @@ def validate_state(state: object) -> dict[str, Any]:
     # A private session never has network, and a public one is at PUBLIC: a
     # state that says otherwise is contradictory; refuse it rather than show it.
     if state["private"] != (state["level"] != "PUBLIC"):
-        raise ValueError(
-            f"state.private={state['private']} contradicts state.level={state['level']}"
-        )
+        raise ValueError(f"state.private={state['private']} contradicts state.level={state['level']}")
     if state["private"] and state["network"] != "none":
         raise ValueError("state says private but network is not 'none'")
     return {
@@ -355,7 +342,7 @@ class StatusComm:
         self._closed = True
         try:
             self._manager.unregister_target(self.TARGET, self._on_open)
-        except Exception:  # noqa: BLE001 - already gone is fine
+        except Exception:
             pass
         with self._lock:
             comms = list(self._comms.values())
@@ -363,7 +350,7 @@ class StatusComm:
         for comm in comms:
             try:
                 comm.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.debug("closing status comm %s failed", getattr(comm, "comm_id", "?"), exc_info=True)
         for task in list(self._tasks):
             task.cancel()
@@ -379,13 +366,13 @@ class StatusComm:
             comm.on_close(lambda msg, _id=comm_id: self._forget(_id))
             data = _msg_data(open_msg)
             self._call_on_loop(self._handle_open, comm, data)
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("status comm: failed to handle comm_open")
 
     def _on_msg(self, comm: Any, msg: dict[str, Any]) -> None:
         try:
             self._call_on_loop(self._handle, comm, _msg_data(msg))
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("status comm: failed to handle comm_msg")
 
     def _forget(self, comm_id: str) -> None:
@@ -404,8 +391,7 @@ class StatusComm:
                 self._send(
                     comm,
                     error_message(
-                        f"comm_open data must be a hello, got {request.type}; "
-                        "the request was not carried out",
+                        f"comm_open data must be a hello, got {request.type}; the request was not carried out",
                         request.type,
                     ),
                 )
@@ -445,7 +431,7 @@ class StatusComm:
         try:
             coro = self._provider.mark_private(request.level, request.reason)
             task = asyncio.ensure_future(coro, loop=loop)
-        except Exception as exc:  # noqa: BLE001 - e.g. a sync provider raising at once
+        except Exception as exc:
             self._send(comm, _mark_private_error(exc))
             return
         self._tasks.add(task)
@@ -455,9 +441,7 @@ class StatusComm:
             )
         )
 
-    def _mark_private_done(
-        self, task: asyncio.Future[Any], comm: Any, before: dict[str, Any], level: str
-    ) -> None:
+    def _mark_private_done(self, task: asyncio.Future[Any], comm: Any, before: dict[str, Any], level: str) -> None:
         self._tasks.discard(task)
         try:
             if task.cancelled():
@@ -481,7 +465,7 @@ class StatusComm:
                 self._broadcast(True, notice, state=after)
             else:
                 self._send(comm, self._state_message(changed=False, state=after))
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("status comm: failed to finish mark_private")
 
     # -- helpers ---------------------------------------------------------
@@ -504,15 +488,15 @@ class StatusComm:
     def _guarded(fn: Callable[..., None], *args: Any) -> None:
         try:
             fn(*args)
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("status comm: handler failed")
 
     def _read_state(self) -> dict[str, Any]:
         """The provider's state, validated; a fail-closed state if that fails."""
         try:
             state = validate_state(self._provider.status())
-        except Exception as exc:  # noqa: BLE001
-            log.error("status comm: could not read the session state: %s", exc, exc_info=True)
+        except Exception as exc:
+            log.exception("status comm: could not read the session state: %s", exc)
             base = self._last_good or {
                 "datasets": [],
                 "backend": "subprocess",
@@ -548,9 +532,7 @@ class StatusComm:
             msg["notice"] = notice
         return msg
 
-    def _broadcast(
-        self, changed: bool, notice: str | None, state: dict[str, Any] | None = None
-    ) -> None:
+    def _broadcast(self, changed: bool, notice: str | None, state: dict[str, Any] | None = None) -> None:
         with self._lock:
             comms = list(self._comms.values())
         if not comms:
@@ -562,7 +544,7 @@ class StatusComm:
     def _send(self, comm: Any, msg: dict[str, Any]) -> None:
         try:
             comm.send(msg)
-        except Exception:  # noqa: BLE001 - a dead comm must not break the others
+        except Exception:
             log.warning(
                 "status comm: sending to %s failed; forgetting it",
                 getattr(comm, "comm_id", "?"),

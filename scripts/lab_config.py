@@ -27,5 +27,8 @@ STOCK_KERNEL_ENV = "SANDBOX_KERNEL_STOCK_KERNEL"
 c.MappingKernelManager.default_kernel_name = "sandbox-python"
 c.ServerApp.kernel_spec_manager_class = "sandbox_kernel.lab_kernelspecs.SandboxKernelSpecManager"
 c.SandboxKernelSpecManager.allow_unsandboxed_python = os.environ.get(STOCK_KERNEL_ENV, "").strip().lower() in {
-    "1", "true", "yes", "on",
+    "1",
+    "true",
+    "yes",
+    "on",
 }

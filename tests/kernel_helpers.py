@@ -93,7 +93,9 @@ class Run:
 
 
 class SandboxKernelHandle:
-    def __init__(self, workspace: Path, tmpdir: Path, extra_args: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, workspace: Path, tmpdir: Path, extra_args: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.workspace = workspace
         self.tmpdir = tmpdir
         self.km = KernelManager(kernel_name=KERNEL_NAME)
@@ -138,7 +140,14 @@ class SandboxKernelHandle:
                 pass
         return len(victims)
 
-    def run(self, code: str, timeout: float = 60, allow_stdin: bool = False, stdin_answers: list[str] | None = None, **kwargs: Any) -> Run:
+    def run(
+        self,
+        code: str,
+        timeout: float = 60,
+        allow_stdin: bool = False,
+        stdin_answers: list[str] | None = None,
+        **kwargs: Any,
+    ) -> Run:
         msg_id = self.kc.execute(code, allow_stdin=allow_stdin, **kwargs)
         messages = []
         deadline = time.monotonic() + timeout
@@ -156,7 +165,7 @@ class SandboxKernelHandle:
                 msg = self.kc.get_iopub_msg(timeout=0.1)
             except Exception:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"no idle status within {timeout} s for {code!r}")
+                    raise TimeoutError(f"no idle status within {timeout} s for {code!r}") from None
                 continue
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
@@ -176,7 +185,7 @@ class SandboxKernelHandle:
             self.km.shutdown_kernel(now=False)
 
 
-def status_of(handle: "SandboxKernelHandle") -> dict[str, Any]:
+def status_of(handle: SandboxKernelHandle) -> dict[str, Any]:
     """The session's state as the kernel's status comm reports it to the widget
     (``sandbox_kernel.status`` v1, see docs/comm.md)."""
     comm_id = f"status-{time.monotonic_ns()}"
@@ -195,7 +204,7 @@ def status_of(handle: "SandboxKernelHandle") -> dict[str, Any]:
     raise AssertionError("no state from the kernel's status comm")
 
 
-def reply_to(handle: "SandboxKernelHandle", msg_id: str, timeout: float = 180) -> dict[str, Any]:
+def reply_to(handle: SandboxKernelHandle, msg_id: str, timeout: float = 180) -> dict[str, Any]:
     """The shell reply to the request ``msg_id`` (other replies are skipped)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

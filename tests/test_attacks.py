@@ -135,7 +135,10 @@ def test_symlinked_manifest_is_refused(fresh_kernel: SandboxKernelHandle) -> Non
 
 
 def test_flood_of_output_is_truncated_and_kernel_survives(kernel: SandboxKernelHandle) -> None:
-    run = kernel.run("import sys\nchunk = 'y' * (1 << 20)\nfor _ in range(60):\n    sys.stdout.write(chunk)\nprint('end')", timeout=120)
+    run = kernel.run(
+        "import sys\nchunk = 'y' * (1 << 20)\nfor _ in range(60):\n    sys.stdout.write(chunk)\nprint('end')",
+        timeout=120,
+    )
     assert run.status == "ok"
     assert len(run.stdout) <= 11 * (1 << 20)
     assert "output truncated" in run.stderr
@@ -145,7 +148,7 @@ def test_flood_of_output_is_truncated_and_kernel_survives(kernel: SandboxKernelH
 def test_html_scripts_and_handlers_are_removed(kernel: SandboxKernelHandle) -> None:
     run = kernel.run(
         "from IPython.display import HTML, Javascript, display\n"
-        "display(HTML('<b>bold</b><script>fetch(\"/api/terminals\", {method: \"POST\"})</script><img src=x onerror=\"alert(1)\">'))\n"
+        'display(HTML(\'<b>bold</b><script>fetch("/api/terminals", {method: "POST"})</script><img src=x onerror="alert(1)">\'))\n'
         "display(Javascript('alert(1)'))"
     )
     assert run.status == "ok"

@@ -28,7 +28,14 @@ def test_doctor_reports_each_check_and_succeeds_here() -> None:
     out = _run("doctor", "--json")
     assert out.returncode == 0, out.stdout + out.stderr
     checks = {c["name"]: c for c in json.loads(out.stdout)}
-    for name in ("bubblewrap", "seccomp filter", "whole-sandbox caps (cgroups)", "kernelspec", "ratchet store", "Docker backend"):
+    for name in (
+        "bubblewrap",
+        "seccomp filter",
+        "whole-sandbox caps (cgroups)",
+        "kernelspec",
+        "ratchet store",
+        "Docker backend",
+    ):
         assert name in checks, checks.keys()
     assert checks["bubblewrap"]["status"] == "ok", checks["bubblewrap"]
     assert checks["kernelspec"]["status"] == "ok", checks["kernelspec"]

@@ -7,7 +7,6 @@ import tempfile
 import unittest
 
 import jupyter_kernel_test as jkt
-
 from kernel_helpers import require_bwrap
 
 

@@ -18,7 +18,6 @@ from pathlib import Path
 import psutil
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
-
 from kernel_helpers import KERNEL_NAME, SandboxKernelHandle, require_bwrap
 
 VENV_BIN = Path(sys.executable).parent
@@ -94,12 +93,20 @@ def test_console_script_ignores_the_working_directory(tmp_path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(_planted(marker))
     result = subprocess.run(
-        [str(VENV_BIN / "sandbox-kernel"), "gc", "--help"], cwd=folder, capture_output=True, text=True, timeout=60,
+        [str(VENV_BIN / "sandbox-kernel"), "gc", "--help"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     assert not marker.exists()
     result = subprocess.run(
-        [sys.executable, "-I", "-m", "sandbox_kernel", "gc", "--help"], cwd=folder, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-I", "-m", "sandbox_kernel", "gc", "--help"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     assert not marker.exists()
@@ -113,7 +120,11 @@ def test_main_module_drops_the_working_directory(tmp_path: Path) -> None:
     marker = tmp_path / "PWNED"
     (folder / "argparse.py").write_text(_planted(marker))
     result = subprocess.run(
-        [sys.executable, "-m", "sandbox_kernel", "gc", "--help"], cwd=folder, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "sandbox_kernel", "gc", "--help"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     assert not marker.exists()

@@ -37,7 +37,7 @@ def test_dataframe_renders_as_table(kernel: SandboxKernelHandle) -> None:
     run = kernel.run("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})")
     assert run.status == "ok"
     html = run.result["text/html"]
-    assert "<table" in html and "<th>" in html.replace(' halign="left"', "") or "<th" in html
+    assert ("<table" in html and "<th>" in html.replace(' halign="left"', "")) or "<th" in html
     assert "x" in run.result["text/plain"]
 
 

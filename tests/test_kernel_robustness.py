@@ -10,7 +10,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from kernel_helpers import SandboxKernelHandle, require_bwrap
 
 
@@ -56,7 +55,9 @@ def test_interrupt_escalates_to_kill_for_a_stubborn_cell(tmp_path: Path) -> None
     handle = SandboxKernelHandle(tmp_path / "ws", tmp_path / "tmp", extra_args=["--SandboxKernel.interrupt_grace=1"])
     try:
         handle.run("kept = 'yes'")
-        handle.kc.execute("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nkept = 'no'\ntime.sleep(600)")
+        handle.kc.execute(
+            "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nkept = 'no'\ntime.sleep(600)"
+        )
         time.sleep(1.0)
         handle.km.interrupt_kernel()
         reply = handle.kc.get_shell_msg(timeout=30)["content"]
@@ -87,7 +88,9 @@ def test_memory_hog_dies_alone(tmp_path: Path) -> None:
     require_bwrap()
     (tmp_path / "ws").mkdir()
     (tmp_path / "tmp").mkdir()
-    handle = SandboxKernelHandle(tmp_path / "ws", tmp_path / "tmp", extra_args=[f"--SandboxKernel.memory_limit={2 << 30}"])
+    handle = SandboxKernelHandle(
+        tmp_path / "ws", tmp_path / "tmp", extra_args=[f"--SandboxKernel.memory_limit={2 << 30}"]
+    )
     try:
         handle.run("small = list(range(10))")
         run = handle.run("big = bytearray(3 << 30)")

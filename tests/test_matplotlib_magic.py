@@ -5,7 +5,6 @@ backends work, GUI backends say the sandbox has no display, and
 from __future__ import annotations
 
 import pytest
-
 from kernel_helpers import SandboxKernelHandle
 
 PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3]); plt.show()"

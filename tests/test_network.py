@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from kernel_helpers import SandboxKernelHandle, require_bwrap
 
 
@@ -102,7 +101,9 @@ def test_host_network_is_only_shared_when_asked(tmp_path: Path, servers: HostSer
     require_bwrap()
     (tmp_path / "ws").mkdir()
     (tmp_path / "tmp").mkdir()
-    handle = SandboxKernelHandle(tmp_path / "ws", tmp_path / "tmp", extra_args=["--SandboxKernel.share_host_network=True"])
+    handle = SandboxKernelHandle(
+        tmp_path / "ws", tmp_path / "tmp", extra_args=["--SandboxKernel.share_host_network=True"]
+    )
     try:
         result = parse(handle.run(servers.probe_code()))
         assert result["tcp"] == "CONNECTED" and result["abstract"] == "CONNECTED", result

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import nbformat
 import papermill
-from nbclient import NotebookClient
-
 from kernel_helpers import require_bwrap
+from nbclient import NotebookClient
 
 
 def build_notebook() -> nbformat.NotebookNode:
@@ -20,7 +19,9 @@ def build_notebook() -> nbformat.NotebookNode:
         params,
         nbformat.v4.new_code_cell("import pandas as pd\nimport matplotlib.pyplot as plt"),
         nbformat.v4.new_code_cell("def squares(k):\n    return [i * i for i in range(k)]"),
-        nbformat.v4.new_code_cell("class Report:\n    def __init__(self, label):\n        self.label = label\n    def title(self):\n        return f'report: {self.label}'"),
+        nbformat.v4.new_code_cell(
+            "class Report:\n    def __init__(self, label):\n        self.label = label\n    def title(self):\n        return f'report: {self.label}'"
+        ),
         nbformat.v4.new_code_cell("df = pd.DataFrame({'i': range(n), 'sq': squares(n)})\ndf"),
         nbformat.v4.new_code_cell("fig, ax = plt.subplots()\nax.plot(df['i'], df['sq'])\nplt.show()"),
         nbformat.v4.new_code_cell("print(Report(label).title(), int(df['sq'].sum()))"),
@@ -39,7 +40,9 @@ def check_outputs(nb: nbformat.NotebookNode, label: str, total: int) -> None:
 def test_nbclient_runs_a_notebook(tmp_path: Path) -> None:
     require_bwrap()
     nb = build_notebook()
-    NotebookClient(nb, kernel_name="sandbox-python", timeout=120, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(
+        nb, kernel_name="sandbox-python", timeout=120, resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     check_outputs(nb, "default", 0 + 1 + 4)
     nbformat.validate(nb)
 
@@ -49,7 +52,14 @@ def test_papermill_injects_parameters(tmp_path: Path) -> None:
     source = tmp_path / "in.ipynb"
     target = tmp_path / "out.ipynb"
     nbformat.write(build_notebook(), source)
-    papermill.execute_notebook(str(source), str(target), parameters={"n": 5, "label": "weekly"}, kernel_name="sandbox-python", cwd=str(tmp_path), progress_bar=False)
+    papermill.execute_notebook(
+        str(source),
+        str(target),
+        parameters={"n": 5, "label": "weekly"},
+        kernel_name="sandbox-python",
+        cwd=str(tmp_path),
+        progress_bar=False,
+    )
     nb = nbformat.read(target, as_version=4)
     # papermill inserts an "injected-parameters" cell after the parameters cell
     assert "injected-parameters" in nb.cells[1].metadata.get("tags", [])

@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 
 import psutil
-
 from kernel_helpers import SandboxKernelHandle
 
 

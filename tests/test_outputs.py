@@ -105,7 +105,9 @@ def test_html_script_tag_removed_and_named():
 
 
 def test_html_img_onerror_handler_removed():
-    r = sanitize_bundle({"text/html": '<img src="x.png" onerror="alert(document.cookie)"><b onmouseover=alert(1)>b</b>'})
+    r = sanitize_bundle(
+        {"text/html": '<img src="x.png" onerror="alert(document.cookie)"><b onmouseover=alert(1)>b</b>'}
+    )
     assert "onerror" not in html_of(r) and "onmouseover" not in html_of(r)
     assert_no_script(html_of(r))
     assert any("event handler" in n for n in r.removed)
@@ -122,7 +124,13 @@ def test_svg_onload_in_html_and_in_svg_output_removed():
 
 @pytest.mark.parametrize(
     "href",
-    ["javascript:alert(1)", "JaVaScRiPt:alert(1)", "java&#x09;script:alert(1)", " javascript:alert(1)", "vbscript:msgbox(1)"],
+    [
+        "javascript:alert(1)",
+        "JaVaScRiPt:alert(1)",
+        "java&#x09;script:alert(1)",
+        " javascript:alert(1)",
+        "vbscript:msgbox(1)",
+    ],
 )
 def test_html_javascript_href_removed(href: str):
     r = sanitize_bundle({"text/html": f'<a href="{href}">click</a>'})
@@ -159,7 +167,11 @@ def test_html_data_text_html_urls_removed():
 
 
 def test_html_forms_and_inputs_removed():
-    r = sanitize_bundle({"text/html": '<form action="/api/terminals" method="post"><button formaction="x">go</button><input autofocus onfocus=alert(1)></form>'})
+    r = sanitize_bundle(
+        {
+            "text/html": '<form action="/api/terminals" method="post"><button formaction="x">go</button><input autofocus onfocus=alert(1)></form>'
+        }
+    )
     assert_no_script(html_of(r))
     assert "<form" not in html_of(r) and "<input" not in html_of(r) and "<button" not in html_of(r)
 
@@ -192,7 +204,9 @@ def test_mathjax_href_javascript_disarmed_in_html_latex_and_markdown():
 
 
 def test_html_style_attribute_value_cannot_smuggle_markup_into_post_pass():
-    out = html_of(sanitize_bundle({"text/html": '<p title="<style>">x</p><p title="</style><img src=x onerror=alert(1)>">y</p>'}))
+    out = html_of(
+        sanitize_bundle({"text/html": '<p title="<style>">x</p><p title="</style><img src=x onerror=alert(1)>">y</p>'})
+    )
     assert_no_script(out)
 
 
@@ -207,7 +221,9 @@ def test_application_javascript_dropped_with_visible_explanation():
 
 
 def test_javascript_dropped_but_plain_text_kept():
-    r = sanitize_bundle({"application/javascript": "alert(1)", "text/plain": "<IPython.core.display.Javascript object>"})
+    r = sanitize_bundle(
+        {"application/javascript": "alert(1)", "text/plain": "<IPython.core.display.Javascript object>"}
+    )
     assert r.data == {"text/plain": "<IPython.core.display.Javascript object>"}
 
 
@@ -324,7 +340,16 @@ def test_pandas_dataframe_html_keeps_table_and_style():
     df = pd.DataFrame({"a": [1, 2], "b": ["x", "<y>"]}, index=pd.Index(["r1", "r2"], name="idx"))
     r = sanitize_bundle({"text/html": df._repr_html_(), "text/plain": repr(df)}, private=True)
     out = html_of(r)
-    for part in ("<table", 'class="dataframe"', "<thead>", "<tbody>", "<th>", "<td>", "<style scoped", ".dataframe tbody tr th"):
+    for part in (
+        "<table",
+        'class="dataframe"',
+        "<thead>",
+        "<tbody>",
+        "<th>",
+        "<td>",
+        "<style scoped",
+        ".dataframe tbody tr th",
+    ):
         assert part in out, part
     assert out.count("<tr") == df._repr_html_().count("<tr")
     assert "&lt;y&gt;" in out
@@ -344,8 +369,9 @@ def test_pandas_styler_keeps_ids_and_css():
 def test_matplotlib_svg_keeps_paths_and_has_no_script():
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import xml.etree.ElementTree as ET
+
+    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots()
     ax.plot([1, 2, 3], [3, 1, 2], label="a<b & c")
@@ -359,7 +385,7 @@ def test_matplotlib_svg_keeps_paths_and_has_no_script():
     out = r.data["image/svg+xml"]
     assert out.count("<path") == svg.count("<path") > 5
     assert out.count("<use") == svg.count("<use")
-    assert "clip-path=\"url(#" in out
+    assert 'clip-path="url(#' in out
     assert "<script" not in out
     root = ET.fromstring(out)  # still well-formed XML (JupyterLab shows it as a data: image)
     assert root.tag == "{http://www.w3.org/2000/svg}svg"
@@ -455,7 +481,7 @@ def test_markdown_javascript_links_neutralised(md: str):
         "`<!-- x` <img src=x onerror=alert(1)> `-->`",
         "<scr<script>ipt>alert(1)</script>",
         "<svg><script>alert(1)</script></svg>",
-        "<math><mi xlink:href=\"javascript:alert(1)\">x</mi></math>",
+        '<math><mi xlink:href="javascript:alert(1)">x</mi></math>',
         "<iframe srcdoc='<script>alert(1)</script>'></iframe>",
         "<details open ontoggle=alert(1)>",
         "<style>*{x:1}</style><img src=x onerror=alert(1)>",
@@ -544,9 +570,11 @@ def test_private_removes_css_url_and_import():
 
 def test_private_css_removal_cannot_assemble_a_new_url():
     # removing "@import ..." used to leave "url(http://... " at the end: a valid url token
-    for html in ('<span style="url(https://evil.example/x.png@import background:">s</span>',
-                 "<style>p{background:url(url('1. x')}</style>",
-                 "<style>p{background:url(https://evil.example/y.png@import x</style>"):
+    for html in (
+        '<span style="url(https://evil.example/x.png@import background:">s</span>',
+        "<style>p{background:url(url('1. x')}</style>",
+        "<style>p{background:url(https://evil.example/y.png@import x</style>",
+    ):
         out = html_of(sanitize_bundle({"text/html": html}, private=True))
         assert "evil.example" not in out
         assert_no_fetch(out)
@@ -560,7 +588,7 @@ def test_private_css_escape_obfuscation_removed():
 
 def test_private_markdown_external_images_removed_data_images_kept():
     md = (
-        "![a](http://evil.example/y.png) ![b](https://evil.example/z.png \"t\") ![c](//evil.example/w.png)\n"
+        '![a](http://evil.example/y.png) ![b](https://evil.example/z.png "t") ![c](//evil.example/w.png)\n'
         "![ref][r] ![d](" + DATA_PNG + ")\n\n[r]: https://evil.example/r.png\n\n"
         '<img src="https://evil.example/h.png"> [a normal link](https://example.org)'
     )
@@ -577,7 +605,9 @@ def test_private_markdown_external_images_removed_data_images_kept():
 
 
 def test_private_mathjax_style_and_require_disarmed():
-    out = sanitize_bundle({"text/latex": r"$\style{background:url(https://evil.example)}{x} \require{evil}$"}, private=True)
+    out = sanitize_bundle(
+        {"text/latex": r"$\style{background:url(https://evil.example)}{x} \require{evil}$"}, private=True
+    )
     assert "\\style" not in out.data["text/latex"] and "\\require" not in out.data["text/latex"]
 
 

@@ -26,8 +26,8 @@ from sandbox_kernel.privacy import (
     PrivacyStore,
     PrivacyStoreError,
     PrivateData,
-    SessionMark,
     Sensitivity,
+    SessionMark,
     default_data_dir,
     default_store,
     default_user_id,
@@ -63,9 +63,15 @@ def _on_disk(store: PrivacyStore, session: str = "s1") -> dict:
 
 def _valid_doc(session: str, level: str = "PUBLIC", private: bool = False, datasets=()) -> dict:
     return {
-        "schema": "sandbox_kernel.privacy", "version": 1, "user_id": USER,
-        "session_id": session, "private": private, "level": level,
-        "datasets": list(datasets), "mark": None, "omitted_datasets": 0,
+        "schema": "sandbox_kernel.privacy",
+        "version": 1,
+        "user_id": USER,
+        "session_id": session,
+        "private": private,
+        "level": level,
+        "datasets": list(datasets),
+        "mark": None,
+        "omitted_datasets": 0,
         "updated_at": "2024-01-01T00:00:00.000Z",
     }
 
@@ -106,8 +112,15 @@ def test_sensitivity_parse_bad_value_names_value_and_allowed(bad):
 
 @pytest.mark.parametrize(
     "name, fragment",
-    [("", "empty"), ("   ", "empty"), ("x" * 129, "129"), ("a\nb", "non-printable"),
-     ("a\x00b", "non-printable"), ("a\x1b[31m", "non-printable"), (42, "string")],
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("x" * 129, "129"),
+        ("a\nb", "non-printable"),
+        ("a\x00b", "non-printable"),
+        ("a\x1b[31m", "non-printable"),
+        (42, "string"),
+    ],
 )
 def test_dataset_bad_name_is_refused_with_clear_error(store, name, fragment):
     with pytest.raises(ValueError, match=fragment):
@@ -194,10 +207,15 @@ def test_attack_adding_lower_dataset_keeps_session_level(store):
 def test_attack_setting_attributes_to_lower_raises(store):
     pd = _pd(store)
     pd.add_private_dataset("d", "secret")
-    for name, value in [("sensitivity", Sensitivity.PUBLIC), ("has_private_data", False),
-                        ("datasets", []), ("network_mode", NetworkMode.FULL),
-                        ("_store", PrivacyStore(store.root.parent / "empty")),
-                        ("_session_id", "fresh"), ("anything_new", 1)]:
+    for name, value in [
+        ("sensitivity", Sensitivity.PUBLIC),
+        ("has_private_data", False),
+        ("datasets", []),
+        ("network_mode", NetworkMode.FULL),
+        ("_store", PrivacyStore(store.root.parent / "empty")),
+        ("_session_id", "fresh"),
+        ("anything_new", 1),
+    ]:
         with pytest.raises(AttributeError):
             setattr(pd, name, value)
     with pytest.raises(AttributeError):
@@ -213,17 +231,35 @@ def test_attack_state_objects_are_frozen_and_consistent(store):
         state.sensitivity = Sensitivity.PUBLIC  # type: ignore[misc]
     # A hand-made state that claims "public" while holding a SECRET dataset is refused.
     with pytest.raises(ValueError):
-        PrivacyState(has_private_data=False, sensitivity=Sensitivity.PUBLIC,
-                     datasets=state.datasets, network_mode=NetworkMode.FULL)
+        PrivacyState(
+            has_private_data=False,
+            sensitivity=Sensitivity.PUBLIC,
+            datasets=state.datasets,
+            network_mode=NetworkMode.FULL,
+        )
     with pytest.raises(ValueError):
-        PrivacyState(has_private_data=True, sensitivity=Sensitivity.SECRET,
-                     datasets=(), network_mode=NetworkMode.FULL)
+        PrivacyState(has_private_data=True, sensitivity=Sensitivity.SECRET, datasets=(), network_mode=NetworkMode.FULL)
 
 
 @pytest.mark.parametrize("cls", [PrivateData, PrivacyStore])
 def test_attack_no_public_method_lowers_or_clears(cls):
-    words = ("clear", "remove", "reset", "lower", "delete", "unset", "discard", "drop",
-             "forget", "unmark", "set_", "downgrade", "pop", "write_state", "overwrite")
+    words = (
+        "clear",
+        "remove",
+        "reset",
+        "lower",
+        "delete",
+        "unset",
+        "discard",
+        "drop",
+        "forget",
+        "unmark",
+        "set_",
+        "downgrade",
+        "pop",
+        "write_state",
+        "overwrite",
+    )
     public = [n for n in dir(cls) if not n.startswith("_")]
     offenders = [n for n in public if any(w in n.lower() for w in words)]
     assert offenders == [], f"{cls.__name__} exposes {offenders}"
@@ -436,8 +472,7 @@ def test_corrupt_json_fails_closed_and_is_logged(store, caplog):
     _plant(store, "s1", b'{"schema": "sandbox_kernel.privacy", "version": 1, ')
     with caplog.at_level(logging.ERROR, logger="sandbox_kernel.privacy"):
         _assert_secret_with_error(store, "s1", "not valid JSON")
-    assert any(r.name == "sandbox_kernel.privacy" and "not valid JSON" in r.getMessage()
-               for r in caplog.records)
+    assert any(r.name == "sandbox_kernel.privacy" and "not valid JSON" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize(
@@ -450,8 +485,13 @@ def test_corrupt_json_fails_closed_and_is_logged(store, caplog):
         ({**_valid_doc("s1"), "session_id": "s2"}, "belongs to"),
         ({**_valid_doc("s1"), "level": "TOPSECRET"}, "TOPSECRET"),
         ({**_valid_doc("s1"), "datasets": {"a": 1}}, "datasets"),
-        ({**_valid_doc("s1"), "datasets": [{"name": "a", "level": "PUBLIC", "source": "api",
-                                            "added_at": "2024-01-01T00:00:00Z"}]}, "not a private level"),
+        (
+            {
+                **_valid_doc("s1"),
+                "datasets": [{"name": "a", "level": "PUBLIC", "source": "api", "added_at": "2024-01-01T00:00:00Z"}],
+            },
+            "not a private level",
+        ),
         ({**_valid_doc("s1"), "datasets": [{"name": "a"}]}, "lacks"),
         ({**_valid_doc("s1"), "private": "no"}, "private"),
         ({**_valid_doc("s1"), "private": True}, "private is true"),
@@ -632,7 +672,12 @@ def test_file_format_has_schema_version_and_fields(store):
 
 def test_to_json_is_the_widget_dict(store):
     assert PrivacyState.public().to_json() == {
-        "private": False, "level": "PUBLIC", "network": "full", "datasets": [], "error": None}
+        "private": False,
+        "level": "PUBLIC",
+        "network": "full",
+        "datasets": [],
+        "error": None,
+    }
     state = _pd(store).add_private_dataset("d", "secret", "widget")
     out = json.loads(json.dumps(state.to_json()))
     assert out.keys() == {"private", "level", "network", "datasets", "error"}
@@ -641,7 +686,7 @@ def test_to_json_is_the_widget_dict(store):
 
 
 def test_worst_case_dataset_list_stays_under_the_read_limit():
-    names = [f"{i:04d}" + "\U0001F512" * 124 for i in range(state_mod.MAX_DATASETS + 5)]
+    names = [f"{i:04d}" + "\U0001f512" * 124 for i in range(state_mod.MAX_DATASETS + 5)]
     states = [PrivacyState.build(datasets=[Dataset.create(n, "secret", "connector")]) for n in names]
     merged = state_mod.merge(*states)
     assert len(merged.datasets) == state_mod.MAX_DATASETS and merged.omitted_datasets == 5
@@ -676,9 +721,19 @@ def test_default_store_location(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize(
     "value, fragment",
-    [("../x", "'/'"), ("a/b", "'/'"), ("", "empty"), ("x" * 65, "65 characters"),
-     (".hidden", "start with '.'"), ("..", "start with '.'"), (".", "start with '.'"),
-     ("-rf", "start with '-'"), ("a b", "' '"), ("a\x00b", "'\\x00'"), (None, "string")],
+    [
+        ("../x", "'/'"),
+        ("a/b", "'/'"),
+        ("", "empty"),
+        ("x" * 65, "65 characters"),
+        (".hidden", "start with '.'"),
+        ("..", "start with '.'"),
+        (".", "start with '.'"),
+        ("-rf", "start with '-'"),
+        ("a b", "' '"),
+        ("a\x00b", "'\\x00'"),
+        (None, "string"),
+    ],
 )
 @pytest.mark.parametrize("field", ["user_id", "session_id"])
 def test_attack_bad_ids_are_refused_naming_the_field(store, value, fragment, field):
@@ -686,9 +741,11 @@ def test_attack_bad_ids_are_refused_naming_the_field(store, value, fragment, fie
         validate_id(value, field)
     assert str(info.value).startswith(field) and fragment in str(info.value)
     ids = {"user_id": USER, "session_id": "s1", field: value}
-    for call in (lambda: PrivateData(ids["user_id"], ids["session_id"], store),
-                 lambda: store.read(ids["user_id"], ids["session_id"]),
-                 lambda: get_network_mode(ids["user_id"], ids["session_id"], store)):
+    for call in (
+        lambda: PrivateData(ids["user_id"], ids["session_id"], store),
+        lambda: store.read(ids["user_id"], ids["session_id"]),
+        lambda: get_network_mode(ids["user_id"], ids["session_id"], store),
+    ):
         with pytest.raises(ValueError, match=field):
             call()
     assert not store.root.exists()

@@ -8,27 +8,32 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from kernel_helpers import SandboxKernelHandle
+
 from sandbox_kernel.outputs import sanitize_bundle
 from sandbox_kernel.outputs.links import defang_json, defang_text
 
 SECRET_URL = "https://evil.example/c?d=ada,42"
 #: JupyterLab 4's webLinkRegex (@jupyterlab/rendermime renderers.ts): what it would link in text
-LAB_AUTOLINK = re.compile(r"(?:[a-zA-Z][a-zA-Z0-9+.-]{2,}://|data:|www\.)[^\s\x00-\x20\x7f-\x9f\"]{2,}[^\s\x00-\x20\x7f-\x9f\"')}\],:;.!?]")
+LAB_AUTOLINK = re.compile(
+    r"(?:[a-zA-Z][a-zA-Z0-9+.-]{2,}://|data:|www\.)[^\s\x00-\x20\x7f-\x9f\"]{2,}[^\s\x00-\x20\x7f-\x9f\"')}\],:;.!?]"
+)
 
 
-@pytest.mark.parametrize("text", [
-    f"see {SECRET_URL} now",
-    "www.evil.example/x?d=1",
-    "ftp://evil.example/x",
-    "ws://evil.example/socket?d=1",
-    "data:text/html,evil<script>x</script>",
-    "\x1b[31mhttps://evil.example/x?d=1\x1b[0m",
-    "ht\x1b[0mtps://evil.example/split",
-    "HTTPS://EVIL.EXAMPLE/UPPER",
-    "mailto:someone@evil.example?body=ada,42",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"see {SECRET_URL} now",
+        "www.evil.example/x?d=1",
+        "ftp://evil.example/x",
+        "ws://evil.example/socket?d=1",
+        "data:text/html,evil<script>x</script>",
+        "\x1b[31mhttps://evil.example/x?d=1\x1b[0m",
+        "ht\x1b[0mtps://evil.example/split",
+        "HTTPS://EVIL.EXAMPLE/UPPER",
+        "mailto:someone@evil.example?body=ada,42",
+    ],
+)
 def test_defanged_text_is_not_linked_by_jupyterlab(text: str) -> None:
     out = defang_text(text)
     assert not LAB_AUTOLINK.search(out), out
@@ -55,21 +60,28 @@ def test_json_values_and_keys_are_defanged_deeply() -> None:
     assert out == defang_text(SECRET_URL)
 
 
-@pytest.mark.parametrize(("mime", "value", "must_not"), [
-    ("text/html", f'<a href="{SECRET_URL}">click</a>', 'href="https://'),
-    ("text/html", '<a href="//evil.example/x">click</a>', 'href="//'),
-    ("text/html", '<a href="mailto:x@evil.example?body=1">m</a>', "mailto:"),
-    ("text/markdown", f"[click]({SECRET_URL})", "](https://"),
-    ("text/markdown", f"<{SECRET_URL}>", "https://"),
-    ("text/markdown", f"bare {SECRET_URL} url", "https://"),
-    ("text/markdown", f"[click][1]\n\n[1]: {SECRET_URL}", "https://"),
-    ("text/markdown", "www.evil.example/x", "www.evil"),
-    ("text/latex", f"$\\href{{{SECRET_URL}}}{{click}}$", "https://"),
-    ("text/latex", f"$\\url{{{SECRET_URL}}}$", "https://"),
-    ("text/plain", f"go to {SECRET_URL}", "https://"),
-    ("application/json", {"link": SECRET_URL}, "https://"),
-    ("application/vnd.dataresource+json", {"schema": {"fields": [{"name": "u"}]}, "data": [{"u": SECRET_URL}]}, "https://"),
-])
+@pytest.mark.parametrize(
+    ("mime", "value", "must_not"),
+    [
+        ("text/html", f'<a href="{SECRET_URL}">click</a>', 'href="https://'),
+        ("text/html", '<a href="//evil.example/x">click</a>', 'href="//'),
+        ("text/html", '<a href="mailto:x@evil.example?body=1">m</a>', "mailto:"),
+        ("text/markdown", f"[click]({SECRET_URL})", "](https://"),
+        ("text/markdown", f"<{SECRET_URL}>", "https://"),
+        ("text/markdown", f"bare {SECRET_URL} url", "https://"),
+        ("text/markdown", f"[click][1]\n\n[1]: {SECRET_URL}", "https://"),
+        ("text/markdown", "www.evil.example/x", "www.evil"),
+        ("text/latex", f"$\\href{{{SECRET_URL}}}{{click}}$", "https://"),
+        ("text/latex", f"$\\url{{{SECRET_URL}}}$", "https://"),
+        ("text/plain", f"go to {SECRET_URL}", "https://"),
+        ("application/json", {"link": SECRET_URL}, "https://"),
+        (
+            "application/vnd.dataresource+json",
+            {"schema": {"fields": [{"name": "u"}]}, "data": [{"u": SECRET_URL}]},
+            "https://",
+        ),
+    ],
+)
 def test_private_bundles_carry_no_followable_url(mime: str, value: object, must_not: str) -> None:
     private = sanitize_bundle({mime: value}, private=True).data
     assert must_not not in str(private), private

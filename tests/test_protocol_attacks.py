@@ -9,7 +9,6 @@ import time
 from typing import Any
 
 import pytest
-
 from kernel_helpers import SandboxKernelHandle
 
 
@@ -35,7 +34,14 @@ def request(k: SandboxKernelHandle, msg_type: str, content: dict[str, Any], time
 
 
 def execute(k: SandboxKernelHandle, **content: Any) -> dict[str, Any]:
-    base = {"code": "", "silent": False, "store_history": True, "user_expressions": {}, "allow_stdin": False, "stop_on_error": False}
+    base = {
+        "code": "",
+        "silent": False,
+        "store_history": True,
+        "user_expressions": {},
+        "allow_stdin": False,
+        "stop_on_error": False,
+    }
     return request(k, "execute_request", {**base, **content})
 
 
@@ -43,11 +49,14 @@ def execute(k: SandboxKernelHandle, **content: Any) -> dict[str, Any]:
 
 
 def test_pager_payload_html_is_sanitised(kernel: SandboxKernelHandle) -> None:
-    reply = execute(kernel, code=(
-        "from IPython.core import page\n"
-        "page.page({'text/html': '<img src=x onerror=\"fetch(1)\"><b>shown</b>', 'text/plain': 'shown',"
-        " 'application/javascript': 'alert(1)'})"
-    ))
+    reply = execute(
+        kernel,
+        code=(
+            "from IPython.core import page\n"
+            "page.page({'text/html': '<img src=x onerror=\"fetch(1)\"><b>shown</b>', 'text/plain': 'shown',"
+            " 'application/javascript': 'alert(1)'})"
+        ),
+    )
     assert reply["status"] == "ok", reply
     [payload] = reply["payload"]
     assert payload["source"] == "page"
@@ -63,13 +72,16 @@ def test_help_pager_still_works(kernel: SandboxKernelHandle) -> None:
 
 
 def test_injected_payloads_are_dropped_or_cut(kernel: SandboxKernelHandle) -> None:
-    reply = execute(kernel, code=(
-        "ip = get_ipython()\n"
-        "ip.payload_manager.write_payload({'source': 'edit_magic', 'filename': '/etc/passwd', 'line_number': 1})\n"
-        "ip.payload_manager.write_payload({'source': 'evil', 'data': {'text/html': '<script>x()</script>'}})\n"
-        "ip.payload_manager.write_payload({'source': 'ask_exit', 'keepkernel': 'yes', 'extra': '<script>'})\n"
-        "ip.set_next_input('print(1)\\x00\\x1b[31m' + 'x' * 200_000)\n"
-    ))
+    reply = execute(
+        kernel,
+        code=(
+            "ip = get_ipython()\n"
+            "ip.payload_manager.write_payload({'source': 'edit_magic', 'filename': '/etc/passwd', 'line_number': 1})\n"
+            "ip.payload_manager.write_payload({'source': 'evil', 'data': {'text/html': '<script>x()</script>'}})\n"
+            "ip.payload_manager.write_payload({'source': 'ask_exit', 'keepkernel': 'yes', 'extra': '<script>'})\n"
+            "ip.set_next_input('print(1)\\x00\\x1b[31m' + 'x' * 200_000)\n"
+        ),
+    )
     assert reply["status"] == "ok", reply
     sources = [p["source"] for p in reply["payload"]]
     assert "edit_magic" not in sources and "evil" not in sources, reply["payload"]
@@ -82,7 +94,8 @@ def test_injected_payloads_are_dropped_or_cut(kernel: SandboxKernelHandle) -> No
 
 def test_user_expressions_are_sanitised_and_only_those_asked(kernel: SandboxKernelHandle) -> None:
     reply = execute(
-        kernel, code="class H:\n    def _repr_html_(self): return '<img src=x onerror=\"fetch(1)\">h'\nh = H()",
+        kernel,
+        code="class H:\n    def _repr_html_(self): return '<img src=x onerror=\"fetch(1)\">h'\nh = H()",
         user_expressions={"asked": "h", "bad": "1/0"},
     )
     assert reply["status"] == "ok"
@@ -91,11 +104,14 @@ def test_user_expressions_are_sanitised_and_only_those_asked(kernel: SandboxKern
     assert "onerror" not in values["asked"]["data"].get("text/html", "")
     assert values["bad"]["status"] == "error" and values["bad"]["ename"] == "ZeroDivisionError"
     # the sandbox is the attacker: it answers for names nobody asked, with script
-    execute(kernel, code=(
-        "ip = get_ipython()\n"
-        "ip.user_expressions = lambda e: {**{k: {'status': 'ok', 'data': {'text/html': '<script>x()</script>ok'}, 'metadata': {}} for k in e},"
-        " 'injected': {'status': 'ok', 'data': {'text/html': '<script>steal()</script>'}, 'metadata': {}}}"
-    ))
+    execute(
+        kernel,
+        code=(
+            "ip = get_ipython()\n"
+            "ip.user_expressions = lambda e: {**{k: {'status': 'ok', 'data': {'text/html': '<script>x()</script>ok'}, 'metadata': {}} for k in e},"
+            " 'injected': {'status': 'ok', 'data': {'text/html': '<script>steal()</script>'}, 'metadata': {}}}"
+        ),
+    )
     reply = execute(kernel, code="1", user_expressions={"asked": "1"})
     try:
         assert set(reply["user_expressions"]) == {"asked"}, reply["user_expressions"]
@@ -105,15 +121,18 @@ def test_user_expressions_are_sanitised_and_only_those_asked(kernel: SandboxKern
 
 
 def test_completion_and_inspection_data_from_the_sandbox_are_cleaned(kernel: SandboxKernelHandle) -> None:
-    execute(kernel, code=(
-        "import sys\n"
-        "m = sys.modules['sandbox_kernel_worker.main']\n"
-        "saved = (m.Holder._complete, m.Holder._inspect)\n"
-        "m.Holder._complete = lambda self, msg, ctl: {'status': 'ok', 'matches': ['a', 7], 'cursor_start': -5, 'cursor_end': 10**9,"
-        " 'metadata': {'evil': '<script>', '_jupyter_types_experimental': [{'text': 'a', 'type': '<img onerror=x>' * 1000, 'start': 0, 'end': 1}]}}\n"
-        "m.Holder._inspect = lambda self, msg, ctl: {'status': 'ok', 'found': True, 'data': {'text/html': '<script>steal()</script><i>doc</i>',"
-        " 'text/plain': 'doc', 'application/javascript': 'x'}, 'metadata': {'evil': 1}}\n"
-    ))
+    execute(
+        kernel,
+        code=(
+            "import sys\n"
+            "m = sys.modules['sandbox_kernel_worker.main']\n"
+            "saved = (m.Holder._complete, m.Holder._inspect)\n"
+            "m.Holder._complete = lambda self, msg, ctl: {'status': 'ok', 'matches': ['a', 7], 'cursor_start': -5, 'cursor_end': 10**9,"
+            " 'metadata': {'evil': '<script>', '_jupyter_types_experimental': [{'text': 'a', 'type': '<img onerror=x>' * 1000, 'start': 0, 'end': 1}]}}\n"
+            "m.Holder._inspect = lambda self, msg, ctl: {'status': 'ok', 'found': True, 'data': {'text/html': '<script>steal()</script><i>doc</i>',"
+            " 'text/plain': 'doc', 'application/javascript': 'x'}, 'metadata': {'evil': 1}}\n"
+        ),
+    )
     try:
         comp = request(kernel, "complete_request", {"code": "ab", "cursor_pos": 2})
         assert comp["status"] == "ok" and comp["matches"] == ["a"], comp
@@ -143,7 +162,9 @@ BAD_EXECUTES = [
 
 
 @pytest.mark.parametrize(("content", "field"), BAD_EXECUTES, ids=[f"{f}-{i}" for i, (_, f) in enumerate(BAD_EXECUTES)])
-def test_malformed_execute_gets_an_error_and_keeps_state(kernel: SandboxKernelHandle, content: dict[str, Any], field: str) -> None:
+def test_malformed_execute_gets_an_error_and_keeps_state(
+    kernel: SandboxKernelHandle, content: dict[str, Any], field: str
+) -> None:
     assert execute(kernel, code="kept = 'earlier state'")["status"] == "ok"
     reply = execute(kernel, **content)
     assert reply["status"] == "error" and reply["ename"] == "InvalidRequest", reply
@@ -169,8 +190,12 @@ BAD_OTHERS = [
 ]
 
 
-@pytest.mark.parametrize(("msg_type", "content", "field"), BAD_OTHERS, ids=[f"{m}-{f}-{i}" for i, (m, _, f) in enumerate(BAD_OTHERS)])
-def test_malformed_requests_get_an_error_naming_the_field(kernel: SandboxKernelHandle, msg_type: str, content: dict[str, Any], field: str) -> None:
+@pytest.mark.parametrize(
+    ("msg_type", "content", "field"), BAD_OTHERS, ids=[f"{m}-{f}-{i}" for i, (m, _, f) in enumerate(BAD_OTHERS)]
+)
+def test_malformed_requests_get_an_error_naming_the_field(
+    kernel: SandboxKernelHandle, msg_type: str, content: dict[str, Any], field: str
+) -> None:
     reply = request(kernel, msg_type, content)
     assert reply["status"] == "error", reply
     assert field in reply.get("evalue", ""), reply

@@ -7,8 +7,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-
 from kernel_helpers import SandboxKernelHandle, require_bwrap
+
 from sandbox_kernel.privacy import PrivacyStore, PrivateData
 
 IFACES = "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))"
@@ -51,7 +51,9 @@ def test_magic_and_no_way_down_from_cells(fresh_kernel: SandboxKernelHandle) -> 
     run = k.run("p.add_dataset('', 'SECRET')")
     assert run.status == "error"
     # a cell cannot write the host store: it is not mounted anywhere
-    run = k.run("import os\nprint([p for p in ('/root/.local', '/privacy', os.environ.get('SANDBOX_KERNEL_DATA_DIR', '')) if p and os.path.exists(p)])")
+    run = k.run(
+        "import os\nprint([p for p in ('/root/.local', '/privacy', os.environ.get('SANDBOX_KERNEL_DATA_DIR', '')) if p and os.path.exists(p)])"
+    )
     assert run.stdout.strip() == "[]"
 
 
@@ -83,7 +85,11 @@ def test_private_mount_only_after_the_ratchet(tmp_path: Path) -> None:
 
 def test_host_api_raise_is_noticed_and_survives_restart_and_new_kernels(tmp_path: Path) -> None:
     session = f"s-{uuid.uuid4().hex[:8]}"
-    args = ["--SandboxKernel.user_id=tester", f"--SandboxKernel.session_id={session}", "--SandboxKernel.privacy_poll_interval=0.2"]
+    args = [
+        "--SandboxKernel.user_id=tester",
+        f"--SandboxKernel.session_id={session}",
+        "--SandboxKernel.privacy_poll_interval=0.2",
+    ]
     k = new_kernel(tmp_path, *args)
     store = PrivacyStore(k.data_dir / "privacy")
     try:
@@ -116,7 +122,12 @@ def test_corrupt_store_fails_closed(tmp_path: Path) -> None:
     store_file.parent.chmod(0o700)
     store_file.write_text("{not json")
     store_file.chmod(0o600)
-    k = new_kernel(tmp_path, "--SandboxKernel.user_id=tester", f"--SandboxKernel.session_id={session}", env={"SANDBOX_KERNEL_DATA_DIR": str(data_dir)})
+    k = new_kernel(
+        tmp_path,
+        "--SandboxKernel.user_id=tester",
+        f"--SandboxKernel.session_id={session}",
+        env={"SANDBOX_KERNEL_DATA_DIR": str(data_dir)},
+    )
     try:
         assert k.run(IFACES).stdout.strip() == "['lo']"
     finally:
@@ -144,7 +155,10 @@ class CommClient:
         self.k.kc.shell_channel.send(msg)
 
     def open(self) -> list[dict[str, Any]]:
-        self._send("comm_open", {"comm_id": self.comm_id, "target_name": "sandbox_kernel.status", "data": {"version": 1, "type": "hello"}})
+        self._send(
+            "comm_open",
+            {"comm_id": self.comm_id, "target_name": "sandbox_kernel.status", "data": {"version": 1, "type": "hello"}},
+        )
         return self.collect()
 
     def send(self, data: Any) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from kernel_helpers import SandboxKernelHandle, reply_to, require_bwrap, status_of
+
 from sandbox_kernel.privacy import PrivacyStore, PrivateData
 
 IFACES = "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))"
@@ -21,7 +22,9 @@ def _kernel(tmp_path: Path, name: str = "k") -> SandboxKernelHandle:
     require_bwrap()
     (tmp_path / f"{name}-ws").mkdir()
     (tmp_path / f"{name}-tmp").mkdir()
-    return SandboxKernelHandle(tmp_path / f"{name}-ws", tmp_path / f"{name}-tmp", extra_args=["--SandboxKernel.backend=bwrap"])
+    return SandboxKernelHandle(
+        tmp_path / f"{name}-ws", tmp_path / f"{name}-tmp", extra_args=["--SandboxKernel.backend=bwrap"]
+    )
 
 
 def test_restart_without_notebook_path_keeps_the_session(tmp_path: Path) -> None:
@@ -74,7 +77,6 @@ def test_host_rise_cuts_a_busy_uncooperative_sandbox_at_once(tmp_path: Path) -> 
             "slow = Slow()\n"
             "daemon = subprocess.Popen([sys.executable, '-c', '''\n"
             "import os, socket, time\n"
-
             "while True:\n"
             "    names = sorted(n for _, n in socket.if_nameindex())\n"
             "    open('/workspace/ifaces.tmp', 'w').write(repr(names)); os.replace('/workspace/ifaces.tmp', '/workspace/ifaces')\n"
@@ -85,11 +87,15 @@ def test_host_rise_cuts_a_busy_uncooperative_sandbox_at_once(tmp_path: Path) -> 
         assert run.status == "ok", run.errors
         ifaces = k.workspace / "ifaces"
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not (ifaces.exists() and "lo" in ifaces.read_text() and ifaces.read_text() != "['lo']"):
+        while time.monotonic() < deadline and not (
+            ifaces.exists() and "lo" in ifaces.read_text() and ifaces.read_text() != "['lo']"
+        ):
             time.sleep(0.05)
         assert ifaces.read_text() != "['lo']", "the daemon never saw the network"
         # The cell is busy for a long time and does not cooperate (SIGINT ignored).
-        msg_id = k.kc.execute("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)", stop_on_error=False)
+        msg_id = k.kc.execute(
+            "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)", stop_on_error=False
+        )
         time.sleep(1.0)
         store = PrivacyStore(k.data_dir / "privacy")
         user_id, session_id = _identity(k)
@@ -122,7 +128,12 @@ def _kernel_in(workspace: Path, tmp: Path) -> SandboxKernelHandle:
     require_bwrap()
     workspace.mkdir(parents=True, exist_ok=True)
     tmp.mkdir(parents=True, exist_ok=True)
-    return SandboxKernelHandle(workspace, tmp, extra_args=["--SandboxKernel.backend=bwrap"], env={"SANDBOX_KERNEL_DATA_DIR": str(tmp.parent / "shared-data")})
+    return SandboxKernelHandle(
+        workspace,
+        tmp,
+        extra_args=["--SandboxKernel.backend=bwrap"],
+        env={"SANDBOX_KERNEL_DATA_DIR": str(tmp.parent / "shared-data")},
+    )
 
 
 def _wait_for_lo(k: SandboxKernelHandle, timeout: float = 15) -> str | None:
@@ -271,5 +282,10 @@ def test_store_read_in_a_fresh_process_fails_closed_when_the_record_vanished(tmp
     out = subprocess.run([sys.executable, "-c", code, str(store.root)], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["SECRET", "True"], (out.stdout, out.stderr)
     # an untouched session is not affected
-    out = subprocess.run([sys.executable, "-c", code.replace("'s1'", "'s2'"), str(store.root)], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code.replace("'s1'", "'s2'"), str(store.root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.split() == ["PUBLIC", "False"], (out.stdout, out.stderr)

@@ -8,7 +8,7 @@ import ast
 
 from sandbox_kernel.engine.replay import ReplayLog, python_source
 
-CELL = '''\
+CELL = """\
 import os, sys
 from collections import (OrderedDict,
     defaultdict)   # a comment
@@ -28,7 +28,7 @@ async def g():
 if True:
     import shutil
 !ls
-'''
+"""
 
 
 def test_matches_ast_segments_for_tricky_source() -> None:
@@ -39,7 +39,11 @@ def test_matches_ast_segments_for_tricky_source() -> None:
     tree = ast.parse(source)
     want_imports = [ast.get_source_segment(source, n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert log.imports == want_imports
-    assert log.imports == ["import os, sys", "from collections import (OrderedDict,\n    defaultdict)", "import json as j"]
+    assert log.imports == [
+        "import os, sys",
+        "from collections import (OrderedDict,\n    defaultdict)",
+        "import json as j",
+    ]
     assert list(log.defs) == ["f", "K", "g"]
     assert log.defs["f"].startswith("@property\n@staticmethod\ndef f(a,\n      b):")
     assert log.defs["g"] == "async def g():\n    import math"

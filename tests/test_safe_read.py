@@ -27,7 +27,13 @@ def test_symlink_is_refused(tmp_path: Path) -> None:
 def test_fifo_is_refused_without_hanging(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "fifo")
     result: list[BaseException] = []
-    thread = threading.Thread(target=lambda: result.append(pytest.raises(UnsafeFileError, read_bytes, tmp_path / "fifo", 100).value))
+
+    def read() -> None:
+        with pytest.raises(UnsafeFileError) as caught:
+            read_bytes(tmp_path / "fifo", 100)
+        result.append(caught.value)
+
+    thread = threading.Thread(target=read)
     thread.start()
     thread.join(5)
     assert not thread.is_alive(), "reading a FIFO blocked"

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from kernel_helpers import require_bwrap
+
 from sandbox_kernel.sandbox import BindMount, BubblewrapSandbox, ResourceLimits, SubprocessSandbox, get_sandbox
 
 PY = sys.executable
@@ -57,7 +57,11 @@ def test_only_granted_mounts_are_visible(bwrap: BubblewrapSandbox, tmp_path: Pat
         "open('/data/new.txt', 'w').write('w')\n"
         "try:\n    open('/ro/x', 'w')\nexcept OSError as e:\n    print('ro', e.errno)\n"
     )
-    result = run(bwrap.run([PY, "-c", script], bind_mounts=[BindMount(granted, "/data"), BindMount(readonly, "/ro", readonly=True)]))
+    result = run(
+        bwrap.run(
+            [PY, "-c", script], bind_mounts=[BindMount(granted, "/data"), BindMount(readonly, "/ro", readonly=True)]
+        )
+    )
     assert result.exit_code == 0, result.stderr
     assert result.stdout.decode().split() == ["visible", "False", "ro", "30"]
     assert (granted / "new.txt").read_text() == "w"

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from kernel_helpers import SandboxKernelHandle, require_bwrap
 
 MiB = 1 << 20
@@ -35,7 +34,10 @@ def test_memory_of_several_processes_is_capped_together(tmp_path: Path) -> None:
         sandboxes = k.sandboxes()
         assert sandboxes
         own = _cgroup_dirs(k.pid)
-        assert any("sandbox-kernel-" in d for d in _cgroup_dirs(sandboxes[0].pid)), (own, _cgroup_dirs(sandboxes[0].pid))
+        assert any("sandbox-kernel-" in d for d in _cgroup_dirs(sandboxes[0].pid)), (
+            own,
+            _cgroup_dirs(sandboxes[0].pid),
+        )
         run = k.run(
             "import os, signal, time\n"
             "kids = []\n"
@@ -94,7 +96,11 @@ def test_a_fork_storm_stops_at_the_process_cap(tmp_path: Path) -> None:
         k.shutdown()
     deadline = time.monotonic() + 10
     while True:  # every hierarchy: memory and cpu cgroups stay busy a little after the last task
-        leftovers = [p for h in ("pids", "memory", "cpu") for p in Path(f"/sys/fs/cgroup/{h}").glob(f"**/sandbox-kernel-{kernel_pid}-*")]
+        leftovers = [
+            p
+            for h in ("pids", "memory", "cpu")
+            for p in Path(f"/sys/fs/cgroup/{h}").glob(f"**/sandbox-kernel-{kernel_pid}-*")
+        ]
         if not leftovers or time.monotonic() > deadline:
             break
         time.sleep(0.2)
@@ -111,7 +117,11 @@ def test_cgroups_of_a_killed_kernel_are_collected(tmp_path: Path) -> None:
     assert k.run("1").status == "ok"
     os.kill(kernel_pid, signal.SIGKILL)
     time.sleep(1)  # its sandbox dies with it (--die-with-parent); nobody reaps the kernel yet
-    left = [p for h in ("pids", "memory", "cpu") for p in Path(f"/sys/fs/cgroup/{h}").glob(f"**/sandbox-kernel-{kernel_pid}-*")]
+    left = [
+        p
+        for h in ("pids", "memory", "cpu")
+        for p in Path(f"/sys/fs/cgroup/{h}").glob(f"**/sandbox-kernel-{kernel_pid}-*")
+    ]
     assert left, "the killed kernel's cgroups were expected to be left behind"
     other = tmp_path / "other"
     other.mkdir()

@@ -22,8 +22,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from kernel_helpers import SandboxKernelHandle
+
 from sandbox_kernel.sandbox import seccomp
 
 pyseccomp = pytest.importorskip("pyseccomp")
@@ -87,8 +87,16 @@ def test_personality_rules_refuse_exactly_the_complement_of_the_allowed_set() ->
 
     rng = random.Random(7)
     samples = set(seccomp.PERSONALITY_ALLOWED)
-    samples |= {1 << b for b in range(64)} | {(1 << b) | 0x8 for b in range(64)} | {(1 << b) | 0x20008 for b in range(64)}
-    samples |= {0xFFFFFFFF ^ (1 << b) for b in range(32)} | {0x1FFFFFFFF, 0xFFFFFFFF_FFFFFFFF, 0x0040000, 0x0400000, 0x0100000}
+    samples |= (
+        {1 << b for b in range(64)} | {(1 << b) | 0x8 for b in range(64)} | {(1 << b) | 0x20008 for b in range(64)}
+    )
+    samples |= {0xFFFFFFFF ^ (1 << b) for b in range(32)} | {
+        0x1FFFFFFFF,
+        0xFFFFFFFF_FFFFFFFF,
+        0x0040000,
+        0x0400000,
+        0x0100000,
+    }
     samples |= {rng.getrandbits(32) for _ in range(5000)} | {rng.getrandbits(64) for _ in range(500)}
     for value in samples:
         expected = None if value in seccomp.PERSONALITY_ALLOWED else errno.EPERM
@@ -96,7 +104,7 @@ def test_personality_rules_refuse_exactly_the_complement_of_the_allowed_set() ->
 
 
 def test_socket_rules_refuse_every_family_but_unix_inet_inet6_netlink() -> None:
-    for family in list(range(0, 64)) + [0x100000028, 0x100000001, 2**64 - 1]:
+    for family in [*range(64), 0x100000028, 0x100000001, 2**64 - 1]:
         expected = None if family in (1, 2, 10, 16) else errno.EPERM
         assert model_refuses("socket", [family, 1, 0]) == expected, family
         assert model_refuses("socketpair", [family, 1, 0, 0]) == expected, family
@@ -113,8 +121,12 @@ def test_docker_profile_is_generated_from_the_same_rules() -> None:
     expected = []
     for rule in seccomp.RULES:
         args = [
-            {"index": c.index, "op": f"SCMP_CMP_{c.op}", "value": c.mask if c.op == "MASKED_EQ" else c.value,
-             "valueTwo": c.value if c.op == "MASKED_EQ" else 0}
+            {
+                "index": c.index,
+                "op": f"SCMP_CMP_{c.op}",
+                "value": c.mask if c.op == "MASKED_EQ" else c.value,
+                "valueTwo": c.value if c.op == "MASKED_EQ" else 0,
+            }
             for c in rule.args
         ]
         expected.append((rule.syscall, rule.errno, json.dumps(args, sort_keys=True)))
@@ -142,16 +154,21 @@ def test_compiled_program_is_cached_and_passed_as_a_readable_fd() -> None:
 
 
 def test_cell_runs_under_a_seccomp_filter(kernel: SandboxKernelHandle) -> None:
-    out = run_json(kernel, """
+    out = run_json(
+        kernel,
+        """
         status = dict(l.split(':\\t', 1) for l in open('/proc/self/status').read().splitlines() if ':\\t' in l)
         out['mode'] = status['Seccomp'].strip()
         out['filters'] = int(status.get('Seccomp_filters', '0'))
-    """)
+    """,
+    )
     assert out["mode"] == "2" and out["filters"] >= 1
 
 
 def test_socket_families_that_cross_namespaces_are_refused(kernel: SandboxKernelHandle) -> None:
-    out = run_json(kernel, f"""
+    out = run_json(
+        kernel,
+        f"""
         def try_family(family, kind=socket.SOCK_STREAM):
             try:
                 socket.socket(family, kind).close()
@@ -169,15 +186,16 @@ def test_socket_families_that_cross_namespaces_are_refused(kernel: SandboxKernel
         out['tipc'] = try_family(30, socket.SOCK_RDM)
         out['xdp'] = try_family(44, socket.SOCK_RAW)
         # raw syscalls: AF_VSOCK with high garbage bits the kernel truncates away
-        out['raw_vsock'] = refused({nr('socket')}, 40, 1, 0)
-        out['raw_vsock_high'] = refused({nr('socket')}, 0x100000028, 1, 0)
+        out['raw_vsock'] = refused({nr("socket")}, 40, 1, 0)
+        out['raw_vsock_high'] = refused({nr("socket")}, 0x100000028, 1, 0)
         pair = (ctypes.c_int * 2)()
-        out['socketpair_vsock'] = refused({nr('socketpair')}, 40, 1, 0, pair)
+        out['socketpair_vsock'] = refused({nr("socketpair")}, 40, 1, 0, pair)
         # what normal work needs still opens
         out['allowed'] = [try_family(f, k) for f, k in ((1, socket.SOCK_STREAM), (2, socket.SOCK_STREAM),
                           (10, socket.SOCK_DGRAM), (16, socket.SOCK_RAW))]
         a, b = socket.socketpair(); a.close(); b.close()
-    """)
+    """,
+    )
     for name in ("vsock", "vsock_dgram", "packet", "bluetooth", "alg", "key", "tipc", "xdp"):
         assert out[name] == "EPERM", (name, out)
     assert out["raw_vsock"] and out["raw_vsock_high"] and out["socketpair_vsock"], out
@@ -188,7 +206,9 @@ def test_links_fifos_and_device_nodes_cannot_be_planted(kernel: SandboxKernelHan
     target = tmp_path / "host-secret.txt"
     target.write_text("host")
     AT_FDCWD = -100
-    out = run_json(kernel, f"""
+    out = run_json(
+        kernel,
+        f"""
         import stat
         os.chdir('/workspace')
         attempts = {{
@@ -209,16 +229,25 @@ def test_links_fifos_and_device_nodes_cannot_be_planted(kernel: SandboxKernelHan
             except OSError as exc:
                 out[name] = errno.errorcode.get(exc.errno)
         # straight to the kernel, bypassing Python's and libc's wrappers
-        out['raw_symlinkat'] = refused({nr('symlinkat')}, {str(target).encode()!r}, {AT_FDCWD}, b'plant-raw-symlinkat')
-        out['raw_symlinkat_dirfd'] = refused({nr('symlinkat')}, b'/etc/passwd', os.open('/workspace', os.O_RDONLY), b'plant-raw-dirfd')
-        out['raw_mknodat_fifo'] = refused({nr('mknodat')}, {AT_FDCWD}, b'plant-raw-fifo', stat.S_IFIFO | 0o600, 0)
-        out['raw_mknodat_blk'] = refused({nr('mknodat')}, {AT_FDCWD}, b'plant-raw-blk', stat.S_IFBLK | 0o600, os.makedev(8, 0))
-        if {nr('symlink')} >= 0:  # x86_64 still has the old calls
-            out['raw_symlink'] = refused({nr('symlink')}, b'/etc/passwd', b'plant-raw-symlink')
-            out['raw_mknod'] = refused({nr('mknod')}, b'plant-raw-mknod', stat.S_IFIFO | 0o600, 0)
+        out['raw_symlinkat'] = refused({nr("symlinkat")}, {str(target).encode()!r}, {AT_FDCWD}, b'plant-raw-symlinkat')
+        out['raw_symlinkat_dirfd'] = refused({nr("symlinkat")}, b'/etc/passwd', os.open('/workspace', os.O_RDONLY), b'plant-raw-dirfd')
+        out['raw_mknodat_fifo'] = refused({nr("mknodat")}, {AT_FDCWD}, b'plant-raw-fifo', stat.S_IFIFO | 0o600, 0)
+        out['raw_mknodat_blk'] = refused({nr("mknodat")}, {AT_FDCWD}, b'plant-raw-blk', stat.S_IFBLK | 0o600, os.makedev(8, 0))
+        if {nr("symlink")} >= 0:  # x86_64 still has the old calls
+            out['raw_symlink'] = refused({nr("symlink")}, b'/etc/passwd', b'plant-raw-symlink')
+            out['raw_mknod'] = refused({nr("mknod")}, b'plant-raw-mknod', stat.S_IFIFO | 0o600, 0)
         out['listing'] = sorted(os.listdir('/workspace'))
-    """)
-    for name in ("os.symlink", "os.symlink_tmp", "os.mkfifo", "os.mknod_fifo", "os.mknod_sock", "os.mknod_chr", "os.mknod_whiteout"):
+    """,
+    )
+    for name in (
+        "os.symlink",
+        "os.symlink_tmp",
+        "os.mkfifo",
+        "os.mknod_fifo",
+        "os.mknod_sock",
+        "os.mknod_chr",
+        "os.mknod_whiteout",
+    ):
         assert out[name] == "EPERM", (name, out)
     raw = [k for k in out if k.startswith("raw_")]
     assert len(raw) >= 4 and all(out[k] is True for k in raw), out
@@ -231,7 +260,9 @@ def test_hard_links_only_alias_files_of_the_workspace_mount(kernel: SandboxKerne
     """Known limit, kept on purpose: link(2) stays allowed (glibc's sem_open, hence
     multiprocessing's locks, need it). It can only alias an inode of the same
     mount that the sandbox may already write, never a file outside the workspace."""
-    out = run_json(kernel, """
+    out = run_json(
+        kernel,
+        """
         results = {}
         for source in ('/etc/passwd', '/usr/bin/env', '/tmp/own-file', '/proc/self/status'):
             if source == '/tmp/own-file':
@@ -242,70 +273,77 @@ def test_hard_links_only_alias_files_of_the_workspace_mount(kernel: SandboxKerne
             except OSError as exc:
                 results[source] = errno.errorcode.get(exc.errno)
         out['results'] = results
-    """)
+    """,
+    )
     assert "linked" not in out["results"].values(), out
     assert not list(kernel.workspace.glob("hardlink-*"))
 
 
 def test_namespace_and_process_calls_are_refused(kernel: SandboxKernelHandle) -> None:
     CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, SIGCHLD = 0x10000000, 0x40000000, 0x20000, 0x20000000, 17
-    out = run_json(kernel, f"""
-        out['unshare_user'] = sc({nr('unshare')}, {CLONE_NEWUSER})
-        out['unshare_net'] = sc({nr('unshare')}, {CLONE_NEWNET})
-        out['unshare_ns'] = sc({nr('unshare')}, {CLONE_NEWNS})
+    out = run_json(
+        kernel,
+        f"""
+        out['unshare_user'] = sc({nr("unshare")}, {CLONE_NEWUSER})
+        out['unshare_net'] = sc({nr("unshare")}, {CLONE_NEWNET})
+        out['unshare_ns'] = sc({nr("unshare")}, {CLONE_NEWNS})
         out['libc_unshare'] = (_libc.unshare({CLONE_NEWUSER | CLONE_NEWNS}), ctypes.get_errno())
         ns = os.open('/proc/self/ns/net', os.O_RDONLY)
-        out['setns'] = sc({nr('setns')}, ns, 0)
-        out['clone_newuser'] = sc({nr('clone')}, {CLONE_NEWUSER | SIGCHLD}, 0, 0, 0, 0)
-        out['clone_newpid'] = sc({nr('clone')}, {CLONE_NEWPID | SIGCHLD}, 0, 0, 0, 0)
-        out['clone_newnet_high'] = sc({nr('clone')}, {CLONE_NEWNET | SIGCHLD | (1 << 40)}, 0, 0, 0, 0)
-        out['clone3'] = sc({nr('clone3')}, 0, 0)
-        out['ptrace_traceme'] = sc({nr('ptrace')}, 0, 0, 0, 0)
-        out['ptrace_attach_parent'] = sc({nr('ptrace')}, 16, os.getppid(), 0, 0)
+        out['setns'] = sc({nr("setns")}, ns, 0)
+        out['clone_newuser'] = sc({nr("clone")}, {CLONE_NEWUSER | SIGCHLD}, 0, 0, 0, 0)
+        out['clone_newpid'] = sc({nr("clone")}, {CLONE_NEWPID | SIGCHLD}, 0, 0, 0, 0)
+        out['clone_newnet_high'] = sc({nr("clone")}, {CLONE_NEWNET | SIGCHLD | (1 << 40)}, 0, 0, 0, 0)
+        out['clone3'] = sc({nr("clone3")}, 0, 0)
+        out['ptrace_traceme'] = sc({nr("ptrace")}, 0, 0, 0, 0)
+        out['ptrace_attach_parent'] = sc({nr("ptrace")}, 16, os.getppid(), 0, 0)
         buf = ctypes.create_string_buffer(8)
         iov = (ctypes.c_void_p * 2)(ctypes.cast(buf, ctypes.c_void_p), 8)
-        out['process_vm_readv'] = sc({nr('process_vm_readv')}, os.getppid(), iov, 1, iov, 1, 0)
-        out['process_vm_writev'] = sc({nr('process_vm_writev')}, os.getppid(), iov, 1, iov, 1, 0)
-        out['mount'] = sc({nr('mount')}, b'none', b'/tmp', b'tmpfs', 0, 0)
-        out['umount2'] = sc({nr('umount2')}, b'/tmp', 0)
-        out['pivot_root'] = sc({nr('pivot_root')}, b'/tmp', b'/tmp')
-        out['fsopen'] = sc({nr('fsopen')}, b'tmpfs', 0)
-        out['open_tree'] = sc({nr('open_tree')}, -100, b'/tmp', 1)
-        out['move_mount'] = sc({nr('move_mount')}, -100, b'/tmp', -100, b'/workspace', 0)
-        out['open_by_handle_at'] = sc({nr('open_by_handle_at')}, -100, 0, 0)
-    """)
+        out['process_vm_readv'] = sc({nr("process_vm_readv")}, os.getppid(), iov, 1, iov, 1, 0)
+        out['process_vm_writev'] = sc({nr("process_vm_writev")}, os.getppid(), iov, 1, iov, 1, 0)
+        out['mount'] = sc({nr("mount")}, b'none', b'/tmp', b'tmpfs', 0, 0)
+        out['umount2'] = sc({nr("umount2")}, b'/tmp', 0)
+        out['pivot_root'] = sc({nr("pivot_root")}, b'/tmp', b'/tmp')
+        out['fsopen'] = sc({nr("fsopen")}, b'tmpfs', 0)
+        out['open_tree'] = sc({nr("open_tree")}, -100, b'/tmp', 1)
+        out['move_mount'] = sc({nr("move_mount")}, -100, b'/tmp', -100, b'/workspace', 0)
+        out['open_by_handle_at'] = sc({nr("open_by_handle_at")}, -100, 0, 0)
+    """,
+    )
     for name, (res, err) in out.items():
         expected = errno.ENOSYS if name == "clone3" else errno.EPERM
         assert res == -1 and err == expected, (name, out)
 
 
 def test_kernel_attack_surface_calls_are_refused(kernel: SandboxKernelHandle) -> None:
-    out = run_json(kernel, f"""
+    out = run_json(
+        kernel,
+        f"""
         # keyrings: not namespaced; without the filter these succeed
-        out['keyctl_get_session'] = sc({nr('keyctl')}, 0, -3, 1)
-        out['add_key'] = sc({nr('add_key')}, b'user', b'sandbox-key', b'secret', 6, -3)
-        out['request_key'] = sc({nr('request_key')}, b'user', b'sandbox-key', 0, 0)
+        out['keyctl_get_session'] = sc({nr("keyctl")}, 0, -3, 1)
+        out['add_key'] = sc({nr("add_key")}, b'user', b'sandbox-key', b'secret', 6, -3)
+        out['request_key'] = sc({nr("request_key")}, b'user', b'sandbox-key', 0, 0)
         params = ctypes.create_string_buffer(120)
-        out['io_uring_setup'] = sc({nr('io_uring_setup')}, 4, params)
-        out['io_uring_enter'] = sc({nr('io_uring_enter')}, 0, 0, 0, 0, 0, 0)
-        out['io_uring_register'] = sc({nr('io_uring_register')}, 0, 0, 0, 0)
-        out['userfaultfd_user_mode'] = sc({nr('userfaultfd')}, 1)
+        out['io_uring_setup'] = sc({nr("io_uring_setup")}, 4, params)
+        out['io_uring_enter'] = sc({nr("io_uring_enter")}, 0, 0, 0, 0, 0, 0)
+        out['io_uring_register'] = sc({nr("io_uring_register")}, 0, 0, 0, 0)
+        out['userfaultfd_user_mode'] = sc({nr("userfaultfd")}, 1)
         attr = ctypes.create_string_buffer(128)
         ctypes.memmove(attr, (1).to_bytes(4, 'little') + (128).to_bytes(4, 'little'), 8)  # software event, size
         attr[40] = b'\\x60'  # exclude_kernel | exclude_hv
-        out['perf_event_open_self'] = sc({nr('perf_event_open')}, attr, 0, -1, -1, 0)
-        out['bpf_map_create'] = sc({nr('bpf')}, 0, ctypes.create_string_buffer(72), 72)
-        out['kexec_load'] = sc({nr('kexec_load')}, 0, 0, 0, 0)
-        out['kexec_file_load'] = sc({nr('kexec_file_load')}, 0, 0, 0, b'', 0)
-        out['personality_no_aslr'] = sc({nr('personality')}, 0x0040000)
-        out['personality_read_implies_exec'] = sc({nr('personality')}, 0x0400000)
-        out['personality_high_bits'] = sc({nr('personality')}, 0x100000000)
+        out['perf_event_open_self'] = sc({nr("perf_event_open")}, attr, 0, -1, -1, 0)
+        out['bpf_map_create'] = sc({nr("bpf")}, 0, ctypes.create_string_buffer(72), 72)
+        out['kexec_load'] = sc({nr("kexec_load")}, 0, 0, 0, 0)
+        out['kexec_file_load'] = sc({nr("kexec_file_load")}, 0, 0, 0, b'', 0)
+        out['personality_no_aslr'] = sc({nr("personality")}, 0x0040000)
+        out['personality_read_implies_exec'] = sc({nr("personality")}, 0x0400000)
+        out['personality_high_bits'] = sc({nr("personality")}, 0x100000000)
         out['libc_personality_no_aslr'] = (_libc.personality(0x0040000), ctypes.get_errno())
         # allowed: the query and the default persona
-        out['query'] = sc({nr('personality')}, 0xFFFFFFFF)
-        out['default'] = sc({nr('personality')}, 0)
-        out['query_after'] = sc({nr('personality')}, 0xFFFFFFFF)
-    """)
+        out['query'] = sc({nr("personality")}, 0xFFFFFFFF)
+        out['default'] = sc({nr("personality")}, 0)
+        out['query_after'] = sc({nr("personality")}, 0xFFFFFFFF)
+    """,
+    )
     for name in ("query", "default", "query_after"):
         res, err = out.pop(name)
         assert res == 0 and err == 0, (name, res, err)
@@ -314,7 +352,9 @@ def test_kernel_attack_surface_calls_are_refused(kernel: SandboxKernelHandle) ->
 
 
 def test_tiocsti_and_tioclinux_are_refused(kernel: SandboxKernelHandle) -> None:
-    out = run_json(kernel, f"""
+    out = run_json(
+        kernel,
+        f"""
         import fcntl, termios, pty
         master, slave = os.openpty()
         try:
@@ -323,11 +363,12 @@ def test_tiocsti_and_tioclinux_are_refused(kernel: SandboxKernelHandle) -> None:
         except OSError as exc:
             out['fcntl_tiocsti'] = errno.errorcode.get(exc.errno)
         ch = ctypes.c_char(b'x')
-        out['raw_tiocsti'] = sc({nr('ioctl')}, slave, 0x5412, ctypes.byref(ch))
-        out['raw_tiocsti_high_bits'] = sc({nr('ioctl')}, slave, 0x100005412, ctypes.byref(ch))
-        out['raw_tioclinux'] = sc({nr('ioctl')}, slave, 0x541C, ctypes.byref(ch))
+        out['raw_tiocsti'] = sc({nr("ioctl")}, slave, 0x5412, ctypes.byref(ch))
+        out['raw_tiocsti_high_bits'] = sc({nr("ioctl")}, slave, 0x100005412, ctypes.byref(ch))
+        out['raw_tioclinux'] = sc({nr("ioctl")}, slave, 0x541C, ctypes.byref(ch))
         out['tty_still_works'] = list(termios.tcgetattr(slave)[:2]) != []
-    """)
+    """,
+    )
     assert out.pop("tty_still_works") is True
     assert out.pop("fcntl_tiocsti") == "EPERM"
     for name, (res, err) in out.items():
@@ -338,7 +379,9 @@ def test_tiocsti_and_tioclinux_are_refused(kernel: SandboxKernelHandle) -> None:
 def test_foreign_abis_cannot_bypass_the_filter(kernel: SandboxKernelHandle) -> None:
     """The rules are written for the native ABI: an x32 syscall number or an
     i386 ``int 0x80`` must not reach the kernel unfiltered (bad arch -> EPERM)."""
-    out = run_json(kernel, """
+    out = run_json(
+        kernel,
+        """
         out['x32_getpid'] = sc(0x40000000 | 39)
         out['x32_symlink'] = sc(0x40000000 | 88, b'/etc/passwd', b'/workspace/x32-link')
         # int 0x80 getpid (i386 number 20) from machine code, in a child so a
@@ -353,7 +396,8 @@ def test_foreign_abis_cannot_bypass_the_filter(kernel: SandboxKernelHandle) -> N
         )
         done = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True)
         out['int80'] = [done.returncode, done.stdout.strip()]
-    """)
+    """,
+    )
     assert out["x32_getpid"] == [-1, errno.EPERM], out
     assert out["x32_symlink"] == [-1, errno.EPERM], out
     code, printed = out["int80"]
@@ -410,7 +454,9 @@ def test_planted_save_backup_link_cannot_redirect_a_jupyter_save(kernel: Sandbox
     sub.mkdir()
     nb = nbformat.v4.new_notebook()
     nbformat.write(nb, sub / "nb.ipynb")
-    out = run_json(kernel, f"""
+    out = run_json(
+        kernel,
+        f"""
         os.makedirs('/workspace/edge/.ipynb_checkpoints', exist_ok=True)
         out['results'] = {{}}
         for name in ('.~nb.ipynb', '.ipynb_checkpoints/nb-checkpoint.ipynb', 'other.ipynb'):
@@ -419,7 +465,8 @@ def test_planted_save_backup_link_cannot_redirect_a_jupyter_save(kernel: Sandbox
                 out['results'][name] = 'planted'
             except PermissionError:
                 out['results'][name] = 'EPERM'
-    """)
+    """,
+    )
     manager = contents.FileContentsManager(root_dir=str(kernel.workspace))
     model = manager.get("edge/nb.ipynb")
     model["content"]["cells"].append(nbformat.v4.new_markdown_cell("saved from the host"))

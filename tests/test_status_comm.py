@@ -99,9 +99,7 @@ class Frontend:
         comm_id = comm_id or f"comm-{self._n}"
         if data is None:
             data = {"version": 1, "type": "hello"}
-        self.manager.comm_open(
-            None, None, {"content": {"comm_id": comm_id, "target_name": TARGET, "data": data}}
-        )
+        self.manager.comm_open(None, None, {"content": {"comm_id": comm_id, "target_name": TARGET, "data": data}})
         return comm_id
 
     def send(self, comm_id: str, data: Any) -> None:
@@ -131,7 +129,9 @@ def manager(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[CommManager, list
     manager = CommManager()
     published: list[tuple[str, str, Any]] = []
 
-    def publish_msg(self: Any, msg_type: str, data: Any = None, metadata: Any = None, buffers: Any = None, **keys: Any) -> None:
+    def publish_msg(
+        self: Any, msg_type: str, data: Any = None, metadata: Any = None, buffers: Any = None, **keys: Any
+    ) -> None:
         published.append((self.comm_id, msg_type, data))
 
     monkeypatch.setattr(ipykernel_comm_module.BaseComm, "publish_msg", publish_msg)
@@ -153,7 +153,9 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 
 @pytest.fixture
-def setup(manager: Any, provider: FakeProvider, loop: asyncio.AbstractEventLoop) -> tuple[StatusComm, Frontend, FakeProvider, asyncio.AbstractEventLoop]:
+def setup(
+    manager: Any, provider: FakeProvider, loop: asyncio.AbstractEventLoop
+) -> tuple[StatusComm, Frontend, FakeProvider, asyncio.AbstractEventLoop]:
     mgr, published = manager
     status = StatusComm(mgr, provider, loop=loop)
     return status, Frontend(mgr, published), provider, loop
@@ -321,24 +323,70 @@ BAD_MESSAGES = [
     pytest.param("hello", ["JSON object", "str"], None, id="string"),
     pytest.param([{"version": 1}], ["JSON object", "list"], None, id="list"),
     pytest.param({"type": "request_state"}, ["missing 'version'"], "request_state", id="no-version"),
-    pytest.param({"version": 2, "type": "request_state"}, ["unsupported version 2", "version 1"], "request_state", id="version-2"),
-    pytest.param({"version": "1", "type": "request_state"}, ["unsupported version '1'"], "request_state", id="version-str"),
-    pytest.param({"version": True, "type": "request_state"}, ["unsupported version True"], "request_state", id="version-bool"),
-    pytest.param({"version": 1.0, "type": "request_state"}, ["unsupported version 1.0"], "request_state", id="version-float"),
+    pytest.param(
+        {"version": 2, "type": "request_state"}, ["unsupported version 2", "version 1"], "request_state", id="version-2"
+    ),
+    pytest.param(
+        {"version": "1", "type": "request_state"}, ["unsupported version '1'"], "request_state", id="version-str"
+    ),
+    pytest.param(
+        {"version": True, "type": "request_state"}, ["unsupported version True"], "request_state", id="version-bool"
+    ),
+    pytest.param(
+        {"version": 1.0, "type": "request_state"}, ["unsupported version 1.0"], "request_state", id="version-float"
+    ),
     pytest.param({"version": 1}, ["missing 'type'"], None, id="no-type"),
     pytest.param({"version": 1, "type": 7}, ["'type' must be a string"], None, id="type-int"),
     pytest.param({"version": 1, "type": "lower"}, ["unknown type 'lower'", "mark_private"], "lower", id="unknown-type"),
-    pytest.param({"version": 1, "type": "state", "state": {}}, ["unknown type 'state'"], "state", id="kernel-type-echoed"),
-    pytest.param({"version": 1, "type": "request_state", "x": 1}, ["unexpected field", "x"], "request_state", id="extra-field"),
+    pytest.param(
+        {"version": 1, "type": "state", "state": {}}, ["unknown type 'state'"], "state", id="kernel-type-echoed"
+    ),
+    pytest.param(
+        {"version": 1, "type": "request_state", "x": 1}, ["unexpected field", "x"], "request_state", id="extra-field"
+    ),
     pytest.param({"version": 1, "type": "mark_private"}, ["needs 'level'"], "mark_private", id="no-level"),
-    pytest.param({"version": 1, "type": "mark_private", "level": "TOPSECRET"}, ["unknown level 'TOPSECRET'", "INTERNAL"], "mark_private", id="unknown-level"),
-    pytest.param({"version": 1, "type": "mark_private", "level": "secret"}, ["unknown level 'secret'"], "mark_private", id="lowercase-level"),
-    pytest.param({"version": 1, "type": "mark_private", "level": 3}, ["unknown level 3"], "mark_private", id="numeric-level"),
-    pytest.param({"version": 1, "type": "mark_private", "level": None}, ["unknown level None"], "mark_private", id="null-level"),
-    pytest.param({"version": 1, "type": "mark_private", "level": "PUBLIC"}, ["'PUBLIC' cannot be requested", "never goes down"], "mark_private", id="public"),
-    pytest.param({"version": 1, "type": "mark_private", "level": "SECRET", "reason": 5}, ["'reason' must be a string"], "mark_private", id="reason-int"),
-    pytest.param({"version": 1, "type": "mark_private", "level": "SECRET", "reason": "x" * 1001}, ["1001 characters"], "mark_private", id="reason-long"),
-    pytest.param({"version": 1, "type": "mark_private", "level": "SECRET", "private": False}, ["unexpected field", "private"], "mark_private", id="mark-extra"),
+    pytest.param(
+        {"version": 1, "type": "mark_private", "level": "TOPSECRET"},
+        ["unknown level 'TOPSECRET'", "INTERNAL"],
+        "mark_private",
+        id="unknown-level",
+    ),
+    pytest.param(
+        {"version": 1, "type": "mark_private", "level": "secret"},
+        ["unknown level 'secret'"],
+        "mark_private",
+        id="lowercase-level",
+    ),
+    pytest.param(
+        {"version": 1, "type": "mark_private", "level": 3}, ["unknown level 3"], "mark_private", id="numeric-level"
+    ),
+    pytest.param(
+        {"version": 1, "type": "mark_private", "level": None}, ["unknown level None"], "mark_private", id="null-level"
+    ),
+    pytest.param(
+        {"version": 1, "type": "mark_private", "level": "PUBLIC"},
+        ["'PUBLIC' cannot be requested", "never goes down"],
+        "mark_private",
+        id="public",
+    ),
+    pytest.param(
+        {"version": 1, "type": "mark_private", "level": "SECRET", "reason": 5},
+        ["'reason' must be a string"],
+        "mark_private",
+        id="reason-int",
+    ),
+    pytest.param(
+        {"version": 1, "type": "mark_private", "level": "SECRET", "reason": "x" * 1001},
+        ["1001 characters"],
+        "mark_private",
+        id="reason-long",
+    ),
+    pytest.param(
+        {"version": 1, "type": "mark_private", "level": "SECRET", "private": False},
+        ["unexpected field", "private"],
+        "mark_private",
+        id="mark-extra",
+    ),
 ]
 
 

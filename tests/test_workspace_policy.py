@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from kernel_helpers import SandboxKernelHandle, require_bwrap
 
 BWRAP = ["--SandboxKernel.backend=bwrap"]
@@ -118,8 +117,11 @@ def test_jupyter_config_planted_never_runs_on_restart(home_kernel) -> None:
     payload = f"open({str(marker)!r}, 'w').write('pwned')\n"
     code = "".join(
         try_write(p, payload)
-        for p in ("/workspace/.jupyter/sandbox_kernel_config.py", "/workspace/.jupyter/jupyter_config.py",
-                  "/workspace/.jupyter/ipython_kernel_config.py")
+        for p in (
+            "/workspace/.jupyter/sandbox_kernel_config.py",
+            "/workspace/.jupyter/jupyter_config.py",
+            "/workspace/.jupyter/ipython_kernel_config.py",
+        )
     )
     run = kernel.run(code)
     assert len(lines(run, "DENIED")) == 3, run.stdout + run.stderr
@@ -132,8 +134,10 @@ def test_jupyter_config_planted_never_runs_on_restart(home_kernel) -> None:
 
 def test_ipython_profile_startup_not_creatable(home_kernel) -> None:
     kernel, home, _ = home_kernel
-    run = kernel.run(try_write("/workspace/.ipython/profile_default/startup/00-evil.py", "import os")
-                     + try_write("/workspace/.ipython/profile_default/ipython_config.py", "c = 1"))
+    run = kernel.run(
+        try_write("/workspace/.ipython/profile_default/startup/00-evil.py", "import os")
+        + try_write("/workspace/.ipython/profile_default/ipython_config.py", "c = 1")
+    )
     assert len(lines(run, "DENIED")) == 2, run.stdout
     assert not (home / ".ipython" / "profile_default" / "startup" / "00-evil.py").exists()
     assert not (home / ".ipython" / "profile_default" / "ipython_config.py").exists()
@@ -142,9 +146,11 @@ def test_ipython_profile_startup_not_creatable(home_kernel) -> None:
 def test_user_site_pth_and_usercustomize_refused(home_kernel) -> None:
     kernel, home, _ = home_kernel
     site = f"/workspace/.local/lib/{PYVER}/site-packages"
-    run = kernel.run(try_write(f"{site}/evil.pth", "import os; os.system('id')")
-                     + try_write(f"{site}/usercustomize.py", "import os")
-                     + try_write("/workspace/.local/bin/jupyter", "#!/bin/sh\n"))
+    run = kernel.run(
+        try_write(f"{site}/evil.pth", "import os; os.system('id')")
+        + try_write(f"{site}/usercustomize.py", "import os")
+        + try_write("/workspace/.local/bin/jupyter", "#!/bin/sh\n")
+    )
     assert len(lines(run, "DENIED")) == 3, run.stdout
     assert list((home / ".local" / "lib" / PYVER / "site-packages").iterdir()) == []
 

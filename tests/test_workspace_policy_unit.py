@@ -187,8 +187,12 @@ def test_collect_protected_places_covers_the_host(tmp_path: Path, monkeypatch: p
     home = tmp_path / "h"
     home.mkdir()
     for name, value in {
-        "HOME": home, "JUPYTER_CONFIG_DIR": home / "jc", "JUPYTER_DATA_DIR": home / "jd",
-        "JUPYTER_RUNTIME_DIR": home / "jr", "IPYTHONDIR": home / "ipy", "SANDBOX_KERNEL_DATA_DIR": home / "sk",
+        "HOME": home,
+        "JUPYTER_CONFIG_DIR": home / "jc",
+        "JUPYTER_DATA_DIR": home / "jd",
+        "JUPYTER_RUNTIME_DIR": home / "jr",
+        "IPYTHONDIR": home / "ipy",
+        "SANDBOX_KERNEL_DATA_DIR": home / "sk",
     }.items():
         monkeypatch.setenv(name, str(value))
     places = collect_protected_places(store_dirs=[home / "sk" / "privacy"])
@@ -198,7 +202,8 @@ def test_collect_protected_places_covers_the_host(tmp_path: Path, monkeypatch: p
     assert {real / "jd", real / "jr", real / "sk", real / ".ssh"} <= hidden
     assert {real / "jc", real / "ipy", real / ".local", real / ".bashrc"} <= readonly
     assert Path(os.path.realpath(sys.prefix)) in readonly or any(
-        Path(os.path.realpath(sys.prefix)).is_relative_to(p) for p in readonly)
+        Path(os.path.realpath(sys.prefix)).is_relative_to(p) for p in readonly
+    )
     package = Path(__import__("sandbox_kernel").__file__).resolve().parent
     assert any(package == p or package.is_relative_to(p) for p in readonly)
     assert real / "sk" / "workspaces" in places.allowed_roots
@@ -214,11 +219,14 @@ def test_bwrap_hides_dirs_with_a_read_only_tmpfs_and_files_with_dev_null(tmp_pat
     secret_dir.mkdir()
     secret_file = tmp_path / ".netrc"
     secret_file.write_text("x")
-    spec = SandboxSpec(command=["true"], bind_mounts=[
-        BindMount(tmp_path, "/workspace"),
-        BindMount(secret_dir, "/workspace/.ssh", readonly=True, kind="hide"),
-        BindMount(secret_file, "/workspace/.netrc", readonly=True, kind="hide"),
-    ])
+    spec = SandboxSpec(
+        command=["true"],
+        bind_mounts=[
+            BindMount(tmp_path, "/workspace"),
+            BindMount(secret_dir, "/workspace/.ssh", readonly=True, kind="hide"),
+            BindMount(secret_file, "/workspace/.netrc", readonly=True, kind="hide"),
+        ],
+    )
     argv = BubblewrapSandbox(executable="/bin/true").build_argv(spec)
     joined = " ".join(argv)
     assert "--tmpfs /workspace/.ssh --remount-ro /workspace/.ssh" in joined
@@ -268,7 +276,9 @@ def test_a_venv_as_workspace_is_refused(tmp_path: Path, home: Path) -> None:
         plan_workspace(venv, places_for(home))
 
 
-def test_a_secret_linked_into_a_dotfiles_folder_is_hidden_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_secret_linked_into_a_dotfiles_folder_is_hidden_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     home = tmp_path / "h"
     (home / "dotfiles").mkdir(parents=True)
     (home / "dotfiles" / "netrc").write_text("machine x password y")
@@ -292,6 +302,8 @@ def test_host_places_below_a_renamable_folder_are_refused(tmp_path: Path, home: 
     # under the home rule the top-level entries are pinned: one more level is fine
     (home / "work" / "conf").mkdir(parents=True)
     (home / "work" / "a" / "conf").mkdir(parents=True)
-    assert masks_of(plan_workspace(home, places_for(home, readonly=(home / "work" / "conf",)))) == {"work/conf": READONLY}
+    assert masks_of(plan_workspace(home, places_for(home, readonly=(home / "work" / "conf",)))) == {
+        "work/conf": READONLY
+    }
     with pytest.raises(WorkspaceRefused, match="rename"):
         plan_workspace(home, places_for(home, readonly=(home / "work" / "a" / "conf",)))

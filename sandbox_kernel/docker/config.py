@@ -79,8 +79,7 @@ def parse_memory(value: object, what: str) -> int:
     match = _MEMORY_RE.fullmatch(text)
     if not match:
         raise ValueError(
-            f"{what}={value!r} is not a size: use a number with an optional unit "
-            "b, k, m or g (e.g. '512m', '1g')"
+            f"{what}={value!r} is not a size: use a number with an optional unit b, k, m or g (e.g. '512m', '1g')"
         )
     number = float(match.group(1))
     result = int(number * _MEMORY_UNITS[match.group(2).lower()])
@@ -153,8 +152,7 @@ def env_memory(name: str, default: str) -> str:
 def validate_prefix(value: object, what: str = "container prefix") -> str:
     if not isinstance(value, str) or not _PREFIX_RE.fullmatch(value):
         raise ValueError(
-            f"{what}={value!r} is invalid: 1-64 characters of [A-Za-z0-9_.-] starting "
-            "with a letter or digit"
+            f"{what}={value!r} is invalid: 1-64 characters of [A-Za-z0-9_.-] starting with a letter or digit"
         )
     return value
 
@@ -209,9 +207,7 @@ def default_workspace_root() -> Path:
     if raw is not None:
         path = Path(raw).expanduser()
         if not path.is_absolute():
-            raise ValueError(
-                f"environment variable {ENV_WORKSPACE_ROOT}={raw!r} must be an absolute path"
-            )
+            raise ValueError(f"environment variable {ENV_WORKSPACE_ROOT}={raw!r} must be an absolute path")
         return path
     # Next to the privacy store: $SANDBOX_KERNEL_DATA_DIR, else <jupyter data dir>/sandbox_kernel.
     data_dir = _env("SANDBOX_KERNEL_DATA_DIR")
@@ -303,15 +299,11 @@ class ContainerConfig:
     command_timeout: float = field(default_factory=default_command_timeout)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.image, str) or not self.image.strip() or any(
-            c.isspace() for c in self.image
-        ):
+        if not isinstance(self.image, str) or not self.image.strip() or any(c.isspace() for c in self.image):
             raise ValueError(f"ContainerConfig.image={self.image!r} must be a non-empty image reference")
         self.cpu_limit = _positive_float(self.cpu_limit, "ContainerConfig.cpu_limit", maximum=1024)
         if parse_memory(self.memory_limit, "ContainerConfig.memory_limit") < MIN_MEMORY_BYTES:
-            raise ValueError(
-                f"ContainerConfig.memory_limit={self.memory_limit!r} is below Docker's minimum of 6m"
-            )
+            raise ValueError(f"ContainerConfig.memory_limit={self.memory_limit!r} is below Docker's minimum of 6m")
         self.memory_limit = str(self.memory_limit).strip()
         self.pids_limit = _positive_int(self.pids_limit, "ContainerConfig.pids_limit")
         parse_memory(self.tmpfs_size, "ContainerConfig.tmpfs_size")
@@ -321,9 +313,7 @@ class ContainerConfig:
         )
         wd = self.working_dir
         if not isinstance(wd, str) or not wd.startswith("/") or wd.rstrip("/") == "" or ".." in wd.split("/"):
-            raise ValueError(
-                f"ContainerConfig.working_dir={wd!r} must be an absolute path other than '/'"
-            )
+            raise ValueError(f"ContainerConfig.working_dir={wd!r} must be an absolute path other than '/'")
         self.working_dir = os.path.normpath(wd)
         self.network_mode = coerce_network_mode(self.network_mode, "ContainerConfig.network_mode")
         if not isinstance(self.read_only_mounts, Mapping):
@@ -350,7 +340,7 @@ class ContainerConfig:
 
     @property
     def nano_cpus(self) -> int:
-        return int(round(self.cpu_limit * 1e9))
+        return round(self.cpu_limit * 1e9)
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> ContainerConfig:

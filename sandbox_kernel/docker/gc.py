@@ -58,9 +58,7 @@ def orphan_reason(labels: dict[str, str], max_age: float | None = None, now: flo
     return None
 
 
-def remove_orphans(
-    client: Any = None, max_age: float | None = None, *, dry_run: bool = False
-) -> GCReport:
+def remove_orphans(client: Any = None, max_age: float | None = None, *, dry_run: bool = False) -> GCReport:
     """Remove managed containers whose owner process is gone (or older than ``max_age``)."""
     import docker
 
@@ -95,8 +93,13 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m sandbox_kernel.docker.gc",
         description="Remove sandbox containers whose owning process is gone.",
     )
-    parser.add_argument("--max-age", type=float, default=None, metavar="SECONDS",
-                        help="also remove managed containers older than this, whoever owns them")
+    parser.add_argument(
+        "--max-age",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="also remove managed containers older than this, whoever owns them",
+    )
     parser.add_argument("--dry-run", action="store_true", help="list what would be removed")
     args = parser.parse_args(argv)
     try:

@@ -113,9 +113,7 @@ def check_read_only_mount(source: str, target: str) -> tuple[str, str]:
                 )
         for sock in sockets:
             if _is_within(sock, cand):
-                raise ValueError(
-                    f"read-only mount source {source!r} contains the Docker socket {sock}"
-                )
+                raise ValueError(f"read-only mount source {source!r} contains the Docker socket {sock}")
     try:
         if stat.S_ISSOCK(os.stat(src).st_mode):
             raise ValueError(f"read-only mount source {source!r} is a socket: not allowed")
@@ -186,7 +184,11 @@ def _acl_blob(named_users: list[int]) -> bytes:
 
     entries = [(_ACL_USER_OBJ, 7, _ACL_UNDEFINED_ID)]
     entries += [(_ACL_USER, 7, uid) for uid in sorted(set(named_users))]
-    entries += [(_ACL_GROUP_OBJ, 0, _ACL_UNDEFINED_ID), (_ACL_MASK, 7, _ACL_UNDEFINED_ID), (_ACL_OTHER, 0, _ACL_UNDEFINED_ID)]
+    entries += [
+        (_ACL_GROUP_OBJ, 0, _ACL_UNDEFINED_ID),
+        (_ACL_MASK, 7, _ACL_UNDEFINED_ID),
+        (_ACL_OTHER, 0, _ACL_UNDEFINED_ID),
+    ]
     return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, perm, ident) for tag, perm, ident in entries)
 
 
@@ -289,7 +291,7 @@ def build_container_kwargs(
         "pids_limit": config.pids_limit,
         "mem_limit": memory,
         "memswap_limit": memory,
-        "nano_cpus": int(round(cpus * 1e9)),
+        "nano_cpus": round(cpus * 1e9),
         "init": True,
         "ipc_mode": "private",
         "hostname": "sandbox",

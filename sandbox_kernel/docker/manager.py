@@ -28,7 +28,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from sandbox_kernel.engine.workspace_policy import apply_policy
 from sandbox_kernel.privacy.modes import NetworkMode
@@ -103,7 +103,7 @@ class NetworkModeChanged(RuntimeError):
 class _Registry:
     """Managers alive in this process, closed at interpreter exit."""
 
-    managers: weakref.WeakSet[SandboxManager] = weakref.WeakSet()
+    managers: ClassVar[weakref.WeakSet[SandboxManager]] = weakref.WeakSet()
     registered = False
     lock = threading.Lock()
 
@@ -302,9 +302,7 @@ class SandboxManager:
 
     # -------------------------------------------------------------- containers
 
-    def _new_session(
-        self, user_id: str, session_id: str, mode: NetworkMode, *, ephemeral: bool
-    ) -> SandboxSession:
+    def _new_session(self, user_id: str, session_id: str, mode: NetworkMode, *, ephemeral: bool) -> SandboxSession:
         workspace, user = self.prepare_workspace(user_id, session_id)
         name = container_name(self.prefix, user_id, session_id, ephemeral=ephemeral)
         labels = container_labels(
@@ -324,8 +322,13 @@ class SandboxManager:
         )
         kwargs["mounts"] += [to_docker_mount(m) for m in (policy_mounts if plan.home_rule else policy_mounts[1:])]
         container_id = self._create_and_start(name, kwargs, replace_stale=not ephemeral)
-        log.debug("started %s container %s (%s) network=%s", "ephemeral" if ephemeral else "persistent",
-                  name, container_id[:12], kwargs["network_mode"])
+        log.debug(
+            "started %s container %s (%s) network=%s",
+            "ephemeral" if ephemeral else "persistent",
+            name,
+            container_id[:12],
+            kwargs["network_mode"],
+        )
         return SandboxSession(
             user_id=user_id,
             session_id=session_id,
@@ -342,15 +345,11 @@ class SandboxManager:
         import docker
 
         try:
-            container = self.client.containers.create(
-                command=KEEPALIVE_COMMAND, name=name, detach=True, **kwargs
-            )
+            container = self.client.containers.create(command=KEEPALIVE_COMMAND, name=name, detach=True, **kwargs)
         except docker.errors.APIError as exc:
             if exc.status_code != 409 or not replace_stale or not self._remove_stale(name):
                 raise
-            container = self.client.containers.create(
-                command=KEEPALIVE_COMMAND, name=name, detach=True, **kwargs
-            )
+            container = self.client.containers.create(command=KEEPALIVE_COMMAND, name=name, detach=True, **kwargs)
         try:
             container.start()
         except BaseException:
@@ -414,8 +413,13 @@ class SandboxManager:
             with self._lock:
                 session = self._sessions.get(key)
             if session is not None and docker_network(session.network_mode) != docker_network(mode):
-                log.info("session %s/%s became %s: replacing container %s", user_id, session_id,
-                         mode.name, session.container_name)
+                log.info(
+                    "session %s/%s became %s: replacing container %s",
+                    user_id,
+                    session_id,
+                    mode.name,
+                    session.container_name,
+                )
                 self._forget(session)
                 session = None
             elif session is not None and session.network_mode is not mode:
@@ -583,7 +587,12 @@ class SandboxManager:
         cmd = ["/bin/sh", "-c", EXEC_WRAPPER, "sandbox-exec", _format_seconds(seconds), command]
         try:
             exec_id = api.exec_create(
-                session.container_id, cmd, stdout=True, stderr=True, stdin=False, tty=False,
+                session.container_id,
+                cmd,
+                stdout=True,
+                stderr=True,
+                stdin=False,
+                tty=False,
                 workdir=session.config.working_dir,
             )["Id"]
         except docker.errors.NotFound as exc:

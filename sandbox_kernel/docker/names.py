@@ -14,7 +14,7 @@ import uuid
 from datetime import datetime, timezone
 
 # One id rule for the whole project; re-exported for the Docker code.
-from ..privacy.identity import validate_id  # noqa: F401
+from ..privacy.identity import validate_id
 
 LABEL_PREFIX = "sandbox_kernel."
 LABEL_MANAGED = "sandbox_kernel.managed"

@@ -14,10 +14,21 @@ from typing import Any
 MAX_FRAME = 64 * 1024 * 1024
 
 #: message types a worker may send
-WORKER_TYPES = frozenset({
-    "ready", "stream", "display_data", "update_display_data", "execute_result",
-    "error", "clear_output", "input_request", "ratchet", "done", "reply",
-})
+WORKER_TYPES = frozenset(
+    {
+        "ready",
+        "stream",
+        "display_data",
+        "update_display_data",
+        "execute_result",
+        "error",
+        "clear_output",
+        "input_request",
+        "ratchet",
+        "done",
+        "reply",
+    }
+)
 
 
 class ProtocolError(Exception):

@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..privacy import NetworkMode, PrivacyState, PrivacyStore, PrivateData, PrivacyStoreError, Sensitivity, merge, validate_id
+from ..privacy import (
+    NetworkMode,
+    PrivacyState,
+    PrivacyStore,
+    PrivacyStoreError,
+    PrivateData,
+    Sensitivity,
+    merge,
+    validate_id,
+)
 from ..privacy.workspace_levels import WorkspaceLevels
 from ..sandbox import BindMount
 
@@ -33,14 +42,18 @@ class PrivateMount:
     sensitivity: Sensitivity
 
     @classmethod
-    def parse(cls, name: str, spec: Any) -> "PrivateMount":
+    def parse(cls, name: str, spec: Any) -> PrivateMount:
         validate_id(name, "private dataset name")
         if not isinstance(spec, Mapping) or "source" not in spec:
-            raise ValueError(f"private dataset {name!r}: expected {{'source': PATH, 'sensitivity': LEVEL}}, got {spec!r}")
+            raise ValueError(
+                f"private dataset {name!r}: expected {{'source': PATH, 'sensitivity': LEVEL}}, got {spec!r}"
+            )
         source = Path(str(spec["source"])).expanduser().resolve()
         if not source.exists():
             raise ValueError(f"private dataset {name!r}: source {source} does not exist")
-        level = Sensitivity.parse(spec.get("sensitivity", "CONFIDENTIAL"), what=f"sensitivity of private dataset {name!r}")
+        level = Sensitivity.parse(
+            spec.get("sensitivity", "CONFIDENTIAL"), what=f"sensitivity of private dataset {name!r}"
+        )
         if level == Sensitivity.PUBLIC:
             raise ValueError(f"private dataset {name!r}: sensitivity PUBLIC makes no sense for a private mount")
         return cls(name, source, level)
@@ -118,9 +131,13 @@ class Ratchet:
                 name = payload.get("name")
                 if not isinstance(name, str):
                     raise ValueError(f"dataset name must be a string, not {type(name).__name__}")
-                state = self.data.add_private_dataset(name, Sensitivity.parse(payload.get("sensitivity", "CONFIDENTIAL")), source="cell")
+                state = self.data.add_private_dataset(
+                    name, Sensitivity.parse(payload.get("sensitivity", "CONFIDENTIAL")), source="cell"
+                )
             elif kind == "mark":
-                state = self.mark(str(payload.get("sensitivity", "CONFIDENTIAL")), str(payload.get("reason", ""))[:1000], "cell")
+                state = self.mark(
+                    str(payload.get("sensitivity", "CONFIDENTIAL")), str(payload.get("reason", ""))[:1000], "cell"
+                )
             elif kind == "mount":
                 name = payload.get("name")
                 mount = self.mounts.get(name) if isinstance(name, str) else None

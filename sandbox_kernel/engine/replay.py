@@ -66,7 +66,7 @@ class ReplayLog:
         return {"imports": list(self.imports), "defs": dict(self.defs)}
 
     @classmethod
-    def from_json(cls, data: object) -> "ReplayLog":
+    def from_json(cls, data: object) -> ReplayLog:
         log = cls()
         if isinstance(data, dict):
             imports = data.get("imports")
@@ -85,8 +85,8 @@ def _segment(lines: list[str], node: ast.stmt) -> str | None:
         return None
     first, last = node.lineno - 1, end_lineno - 1
     if first == last:
-        return lines[first].encode()[node.col_offset:end_col].decode()
-    head = lines[first].encode()[node.col_offset:].decode()
+        return lines[first].encode()[node.col_offset : end_col].decode()
+    head = lines[first].encode()[node.col_offset :].decode()
     tail = lines[last].encode()[:end_col].decode()
     return head + "".join(lines[first + 1 : last]) + tail
 

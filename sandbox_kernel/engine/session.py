@@ -29,8 +29,8 @@ from .config import EngineConfig
 from .ratchet import SYSTEM_NOTICE, Ratchet
 from .replay import ReplayLog
 from .safe_read import UnsafeFileError, read_json
-from .workspace_policy import WorkspaceRefused, apply_policy
 from .worker import DEAD, WorkerHandle
+from .workspace_policy import WorkspaceRefused, apply_policy
 
 Emit = Callable[[str, dict[str, Any]], None]
 AskInput = Callable[[str, bool], Awaitable[str]]
@@ -102,7 +102,10 @@ class Session:
         self._enforcement: EnforcementRecord | None = None
         if ratchet is not None:
             self._enforcement = EnforcementRecord(
-                ratchet.data.store.root, ratchet.user_id, ratchet.session_id, workspace=Path(self.config.workspace),
+                ratchet.data.store.root,
+                ratchet.user_id,
+                ratchet.session_id,
+                workspace=Path(self.config.workspace),
             )
 
     # ---- public facts ----------------------------------------------------------------
@@ -265,7 +268,12 @@ class Session:
             )
         self.worker = worker
         self.started_at = time.monotonic()
-        self.log.info("sandbox started (%s, python %s, %.2f s)", self.sandbox.name, msg.get("python"), msg.get("startup_seconds", 0))
+        self.log.info(
+            "sandbox started (%s, python %s, %.2f s)",
+            self.sandbox.name,
+            msg.get("python"),
+            msg.get("startup_seconds", 0),
+        )
         self._report_enforcement()
         if recovering:
             await self._restore(worker, emit, reason)
@@ -282,7 +290,15 @@ class Session:
             self.log.error("ignoring the checkpoint manifest: %s", exc)
         path = f"{self._visible(self.state_dir, IN_STATE)}/checkpoint.bin" if manifest else None
         rid = f"r{next(self._ids)}"
-        worker.send({"op": "restore", "id": rid, "path": path, "imports": self.replay.imports, "defs": list(self.replay.defs.values())})
+        worker.send(
+            {
+                "op": "restore",
+                "id": rid,
+                "path": path,
+                "imports": self.replay.imports,
+                "defs": list(self.replay.defs.values()),
+            }
+        )
         result = await self._await_done(worker, rid, emit=None)
         dropped: dict[str, str] = {}
         if manifest:
@@ -295,7 +311,9 @@ class Session:
         cell = manifest.get("cell") if manifest else None
         lines = [f"{NOTICE} The sandbox was replaced" + (f" ({reason})" if reason else "") + "."]
         if cell:
-            lines.append(f"State restored from the checkpoint taken after cell [{cell}]; cells run after it must be re-run.")
+            lines.append(
+                f"State restored from the checkpoint taken after cell [{cell}]; cells run after it must be re-run."
+            )
         elif manifest is not None:
             lines.append("State restored (no cell had finished before).")
         else:
@@ -344,7 +362,16 @@ class Session:
             self._checkpoint_handle = None
         if self.worker is not None and self.worker.alive:
             rid = f"c{next(self._ids)}"
-            self.worker.send({"op": "checkpoint", "id": rid, "wait": True, "path": self._visible(self.state_dir, IN_STATE), "cell": self._last_done_count, "def_names": list(self.replay.defs)})
+            self.worker.send(
+                {
+                    "op": "checkpoint",
+                    "id": rid,
+                    "wait": True,
+                    "path": self._visible(self.state_dir, IN_STATE),
+                    "cell": self._last_done_count,
+                    "def_names": list(self.replay.defs),
+                }
+            )
             await self._await_done(self.worker, rid, emit=None, timeout=120)
 
     async def _replace(self, reason: str, emit: Emit | None) -> None:
@@ -361,7 +388,9 @@ class Session:
         if self.sandbox_has_network and not self.network_allowed:
             await self._replace(reason, emit)
             cause = self.ratchet.notice() if self.ratchet is not None else SYSTEM_NOTICE
-            notice = f"{cause}\nThe sandbox was replaced by one without network; the state of earlier cells carried over."
+            notice = (
+                f"{cause}\nThe sandbox was replaced by one without network; the state of earlier cells carried over."
+            )
             notice += " Run this cell again.\n" if rerun else "\n"
             if emit is not None:
                 emit("stream", {"name": "stderr", "text": notice})
@@ -389,7 +418,9 @@ class Session:
             self._report_enforcement()
             if self._running is not None and self.worker is not None:
                 if self._kill_reason is None:  # the cell's own rise may have stopped it already
-                    self._kill_reason = "the session became private while this cell ran with network, so the cell was stopped"
+                    self._kill_reason = (
+                        "the session became private while this cell ran with network, so the cell was stopped"
+                    )
                     self._replace_reason = "the session became private"
                     self.worker.send({"op": "kill"})
             elif not self._lock.locked():
@@ -459,22 +490,36 @@ class Session:
             problem = worker.process.cgroup_problem
             if problem and not self._caps_warned:
                 self._caps_warned = True  # never silently: the caps are per process only
-                guarded("stream", {"name": "stderr", "text": (
-                    f"{NOTICE} WARNING: no whole-sandbox memory/process caps ({problem}); "
-                    "limits apply per process only.\n")})
+                guarded(
+                    "stream",
+                    {
+                        "name": "stderr",
+                        "text": (
+                            f"{NOTICE} WARNING: no whole-sandbox memory/process caps ({problem}); "
+                            "limits apply per process only.\n"
+                        ),
+                    },
+                )
             caps_mark = worker.process.caps_mark()
             rid = f"x{next(self._ids)}"
             self._running = rid
             self._kill_reason = None
             self._replace_reason = None
-            worker.send({
-                "op": "execute", "id": rid, "code": code, "silent": silent,
-                "store_history": store_history, "user_expressions": user_expressions or {},
-                "allow_stdin": allow_stdin and ask_input is not None, "execution_count": execution_count,
-                # the worker stops sending a little after the host's budget: the host
-                # still counts and notes the cut, but a flood never crosses the pipe
-                "max_output_bytes": self.config.max_output_bytes + self.config.max_output_bytes // 10 + (1 << 20),
-            })
+            worker.send(
+                {
+                    "op": "execute",
+                    "id": rid,
+                    "code": code,
+                    "silent": silent,
+                    "store_history": store_history,
+                    "user_expressions": user_expressions or {},
+                    "allow_stdin": allow_stdin and ask_input is not None,
+                    "execution_count": execution_count,
+                    # the worker stops sending a little after the host's budget: the host
+                    # still counts and notes the cut, but a flood never crosses the pipe
+                    "max_output_bytes": self.config.max_output_bytes + self.config.max_output_bytes // 10 + (1 << 20),
+                }
+            )
             try:
                 done = await self._await_done(worker, rid, guarded, ask_input=ask_input, timeout=timeout)
             finally:
@@ -490,7 +535,11 @@ class Session:
             for hit in hits:
                 guarded("stream", {"name": "stderr", "text": f"{NOTICE} {hit[0].upper()}{hit[1:]}.\n"})
             if result.status == "died":
-                text = self._kill_reason or (hits[0] if hits else None) or str(done.get("reason") or "the cell's process died")
+                text = (
+                    self._kill_reason
+                    or (hits[0] if hits else None)
+                    or str(done.get("reason") or "the cell's process died")
+                )
                 evalue = f"{text}. The cell's changes were discarded; the state from earlier cells is intact."
                 guarded("error", {"ename": "CellDied", "evalue": evalue, "traceback": [f"CellDied: {evalue}"]})
                 result.ename, result.evalue, result.traceback = "CellDied", evalue, [f"CellDied: {evalue}"]
@@ -511,7 +560,9 @@ class Session:
         return await self._query({"op": "complete", "code": code, "cursor_pos": cursor_pos})
 
     async def inspect(self, code: str, cursor_pos: int, detail_level: int = 0) -> dict[str, Any]:
-        return await self._query({"op": "inspect", "code": code, "cursor_pos": cursor_pos, "detail_level": detail_level})
+        return await self._query(
+            {"op": "inspect", "code": code, "cursor_pos": cursor_pos, "detail_level": detail_level}
+        )
 
     async def _query(self, msg: dict[str, Any]) -> dict[str, Any]:
         async with self._lock:
@@ -533,7 +584,9 @@ class Session:
 
         def escalate() -> None:
             if self._running == rid and self.worker is not None:
-                self._kill_reason = f"the cell did not stop within {self.config.interrupt_grace:g} s of the interrupt and was killed"
+                self._kill_reason = (
+                    f"the cell did not stop within {self.config.interrupt_grace:g} s of the interrupt and was killed"
+                )
                 self.worker.send({"op": "kill"})
 
         loop.call_later(self.config.interrupt_grace, escalate)
@@ -589,7 +642,9 @@ class Session:
             if emit is not None and self._running is not None:
                 self._forward(msg, emit)
 
-    async def _answer_input(self, worker: WorkerHandle, rid: str, msg: dict[str, Any], ask_input: AskInput | None) -> None:
+    async def _answer_input(
+        self, worker: WorkerHandle, rid: str, msg: dict[str, Any], ask_input: AskInput | None
+    ) -> None:
         value = "\x04"  # EOF when nobody can answer
         if ask_input is not None:
             try:
@@ -611,8 +666,7 @@ class Session:
             # Ratchet before data: the cell stops right here, before it can use
             # what it just declared while the sandbox still has network.
             self._kill_reason = (
-                "this cell made the session private while its sandbox had network, "
-                "so it was stopped at that point"
+                "this cell made the session private while its sandbox had network, so it was stopped at that point"
             )
             self._replace_reason = "private data entered the session"
             task = asyncio.ensure_future(self.cut_network())  # daemonised children lose it too
@@ -642,11 +696,14 @@ class Session:
             emit(kind, content)
         elif kind == "error":
             tb = msg.get("traceback")
-            emit("error", {
-                "ename": str(msg.get("ename", "Error"))[:200],
-                "evalue": str(msg.get("evalue", ""))[:100000],
-                "traceback": [str(line) for line in tb][:1000] if isinstance(tb, list) else [],
-            })
+            emit(
+                "error",
+                {
+                    "ename": str(msg.get("ename", "Error"))[:200],
+                    "evalue": str(msg.get("evalue", ""))[:100000],
+                    "traceback": [str(line) for line in tb][:1000] if isinstance(tb, list) else [],
+                },
+            )
         elif kind == "clear_output":
             emit("clear_output", {"wait": bool(msg.get("wait"))})
 
@@ -671,7 +728,9 @@ class Session:
                 data = content.get("data")
                 if isinstance(data, Mapping) and not limiter.admit_bundle(data):
                     return  # over budget: dropped uncleaned, counted for the truncation note
-                clean = sanitize_bundle(data, content.get("metadata"), trusted=self.config.trust_outputs, private=private)
+                clean = sanitize_bundle(
+                    data, content.get("metadata"), trusted=self.config.trust_outputs, private=private
+                )
                 for note in clean.removed:
                     if note not in notes:
                         notes.add(note)
@@ -683,8 +742,11 @@ class Session:
             if kind == "error":
                 if limiter.admit_bundle({"text/plain": "\n".join(content.get("traceback", []))}):
                     if private:
-                        content = {**content, "evalue": defang_text(content.get("evalue", "")),
-                                   "traceback": [defang_text(line) for line in content.get("traceback", [])]}
+                        content = {
+                            **content,
+                            "evalue": defang_text(content.get("evalue", "")),
+                            "traceback": [defang_text(line) for line in content.get("traceback", [])],
+                        }
                     emit(kind, content)
                 return
             emit(kind, content)
@@ -721,7 +783,11 @@ class Session:
             self._schedule_checkpoint()
             return
         if self.worker is not None and self.worker.alive:
-            self.worker.send({
-                "op": "checkpoint", "path": self._visible(self.state_dir, IN_STATE),
-                "cell": self._last_done_count, "def_names": list(self.replay.defs),
-            })
+            self.worker.send(
+                {
+                    "op": "checkpoint",
+                    "path": self._visible(self.state_dir, IN_STATE),
+                    "cell": self._last_done_count,
+                    "def_names": list(self.replay.defs),
+                }
+            )

@@ -45,25 +45,71 @@ WORKSPACE_SETTING = "--SandboxKernel.workspace=/path/to/a/project/folder"
 
 #: secrets in a home: hidden (not even readable) when the home is in a workspace
 HOME_SECRETS: tuple[str, ...] = (
-    ".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".netrc", ".pgpass",
-    ".git-credentials", ".config/gcloud",
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".pgpass",
+    ".git-credentials",
+    ".config/gcloud",
     # token stores as common (reading is enough to steal them)
-    ".pypirc", ".npmrc", ".config/gh", ".config/hub", ".password-store", ".vault-token", ".kaggle",
-    ".cargo/credentials", ".cargo/credentials.toml", ".terraform.d", ".local/share/keyrings",
-    ".mozilla", ".config/google-chrome", ".config/chromium",
+    ".pypirc",
+    ".npmrc",
+    ".config/gh",
+    ".config/hub",
+    ".password-store",
+    ".vault-token",
+    ".kaggle",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".terraform.d",
+    ".local/share/keyrings",
+    ".mozilla",
+    ".config/google-chrome",
+    ".config/chromium",
 )
 #: config and code places in a home: read-only when the home is in a workspace
 HOME_CONFIG: tuple[str, ...] = (
-    ".jupyter", ".ipython", ".local", ".config",
-    ".bashrc", ".profile", ".bash_profile", ".bash_login", ".bash_logout", ".zshrc", ".zshenv",
-    ".zprofile", ".zlogin", ".inputrc", ".pythonrc.py", ".gitconfig",
-    ".condarc", ".xinitrc", ".xsession", ".pam_environment", ".curlrc", ".wgetrc",
+    ".jupyter",
+    ".ipython",
+    ".local",
+    ".config",
+    ".bashrc",
+    ".profile",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".inputrc",
+    ".pythonrc.py",
+    ".gitconfig",
+    ".condarc",
+    ".xinitrc",
+    ".xsession",
+    ".pam_environment",
+    ".curlrc",
+    ".wgetrc",
 )
 #: non-dot entries at the top of a home that hold programs the user runs (on PATH,
 #: or Python/conda installations): never bound writable under the home rule
-HOME_TOOL_DIRS: frozenset[str] = frozenset({
-    "bin", "go", "snap", "miniconda3", "anaconda3", "miniforge3", "mambaforge", "micromamba",
-})
+HOME_TOOL_DIRS: frozenset[str] = frozenset(
+    {
+        "bin",
+        "go",
+        "snap",
+        "miniconda3",
+        "anaconda3",
+        "miniforge3",
+        "mambaforge",
+        "micromamba",
+    }
+)
 #: directories whose content a host tool trusts and executes (hooks, config)
 REPO_DIRS: tuple[str, ...] = (".git", ".hg")
 #: a directory holding this file is a Python virtual environment
@@ -204,7 +250,13 @@ def collect_protected_places(
     sandbox_kernel data dir, is hidden as a whole: other sessions' records and
     workspaces live there; its ``workspaces/`` is an allowed root).
     """
-    from jupyter_core.paths import jupyter_config_dir, jupyter_config_path, jupyter_data_dir, jupyter_path, jupyter_runtime_dir
+    from jupyter_core.paths import (
+        jupyter_config_dir,
+        jupyter_config_path,
+        jupyter_data_dir,
+        jupyter_path,
+        jupyter_runtime_dir,
+    )
 
     from ..privacy.store import default_data_dir
 
@@ -300,18 +352,18 @@ def check_workspace(workspace: Path, places: ProtectedPlaces) -> None:
         if root in places.homes or not _inside(workspace, root):
             continue
         first = workspace.relative_to(root).parts[:1]
-        if (
-            not first
-            or root.name in ("site-packages", "dist-packages")
-            or (root / first[0] / "__init__.py").exists()
-        ):
+        if not first or root.name in ("site-packages", "dist-packages") or (root / first[0] / "__init__.py").exists():
             what = "is" if root == workspace else f"lies in an importable package of {root}, which is"
             raise WorkspaceRefused(
                 f"the workspace {workspace} {what} on the kernel's Python import path (sys.path or an "
                 f"editable install): a sandbox writing there could change code the host imports. Open "
                 f"the notebook from a folder that is not a Python package or set {WORKSPACE_SETTING}"
-                + (" (an old kernelspec puts the notebook's folder on sys.path: reinstall it with "
-                   "'python -m sandbox_kernel install')" if root == workspace else "")
+                + (
+                    " (an old kernelspec puts the notebook's folder on sys.path: reinstall it with "
+                    "'python -m sandbox_kernel install')"
+                    if root == workspace
+                    else ""
+                )
             )
     for place in (*places.hidden, *places.readonly):
         if place in places.homes:
@@ -497,11 +549,20 @@ def _check_renamable(workspace: Path, masks: list[Mask], by_path: set[Path], wri
             )
 
 
-_FILE_NAMES = frozenset({
-    ".netrc", ".pgpass", ".git-credentials", "notebook_secret", ".pypirc", ".npmrc", ".vault-token",
-    "credentials", "credentials.toml",
-    *(n for n in HOME_CONFIG if n not in (".jupyter", ".ipython", ".local", ".config")),
-})
+_FILE_NAMES = frozenset(
+    {
+        ".netrc",
+        ".pgpass",
+        ".git-credentials",
+        "notebook_secret",
+        ".pypirc",
+        ".npmrc",
+        ".vault-token",
+        "credentials",
+        "credentials.toml",
+        *(n for n in HOME_CONFIG if n not in (".jupyter", ".ipython", ".local", ".config")),
+    }
+)
 _FILE_SUFFIXES = (".zip", ".egg", ".whl", ".py", ".pth")
 
 
@@ -524,6 +585,7 @@ def prepare(plan: WorkspacePlan) -> None:
 
 def workspace_mounts(plan: WorkspacePlan, target: str) -> list[BindMount]:
     """The workspace mount and its masks, in mount order, for ``target``."""
+
     def inside(path: Path) -> str:
         rel = path.relative_to(plan.workspace).as_posix()
         return f"{target.rstrip('/')}/{rel}"
@@ -553,6 +615,16 @@ def apply_policy(
 
 
 __all__ = [
-    "HIDE", "READONLY", "Mask", "ProtectedPlaces", "WorkspacePlan", "WorkspaceRefused", "apply_policy",
-    "check_workspace", "collect_protected_places", "plan_workspace", "prepare", "workspace_mounts",
+    "HIDE",
+    "READONLY",
+    "Mask",
+    "ProtectedPlaces",
+    "WorkspacePlan",
+    "WorkspaceRefused",
+    "apply_policy",
+    "check_workspace",
+    "collect_protected_places",
+    "plan_workspace",
+    "prepare",
+    "workspace_mounts",
 ]

@@ -9,7 +9,7 @@ run code: no scripts, event handlers, frames, forms, ``<base>``/``<meta>``/
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import nh3
 

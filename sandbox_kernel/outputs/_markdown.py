@@ -18,7 +18,6 @@ import bisect
 import html
 import re
 
-from .links import defang_markdown
 from ._policy import (
     DROP_WITH_CONTENT,
     HTML_ATTRIBUTES,
@@ -33,19 +32,87 @@ from ._policy import (
     make_attribute_filter,
     normalise_url,
 )
+from .links import defang_markdown
 
 WHERE = "text/markdown"
 
 #: Standard HTML/SVG/MathML root names: not allowed ones are removed (with a
 #: note); tag-like text with other names (``<module>``, ``<function f>``) is
 #: shown as text instead.
-KNOWN_ELEMENTS: frozenset[str] = HTML_TAGS | DROP_WITH_CONTENT | frozenset(
-    """acronym address area article aside audio base basefont bgsound big blink body
-    button canvas center content data datalist dialog dir element embed fieldset font
-    footer form header hgroup html image input isindex keygen label legend link listing
-    main map marquee menu menuitem meta meter multicol nav nextid nobr optgroup option
-    output param picture portal progress rb rtc search section shadow slot source spacer
-    strike tt track video""".split()
+KNOWN_ELEMENTS: frozenset[str] = (
+    HTML_TAGS
+    | DROP_WITH_CONTENT
+    | frozenset(
+        [
+            "acronym",
+            "address",
+            "area",
+            "article",
+            "aside",
+            "audio",
+            "base",
+            "basefont",
+            "bgsound",
+            "big",
+            "blink",
+            "body",
+            "button",
+            "canvas",
+            "center",
+            "content",
+            "data",
+            "datalist",
+            "dialog",
+            "dir",
+            "element",
+            "embed",
+            "fieldset",
+            "font",
+            "footer",
+            "form",
+            "header",
+            "hgroup",
+            "html",
+            "image",
+            "input",
+            "isindex",
+            "keygen",
+            "label",
+            "legend",
+            "link",
+            "listing",
+            "main",
+            "map",
+            "marquee",
+            "menu",
+            "menuitem",
+            "meta",
+            "meter",
+            "multicol",
+            "nav",
+            "nextid",
+            "nobr",
+            "optgroup",
+            "option",
+            "output",
+            "param",
+            "picture",
+            "portal",
+            "progress",
+            "rb",
+            "rtc",
+            "search",
+            "section",
+            "shadow",
+            "slot",
+            "source",
+            "spacer",
+            "strike",
+            "tt",
+            "track",
+            "video",
+        ]
+    )
 )
 _PLAIN_NAME = re.compile(r"[a-z][a-z0-9\-]*\Z")
 _AUTOLINK = re.compile(r"<(?:https?|mailto):[^\s<>\"'`]*>\Z", re.I)
@@ -59,7 +126,7 @@ _MD_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 class Tag:
     """A tag as the HTML tokenizer sees it: ``s[start:end]``."""
 
-    __slots__ = ("start", "end", "name", "closing", "attrs")
+    __slots__ = ("attrs", "closing", "end", "name", "start")
 
     def __init__(self, start: int, end: int, name: str, closing: bool, attrs: list[tuple[str, str | None]]):
         self.start, self.end, self.name, self.closing, self.attrs = start, end, name, closing, attrs
@@ -93,7 +160,7 @@ def parse_tag(s: str, i: int, end: int) -> Tag | None:
         if a.group(2) is None:
             return None  # ran into the end
         unquoted = a.group(5)
-        if unquoted is not None and unquoted[:1] in ("\"", "'"):
+        if unquoted is not None and unquoted[:1] in ('"', "'"):
             return None  # an opening quote that is never closed
         value = next((g for g in a.group(3, 4, 5) if g is not None), None)
         attrs.append((a.group(2).lower(), None if value is None else html.unescape(value)))
@@ -393,9 +460,7 @@ _MATH_TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
 # ----------------------------------------------------------------------------- links and images
 
 
-_DEST = re.compile(
-    r"[\t\n\f\r ]*(<[^<>\n]{0,256}>|(?:[^\t\n\f\r ()\\]|\\.|\([^\t\n\f\r ()]{0,256}\)){0,256})"
-)
+_DEST = re.compile(r"[\t\n\f\r ]*(<[^<>\n]{0,256}>|(?:[^\t\n\f\r ()\\]|\\.|\([^\t\n\f\r ()]{0,256}\)){0,256})")
 _SCHEME_CHARS = re.compile(r"[A-Za-z0-9+.\-]*\Z")
 
 
@@ -440,9 +505,7 @@ def _fix_links(s: str, notes: Notes, private: bool = False) -> str:
     return "".join(out)
 
 
-_SAFE_IMAGE = re.compile(
-    r"!\[([^\[\]\\`<>]*)\]\(\s*data:image/(?:png|jpe?g|gif|webp)[;,][A-Za-z0-9+/=;,%._\-]*\s*\)"
-)
+_SAFE_IMAGE = re.compile(r"!\[([^\[\]\\`<>]*)\]\(\s*data:image/(?:png|jpe?g|gif|webp)[;,][A-Za-z0-9+/=;,%._\-]*\s*\)")
 _SIMPLE_IMAGE = re.compile(r"!\[([^\[\]\\`<>]*)\]\(([^()\s]*)(?:\s+\"[^\"]*\")?\s*\)")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Callable
+from collections.abc import Callable
 
 # ----------------------------------------------------------------------------- notes
 
@@ -100,9 +100,7 @@ _CSS_URL = re.compile(
 )
 _CSS_IMPORT = re.compile(r"@import\b[^;]*;?", re.I)
 _CSS_FETCHING_FUNCS = re.compile(r"(?:-webkit-|-moz-)?\b(?:image-set|image|cross-fade|src)\s*\(", re.I)
-_CSS_ALWAYS_BAD = re.compile(
-    r"expression\s*\(|javascript\s*:|vbscript\s*:|-moz-binding|\bbehavior\s*:", re.I
-)
+_CSS_ALWAYS_BAD = re.compile(r"expression\s*\(|javascript\s*:|vbscript\s*:|-moz-binding|\bbehavior\s*:", re.I)
 
 
 def decode_css_escapes(css: str) -> str:
@@ -250,10 +248,71 @@ def clean_tex(text: str, *, private: bool, notes: Notes, where: str) -> str:
 
 #: Tags allowed in text/html and in raw HTML inside text/markdown.
 HTML_TAGS: frozenset[str] = frozenset(
-    """a abbr b bdi bdo blockquote br caption cite code col colgroup dd del details dfn
-    div dl dt em figcaption figure h1 h2 h3 h4 h5 h6 hr i img ins kbd li mark ol p pre q
-    rp rt ruby s samp small span strong style sub summary sup table tbody td tfoot th
-    thead time tr u ul var wbr""".split()
+    [
+        "a",
+        "abbr",
+        "b",
+        "bdi",
+        "bdo",
+        "blockquote",
+        "br",
+        "caption",
+        "cite",
+        "code",
+        "col",
+        "colgroup",
+        "dd",
+        "del",
+        "details",
+        "dfn",
+        "div",
+        "dl",
+        "dt",
+        "em",
+        "figcaption",
+        "figure",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "hr",
+        "i",
+        "img",
+        "ins",
+        "kbd",
+        "li",
+        "mark",
+        "ol",
+        "p",
+        "pre",
+        "q",
+        "rp",
+        "rt",
+        "ruby",
+        "s",
+        "samp",
+        "small",
+        "span",
+        "strong",
+        "style",
+        "sub",
+        "summary",
+        "sup",
+        "table",
+        "tbody",
+        "td",
+        "tfoot",
+        "th",
+        "thead",
+        "time",
+        "tr",
+        "u",
+        "ul",
+        "var",
+        "wbr",
+    ]
 )
 
 _CELL = {"align", "valign", "halign", "char", "charoff"}
@@ -291,16 +350,33 @@ HTML_ATTRIBUTES: dict[str, set[str]] = {
 #: Tags removed together with their content (their content is code or would
 #: show as garbage: scripts, embedded documents, foreign SVG/MathML trees).
 DROP_WITH_CONTENT: frozenset[str] = frozenset(
-    """script iframe frame frameset object embed applet noembed noframes noscript template
-    textarea title xmp plaintext svg math select head""".split()
+    [
+        "script",
+        "iframe",
+        "frame",
+        "frameset",
+        "object",
+        "embed",
+        "applet",
+        "noembed",
+        "noframes",
+        "noscript",
+        "template",
+        "textarea",
+        "title",
+        "xmp",
+        "plaintext",
+        "svg",
+        "math",
+        "select",
+        "head",
+    ]
 )
 
 LINK_REL = "noopener noreferrer nofollow"
 
 
-def make_attribute_filter(
-    *, private: bool, notes: Notes, where: str
-) -> Callable[[str, str, str], str | None]:
+def make_attribute_filter(*, private: bool, notes: Notes, where: str) -> Callable[[str, str, str], str | None]:
     """The per-attribute check shared by nh3 (text/html) and the markdown
     tag cleaner: URL policy for ``href``/``src``/``srcset``/``cite`` and CSS
     cleaning for ``style``. Returns the value to keep, or None to drop it."""

@@ -24,25 +24,136 @@ XLINK_NS = "http://www.w3.org/1999/xlink"
 XML_NS = "http://www.w3.org/XML/1998/namespace"
 
 SVG_TAGS: frozenset[str] = frozenset(
-    """svg g path rect circle ellipse line polyline polygon text tspan defs clipPath use
-    linearGradient radialGradient stop title desc style mask pattern marker symbol image""".split()
+    [
+        "svg",
+        "g",
+        "path",
+        "rect",
+        "circle",
+        "ellipse",
+        "line",
+        "polyline",
+        "polygon",
+        "text",
+        "tspan",
+        "defs",
+        "clipPath",
+        "use",
+        "linearGradient",
+        "radialGradient",
+        "stop",
+        "title",
+        "desc",
+        "style",
+        "mask",
+        "pattern",
+        "marker",
+        "symbol",
+        "image",
+    ]
 )
 #: Dropped with their content and without a note: harmless, just not shown.
 SILENT_DROP: frozenset[str] = frozenset({"metadata"})
 
 SVG_ATTRIBUTES: frozenset[str] = frozenset(
-    """id class style transform viewBox preserveAspectRatio width height x y x1 y1 x2 y2
-    cx cy r rx ry fx fy fr d points pathLength fill fill-opacity fill-rule stroke
-    stroke-width stroke-linecap stroke-linejoin stroke-miterlimit stroke-dasharray
-    stroke-dashoffset stroke-opacity opacity clip-path clip-rule clipPathUnits mask
-    maskUnits maskContentUnits font-family font-size font-style font-weight font-variant
-    font-stretch text-anchor dominant-baseline alignment-baseline baseline-shift
-    letter-spacing word-spacing text-decoration writing-mode direction unicode-bidi dx dy
-    rotate textLength lengthAdjust offset stop-color stop-opacity gradientUnits
-    gradientTransform spreadMethod patternUnits patternContentUnits patternTransform
-    markerWidth markerHeight markerUnits refX refY orient marker-start marker-mid
-    marker-end visibility display color overflow version shape-rendering image-rendering
-    text-rendering color-interpolation vector-effect paint-order href type media""".split()
+    [
+        "id",
+        "class",
+        "style",
+        "transform",
+        "viewBox",
+        "preserveAspectRatio",
+        "width",
+        "height",
+        "x",
+        "y",
+        "x1",
+        "y1",
+        "x2",
+        "y2",
+        "cx",
+        "cy",
+        "r",
+        "rx",
+        "ry",
+        "fx",
+        "fy",
+        "fr",
+        "d",
+        "points",
+        "pathLength",
+        "fill",
+        "fill-opacity",
+        "fill-rule",
+        "stroke",
+        "stroke-width",
+        "stroke-linecap",
+        "stroke-linejoin",
+        "stroke-miterlimit",
+        "stroke-dasharray",
+        "stroke-dashoffset",
+        "stroke-opacity",
+        "opacity",
+        "clip-path",
+        "clip-rule",
+        "clipPathUnits",
+        "mask",
+        "maskUnits",
+        "maskContentUnits",
+        "font-family",
+        "font-size",
+        "font-style",
+        "font-weight",
+        "font-variant",
+        "font-stretch",
+        "text-anchor",
+        "dominant-baseline",
+        "alignment-baseline",
+        "baseline-shift",
+        "letter-spacing",
+        "word-spacing",
+        "text-decoration",
+        "writing-mode",
+        "direction",
+        "unicode-bidi",
+        "dx",
+        "dy",
+        "rotate",
+        "textLength",
+        "lengthAdjust",
+        "offset",
+        "stop-color",
+        "stop-opacity",
+        "gradientUnits",
+        "gradientTransform",
+        "spreadMethod",
+        "patternUnits",
+        "patternContentUnits",
+        "patternTransform",
+        "markerWidth",
+        "markerHeight",
+        "markerUnits",
+        "refX",
+        "refY",
+        "orient",
+        "marker-start",
+        "marker-mid",
+        "marker-end",
+        "visibility",
+        "display",
+        "color",
+        "overflow",
+        "version",
+        "shape-rendering",
+        "image-rendering",
+        "text-rendering",
+        "color-interpolation",
+        "vector-effect",
+        "paint-order",
+        "href",
+        "type",
+        "media",
+    ]
 )
 _LOCAL_REF = re.compile(r"#[A-Za-z_][\w.\-:]*\Z")
 _DATA_RASTER = re.compile(r"data:image/(?:png|jpe?g|gif|webp)[;,]", re.I)
@@ -135,9 +246,7 @@ class _Writer:
 
 
 def _attr(value: str) -> str:
-    return (
-        escape(value, quote=True).replace("\n", "&#10;").replace("\r", "&#13;").replace("\t", "&#9;")
-    )
+    return escape(value, quote=True).replace("\n", "&#10;").replace("\r", "&#13;").replace("\t", "&#9;")
 
 
 def clean_svg(text: str, *, notes: Notes) -> str:

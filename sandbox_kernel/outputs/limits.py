@@ -10,7 +10,8 @@ so the user can be told exactly how much was cut.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 def format_bytes(n: int) -> str:
@@ -70,10 +71,8 @@ class OutputLimiter:
         if room <= 0:
             self.discarded += n
             return None
-        if text.isascii():
-            head = text[:room]
-        else:  # cut on a character boundary
-            head = text.encode("utf-8", "surrogatepass")[:room].decode("utf-8", "ignore")
+        # Non-ASCII text is cut on a character boundary.
+        head = text[:room] if text.isascii() else text.encode("utf-8", "surrogatepass")[:room].decode("utf-8", "ignore")
         kept = _utf8_len(head)
         self.used = self.max_bytes
         self.discarded += n - kept

@@ -72,7 +72,9 @@ def clean_payloads(payloads: Any, *, private: bool, defang: Defang = _identity) 
             if not clean.data:
                 continue
             start = payload.get("start")
-            out.append({"source": "page", "data": clean.data, "start": start if isinstance(start, int) and start >= 0 else 0})
+            out.append(
+                {"source": "page", "data": clean.data, "start": start if isinstance(start, int) and start >= 0 else 0}
+            )
         elif source == "set_next_input":
             text = payload.get("text")
             if not isinstance(text, str):
@@ -86,7 +88,9 @@ def clean_payloads(payloads: Any, *, private: bool, defang: Defang = _identity) 
     return out
 
 
-def clean_user_expressions(values: Any, asked: Mapping[str, Any], *, private: bool, defang: Defang = _identity) -> dict[str, Any]:
+def clean_user_expressions(
+    values: Any, asked: Mapping[str, Any], *, private: bool, defang: Defang = _identity
+) -> dict[str, Any]:
     """``user_expressions`` results: only the names the client asked for, each a
     sanitised bundle or a plain-text error."""
     if not isinstance(values, Mapping):
@@ -101,7 +105,11 @@ def clean_user_expressions(values: Any, asked: Mapping[str, Any], *, private: bo
             out[name] = {"status": "ok", "data": clean.data, "metadata": clean.metadata}
         else:
             tb = value.get("traceback")
-            lines = [plain_text(line, MAX_TEXT, defang if private else _identity) for line in tb[:MAX_TRACEBACK_LINES]] if isinstance(tb, list) else []
+            lines = (
+                [plain_text(line, MAX_TEXT, defang if private else _identity) for line in tb[:MAX_TRACEBACK_LINES]]
+                if isinstance(tb, list)
+                else []
+            )
             out[name] = {
                 "status": "error",
                 "ename": plain_text(value.get("ename", "Error"), 200),

@@ -14,14 +14,15 @@ from __future__ import annotations
 import base64
 import math
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ._html import clean_html
-from .links import defang_json, defang_text
 from ._markdown import clean_markdown
 from ._policy import Notes, clean_tex
 from ._svg import SvgRejected, clean_svg
+from .links import defang_json, defang_text
 
 #: MIME types shown when outputs are not trusted. Everything else (JavaScript,
 #: widgets, Plotly/Vega which need JavaScript, unknown types) is dropped.
@@ -43,7 +44,13 @@ ALLOWED_MIME_TYPES: frozenset[str] = frozenset(
     }
 )
 _JS_MIME_TYPES = frozenset(
-    {"application/javascript", "text/javascript", "application/x-javascript", "application/ecmascript", "text/ecmascript"}
+    {
+        "application/javascript",
+        "text/javascript",
+        "application/x-javascript",
+        "application/ecmascript",
+        "text/ecmascript",
+    }
 )
 _JSON_MIME = re.compile(r"application/(?:json|[^/\s]+\+json)\Z")
 _MAGIC: dict[str, Callable[[bytes], bool]] = {

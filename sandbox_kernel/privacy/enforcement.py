@@ -56,7 +56,9 @@ class EnforcementRecord:
             return
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.path.with_suffix(".tmp")
-        data = json.dumps({"pid": os.getpid(), "level": level.name, "network": has_network, "workspace": self.workspace}).encode()
+        data = json.dumps(
+            {"pid": os.getpid(), "level": level.name, "network": has_network, "workspace": self.workspace}
+        ).encode()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             os.write(fd, data)
@@ -140,8 +142,10 @@ def pending_holders(store_root: Path, user_id: str, session_id: str, level: Sens
             pending.append(f"{path.name} (unreadable)")
             continue
         if seen < level or bool(entry.get("network", True)):
-            pending.append(f"process {entry['pid']} of session {session} ({seen.name}, "
-                           f"{'with' if entry.get('network') else 'without'} network)")
+            pending.append(
+                f"process {entry['pid']} of session {session} ({seen.name}, "
+                f"{'with' if entry.get('network') else 'without'} network)"
+            )
     return pending
 
 

@@ -43,8 +43,7 @@ def validate_id(value: object, what: str = "id") -> str:
     if bad:
         found = ", ".join(repr(c) for c in bad[:5])
         raise ValueError(
-            f"{what} {_shown(value)} is invalid: it may only contain letters, digits, "
-            f"'.', '_' and '-' (found {found})"
+            f"{what} {_shown(value)} is invalid: it may only contain letters, digits, '.', '_' and '-' (found {found})"
         )
     if value[0] in ".-":
         raise ValueError(f"{what} {_shown(value)} is invalid: it must not start with {value[0]!r}")

@@ -26,7 +26,7 @@ class PrivateData:
     ``store`` defaults to :func:`default_store` (taken when the object is made).
     """
 
-    __slots__ = ("_user_id", "_session_id", "_store")
+    __slots__ = ("_session_id", "_store", "_user_id")
 
     def __init__(self, user_id: str, session_id: str, store: PrivacyStore | None = None) -> None:
         validate_id(user_id, "user_id")
@@ -110,9 +110,15 @@ class PrivateData:
         """
         dataset = Dataset.create(name, sensitivity, source)
         state = self._store.add_dataset(self._user_id, self._session_id, dataset)
-        log.info("session %s/%s: dataset %r added at %s from %s; session level %s",
-                 self._user_id, self._session_id, name, dataset.sensitivity.name, source,
-                 state.sensitivity.name)
+        log.info(
+            "session %s/%s: dataset %r added at %s from %s; session level %s",
+            self._user_id,
+            self._session_id,
+            name,
+            dataset.sensitivity.name,
+            source,
+            state.sensitivity.name,
+        )
         self._wait(state, wait)
         return state
 
@@ -137,9 +143,15 @@ class PrivateData:
         :meth:`add_private_dataset`."""
         mark = SessionMark.create(sensitivity, source, reason)
         state = self._store.mark(self._user_id, self._session_id, mark)
-        log.info("session %s/%s: marked private at %s from %s (%s); session level %s",
-                 self._user_id, self._session_id, mark.sensitivity.name, source,
-                 reason or "no reason given", state.sensitivity.name)
+        log.info(
+            "session %s/%s: marked private at %s from %s (%s); session level %s",
+            self._user_id,
+            self._session_id,
+            mark.sensitivity.name,
+            source,
+            reason or "no reason given",
+            state.sensitivity.name,
+        )
         self._wait(state, wait)
         return state
 
@@ -151,8 +163,7 @@ def get_network_mode(user_id: str, session_id: str, store: PrivacyStore | None =
     try:
         return (store if store is not None else default_store()).read(user_id, session_id).network_mode
     except Exception:  # fail closed: an unknown state is a private one
-        log.exception("cannot read the privacy state of %s/%s; cutting the network",
-                      user_id, session_id)
+        log.exception("cannot read the privacy state of %s/%s; cutting the network", user_id, session_id)
         return NetworkMode.NONE
 
 

@@ -51,14 +51,12 @@ def validate_name(value: object) -> str:
         raise ValueError("dataset name is empty: it must be 1-128 printable characters")
     if len(value) > MAX_NAME_LENGTH:
         raise ValueError(
-            f"dataset name {value[:40]!r}... is {len(value)} characters long; "
-            f"at most {MAX_NAME_LENGTH} are allowed"
+            f"dataset name {value[:40]!r}... is {len(value)} characters long; at most {MAX_NAME_LENGTH} are allowed"
         )
     if not value.isprintable():
         bad = next(c for c in value if not c.isprintable())
         raise ValueError(
-            f"dataset name {value!r} contains the non-printable character {bad!r}; "
-            "names must be printable text"
+            f"dataset name {value!r} contains the non-printable character {bad!r}; names must be printable text"
         )
     return value
 
@@ -72,9 +70,7 @@ def validate_reason(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(f"reason must be a string, got {type(value).__name__}")
     if len(value) > MAX_REASON_LENGTH:
-        raise ValueError(
-            f"reason is {len(value)} characters long; at most {MAX_REASON_LENGTH} are allowed"
-        )
+        raise ValueError(f"reason is {len(value)} characters long; at most {MAX_REASON_LENGTH} are allowed")
     value = value.replace("\r\n", " ").translate(_SPACES)
     if not value.isprintable():
         bad = next(c for c in value if not c.isprintable())
@@ -94,8 +90,7 @@ def _level(value: object, what: str) -> Sensitivity:
     level = Sensitivity.parse(value, what)
     if level <= Sensitivity.PUBLIC:
         raise ValueError(
-            f"{what} {level.name} is not a private level: private data must be "
-            f"{', '.join(Sensitivity.names()[1:])}"
+            f"{what} {level.name} is not a private level: private data must be {', '.join(Sensitivity.names()[1:])}"
         )
     return level
 
@@ -146,8 +141,7 @@ class Dataset:
     @classmethod
     def from_json(cls, data: object) -> Dataset:
         d = _expect_keys(data, "dataset", {"name", "level", "source", "added_at"})
-        return cls(name=d["name"], sensitivity=d["level"],
-                   added_at=d["added_at"], source=d["source"])
+        return cls(name=d["name"], sensitivity=d["level"], added_at=d["added_at"], source=d["source"])
 
 
 @dataclass(frozen=True)
@@ -184,5 +178,4 @@ class SessionMark:
     @classmethod
     def from_json(cls, data: object) -> SessionMark:
         d = _expect_keys(data, "mark", {"level", "source", "reason", "added_at"})
-        return cls(sensitivity=d["level"], source=d["source"],
-                   reason=d["reason"], added_at=d["added_at"])
+        return cls(sensitivity=d["level"], source=d["source"], reason=d["reason"], added_at=d["added_at"])

@@ -31,9 +31,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from . import state as _state
 from .records import Dataset, SessionMark, utc_now_iso
 from .sensitivity import Sensitivity
-from . import state as _state
 from .state import PrivacyState, merge, union_datasets
 
 SCHEMA = "sandbox_kernel.privacy"
@@ -87,8 +87,7 @@ def decode(raw: bytes, user_id: str, session_id: str) -> PrivacyState:
         raise SchemaError(f"has version {version!r:.40}, expected the integer {VERSION}")
     if version > VERSION:
         raise FutureVersionError(
-            f"was written by a newer sandbox_kernel (format version {version}, "
-            f"this one reads {VERSION})"
+            f"was written by a newer sandbox_kernel (format version {version}, this one reads {VERSION})"
         )
     if version != VERSION:
         raise SchemaError(f"has unknown format version {version}")
@@ -113,8 +112,7 @@ def decode(raw: bytes, user_id: str, session_id: str) -> PrivacyState:
     except ValueError as exc:
         raise SchemaError(f"has a bad field: {exc}") from None
     # Duplicate names are merged (max level) rather than refused: never lowers.
-    state = PrivacyState.build(datasets=union_datasets(records), mark=mark, floor=level,
-                               omitted_datasets=omitted)
+    state = PrivacyState.build(datasets=union_datasets(records), mark=mark, floor=level, omitted_datasets=omitted)
     if len(state.datasets) > _state.MAX_DATASETS:  # hand-edited: count the excess, keep its level
         state = merge(state)
     if private and not state.has_private_data:

@@ -45,7 +45,4 @@ class Sensitivity(IntEnum):
         if isinstance(value, str):
             shown = value if len(value) <= 40 else value[:40] + "..."
             raise ValueError(f"{what} {shown!r} is not a sensitivity level; allowed: {allowed}")
-        raise ValueError(
-            f"{what} must be a level name (one of {allowed}), "
-            f"got {type(value).__name__} {value!r:.40}"
-        )
+        raise ValueError(f"{what} must be a level name (one of {allowed}), got {type(value).__name__} {value!r:.40}")

@@ -7,8 +7,9 @@ hostile state into the stored one can only raise it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from .modes import NetworkMode
 from .records import Dataset, SessionMark
@@ -62,8 +63,10 @@ class PrivacyState:
         object.__setattr__(self, "sensitivity", level)
         if self.mark is not None and not isinstance(self.mark, SessionMark):
             raise ValueError("mark must be a SessionMark or None")
-        lowest = max([d.sensitivity for d in datasets]
-                     + ([self.mark.sensitivity] if self.mark else []), default=Sensitivity.PUBLIC)
+        lowest = max(
+            [d.sensitivity for d in datasets] + ([self.mark.sensitivity] if self.mark else []),
+            default=Sensitivity.PUBLIC,
+        )
         if level < lowest:
             raise ValueError(f"sensitivity {level.name} is below a recorded level ({lowest.name})")
         if not isinstance(self.omitted_datasets, int) or self.omitted_datasets < 0:
@@ -88,14 +91,21 @@ class PrivacyState:
     ) -> PrivacyState:
         """A consistent state from its parts (an error makes it SECRET)."""
         datasets = tuple(datasets)
-        level = max([Sensitivity.parse(floor)] + [d.sensitivity for d in datasets]
-                    + ([mark.sensitivity] if mark else []))
+        level = max(
+            [Sensitivity.parse(floor)] + [d.sensitivity for d in datasets] + ([mark.sensitivity] if mark else [])
+        )
         if error is not None or omitted_datasets:
             level = max(level, Sensitivity.SECRET if error is not None else Sensitivity.INTERNAL)
         private = level > Sensitivity.PUBLIC
-        return cls(has_private_data=private, sensitivity=level, datasets=datasets,
-                   network_mode=network_mode_for(private), error=error, mark=mark,
-                   omitted_datasets=omitted_datasets)
+        return cls(
+            has_private_data=private,
+            sensitivity=level,
+            datasets=datasets,
+            network_mode=network_mode_for(private),
+            error=error,
+            mark=mark,
+            omitted_datasets=omitted_datasets,
+        )
 
     @classmethod
     def public(cls) -> PrivacyState:
@@ -183,5 +193,6 @@ def merge(*states: PrivacyState) -> PrivacyState:
     if len(datasets) > MAX_DATASETS:
         omitted += len(datasets) - MAX_DATASETS
         datasets = datasets[:MAX_DATASETS]
-    return PrivacyState.build(datasets=datasets, mark=mark, floor=floor,
-                              omitted_datasets=omitted, error="; ".join(errors) or None)
+    return PrivacyState.build(
+        datasets=datasets, mark=mark, floor=floor, omitted_datasets=omitted, error="; ".join(errors) or None
+    )

@@ -41,10 +41,10 @@ import secrets
 import stat
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator
 
 from .identity import validate_id
 from .records import Dataset, SessionMark, clean_reason
@@ -105,9 +105,14 @@ def default_store() -> PrivacyStore:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symlink")):
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISLNK, "a symlink"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -128,8 +133,9 @@ def _settled(key: _StatKey | None) -> bool:
 def _without_error(state: PrivacyState) -> PrivacyState:
     if state.error is None:
         return state
-    return PrivacyState.build(datasets=state.datasets, mark=state.mark, floor=state.sensitivity,
-                              omitted_datasets=state.omitted_datasets)
+    return PrivacyState.build(
+        datasets=state.datasets, mark=state.mark, floor=state.sensitivity, omitted_datasets=state.omitted_datasets
+    )
 
 
 def _failure_state(message: str) -> PrivacyState:
@@ -151,7 +157,7 @@ class PrivacyStore:
     Safe to share between threads; several processes may use the same root.
     """
 
-    __slots__ = ("_root", "_resolved")
+    __slots__ = ("_resolved", "_root")
 
     def __init__(self, root: Path | str) -> None:
         root = Path(root).expanduser().absolute()
@@ -218,8 +224,10 @@ class PrivacyStore:
         known = self.highwater(user_id, session_id)
         if known > state.sensitivity:
             path = self.path_for(user_id, session_id)
-            message = (f"privacy store file {path} is missing or lower ({state.sensitivity.name}) than the level the "
-                       f"session is known to have reached ({known.name}); the session is treated as private at SECRET")
+            message = (
+                f"privacy store file {path} is missing or lower ({state.sensitivity.name}) than the level the "
+                f"session is known to have reached ({known.name}); the session is treated as private at SECRET"
+            )
             log.error("%s", message)
             return merge(state, _failure_state(message))
         return state
@@ -268,8 +276,9 @@ class PrivacyStore:
                 _cache[key] = (before, disk, floor, result)
         return result
 
-    def _warn_if_lower(self, path: Path, disk: PrivacyState, floor: PrivacyState,
-                       key: _Key, stat_key: _StatKey | None) -> None:
+    def _warn_if_lower(
+        self, path: Path, disk: PrivacyState, floor: PrivacyState, key: _Key, stat_key: _StatKey | None
+    ) -> None:
         if disk.error is not None or disk.covers(floor):
             return
         with _memory_lock:
@@ -279,7 +288,9 @@ class PrivacyStore:
         log.warning(
             "privacy file %s holds less than this process has already seen "
             "(%s on disk, %s known); keeping the higher state, the next write restores it",
-            path, disk.sensitivity.name, floor.sensitivity.name,
+            path,
+            disk.sensitivity.name,
+            floor.sensitivity.name,
         )
 
     def _fail(self, path: Path, problem: str) -> PrivacyState:
@@ -293,8 +304,9 @@ class PrivacyStore:
         except FileNotFoundError:
             return PrivacyState.public()
         except OSError as exc:
-            return self._fail(path, f"cannot be reached: the store directory {self._root} "
-                                    f"cannot be opened ({exc.strerror})")
+            return self._fail(
+                path, f"cannot be reached: the store directory {self._root} cannot be opened ({exc.strerror})"
+            )
         try:
             try:
                 user_fd = self._open_user_dir(root_fd, user_id)
@@ -314,26 +326,28 @@ class PrivacyStore:
 
     def _open_user_dir(self, root_fd: int, user_id: str) -> int:
         try:
-            return os.open(user_id, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC,
-                           dir_fd=root_fd)
+            return os.open(user_id, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=root_fd)
         except FileNotFoundError:
             raise
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise _Problem(f"cannot be reached: {self._root / user_id} is not a plain "
-                               "directory (a symlink or a file)") from None
-            raise _Problem(f"cannot be reached: {self._root / user_id} cannot be opened "
-                           f"({exc.strerror})") from None
+                raise _Problem(
+                    f"cannot be reached: {self._root / user_id} is not a plain directory (a symlink or a file)"
+                ) from None
+            raise _Problem(f"cannot be reached: {self._root / user_id} cannot be opened ({exc.strerror})") from None
 
-    def _load(self, dir_fd: int, user_id: str, session_id: str,
-              known: tuple[_StatKey, PrivacyState] | None = None,
-              ) -> tuple[PrivacyState | None, _StatKey | None]:
+    def _load(
+        self,
+        dir_fd: int,
+        user_id: str,
+        session_id: str,
+        known: tuple[_StatKey, PrivacyState] | None = None,
+    ) -> tuple[PrivacyState | None, _StatKey | None]:
         """The file's state and stat key; (None, None) when it does not exist;
         ``_Problem`` when it is bad. ``known`` is reused if the file is unchanged."""
         name = f"{session_id}.json"
         try:
-            fd = os.open(name, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_NOCTTY | _O_CLOEXEC,
-                         dir_fd=dir_fd)
+            fd = os.open(name, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_NOCTTY | _O_CLOEXEC, dir_fd=dir_fd)
         except FileNotFoundError:
             return None, None
         except OSError as exc:
@@ -407,15 +421,19 @@ class PrivacyStore:
                     disk, stat_key = self._load(user_fd, user_id, session_id, known)
                 except _Problem as exc:
                     if exc.future:
-                        message = (f"privacy store file {path} {exc}; refusing to overwrite it "
-                                   "(the session is treated as private at SECRET)")
+                        message = (
+                            f"privacy store file {path} {exc}; refusing to overwrite it "
+                            "(the session is treated as private at SECRET)"
+                        )
                         pending = merge(pending, _failure_state(message))
                         raise PrivacyStoreError(message) from None
                     disk = None
                     aside = f"{name}.corrupt-{datetime.now(timezone.utc):%Y%m%dT%H%M%S%fZ}"
                     message = f"privacy store file {path} {exc}; kept aside as {aside}"
-                    pending = merge(pending, PrivacyState.build(
-                        mark=SessionMark.create(Sensitivity.SECRET, "api", clean_reason(message))))
+                    pending = merge(
+                        pending,
+                        PrivacyState.build(mark=SessionMark.create(Sensitivity.SECRET, "api", clean_reason(message))),
+                    )
                     self._keep_aside(user_fd, name, aside, path, str(exc))
                     log.error("%s; the session stays private at SECRET", message)
                 current = disk if disk is not None else PrivacyState.public()
@@ -430,7 +448,8 @@ class PrivacyStore:
             self._remember(key, pending)
             raise PrivacyStoreError(
                 f"could not record the privacy change in {path}: {exc.strerror or exc}; "
-                "this process keeps it, other processes may not see it") from exc
+                "this process keeps it, other processes may not see it"
+            ) from exc
         return self._remember(key, new, stat_key)
 
     @staticmethod
@@ -449,7 +468,8 @@ class PrivacyStore:
             raise PrivacyStoreError(
                 f"privacy store file {path} {problem}, and it could not be moved aside "
                 f"({err.strerror}); nothing was written (the session is treated as "
-                "private at SECRET)") from None
+                "private at SECRET)"
+            ) from None
 
     @staticmethod
     def _remember(key: _Key, state: PrivacyState, stat_key: _StatKey | None = None) -> PrivacyState:
@@ -472,8 +492,7 @@ class PrivacyStore:
         try:
             os.makedirs(root, mode=0o700, exist_ok=True)
         except OSError as exc:
-            raise PrivacyStoreError(f"cannot create the privacy store directory {root}: "
-                                    f"{exc.strerror}") from None
+            raise PrivacyStoreError(f"cannot create the privacy store directory {root}: {exc.strerror}") from None
         fd = os.open(root, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
         try:
             self._tighten(fd, root)
@@ -503,18 +522,22 @@ class PrivacyStore:
             try:
                 user_fd = self._open_user_dir(root_fd, user_id)
             except _Problem as exc:
-                raise PrivacyStoreError(f"privacy store file {self.path_for(user_id, session_id)} "
-                                        f"{exc}") from None
+                raise PrivacyStoreError(f"privacy store file {self.path_for(user_id, session_id)} {exc}") from None
             self._tighten(user_fd, self._root / user_id)
             lock_name = f"{session_id}.lock"
             lock_path = self._root / user_id / lock_name
             try:
-                lock_fd = os.open(lock_name, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_NONBLOCK
-                                  | _O_NOCTTY | _O_CLOEXEC, 0o600, dir_fd=user_fd)
+                lock_fd = os.open(
+                    lock_name,
+                    os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_NONBLOCK | _O_NOCTTY | _O_CLOEXEC,
+                    0o600,
+                    dir_fd=user_fd,
+                )
             except OSError as exc:
-                raise PrivacyStoreError(f"cannot open the lock file {lock_path}: "
-                                        f"{'it is a symlink' if exc.errno == errno.ELOOP else exc.strerror}"
-                                        ) from None
+                raise PrivacyStoreError(
+                    f"cannot open the lock file {lock_path}: "
+                    f"{'it is a symlink' if exc.errno == errno.ELOOP else exc.strerror}"
+                ) from None
             if not stat.S_ISREG(os.fstat(lock_fd).st_mode):
                 raise PrivacyStoreError(f"the lock file {lock_path} is not a regular file")
             deadline = time.monotonic() + LOCK_TIMEOUT
@@ -526,8 +549,8 @@ class PrivacyStore:
                 except BlockingIOError:
                     if time.monotonic() > deadline:
                         raise PrivacyStoreError(
-                            f"timed out after {LOCK_TIMEOUT:.0f} s waiting for the lock "
-                            f"{lock_path}") from None
+                            f"timed out after {LOCK_TIMEOUT:.0f} s waiting for the lock {lock_path}"
+                        ) from None
                     time.sleep(delay)
                     delay = min(delay * 2, 0.05)
             yield user_fd
@@ -544,14 +567,13 @@ class PrivacyStore:
         if len(data) > MAX_FILE_BYTES:  # cannot happen within MAX_DATASETS; never write what we'd refuse
             raise PrivacyStoreError(f"the privacy state is {len(data)} bytes, over the limit")
         tmp = f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
-                     0o600, dir_fd=dir_fd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o600, dir_fd=dir_fd)
         try:
             try:
                 os.fchmod(fd, 0o600)
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 os.fsync(fd)
             finally:
                 os.close(fd)

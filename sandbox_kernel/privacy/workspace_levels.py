@@ -50,7 +50,7 @@ class WorkspaceLevels:
         self.store = PrivacyStore(Path(root))
 
     @classmethod
-    def beside(cls, sessions: PrivacyStore) -> "WorkspaceLevels":
+    def beside(cls, sessions: PrivacyStore) -> WorkspaceLevels:
         """The folder levels kept next to ``sessions`` (``<store>/../workspace-levels``)."""
         return cls(Path(sessions.root).parent / "workspace-levels")
 

@@ -66,7 +66,7 @@ class ResourceLimits:
             (resource.RLIMIT_NOFILE, self.open_files),
         ):
             if value is not None and value > 0:
-                soft, hard = resource.getrlimit(which)
+                _, hard = resource.getrlimit(which)
                 if hard != resource.RLIM_INFINITY:
                     value = min(value, hard)
                 resource.setrlimit(which, (value, value))
@@ -96,7 +96,9 @@ class SandboxSpec:
 class SandboxProcess:
     """A long-lived sandboxed child with pipes on stdin, stdout and stderr."""
 
-    def __init__(self, process: asyncio.subprocess.Process, backend: str, helpers: Sequence[asyncio.subprocess.Process] = ()) -> None:
+    def __init__(
+        self, process: asyncio.subprocess.Process, backend: str, helpers: Sequence[asyncio.subprocess.Process] = ()
+    ) -> None:
         self.process = process
         self.backend = backend
         #: helper processes (e.g. the user-mode network) that die with the sandbox

@@ -37,7 +37,9 @@ ETC_ALLOWED = (
 #: host system directories every sandbox sees read-only (besides python_roots())
 SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/sbin")
 
-SANDBOX_PASSWD = "sandbox:x:1000:1000:sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+SANDBOX_PASSWD = (
+    "sandbox:x:1000:1000:sandbox:/tmp:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+)
 SANDBOX_GROUP = "sandbox:x:1000:\nnogroup:x:65534:\n"
 
 
@@ -84,11 +86,15 @@ class BubblewrapSandbox(Sandbox):
             "--new-session",
             "--unshare-all",
             "--unshare-user",
-            "--uid", "1000",
-            "--gid", "1000",
+            "--uid",
+            "1000",
+            "--gid",
+            "1000",
             "--disable-userns",
-            "--cap-drop", "ALL",
-            "--hostname", "sandbox",
+            "--cap-drop",
+            "ALL",
+            "--hostname",
+            "sandbox",
         ]
         if not spec.isolate_network and spec.network == "host":
             argv.append("--share-net")
@@ -148,13 +154,19 @@ class BubblewrapSandbox(Sandbox):
             if not mount.readonly and (Path(mount.source), uid) not in self._shared:
                 self._shared.add((Path(mount.source), uid))
                 if share_tree(Path(mount.source), uid, gid) > SHARE_TREE_LIMIT:
-                    log.warning("%s has more than %d entries: only the first were shared with the sandbox's uid %d",
-                                mount.source, SHARE_TREE_LIMIT, uid)
+                    log.warning(
+                        "%s has more than %d entries: only the first were shared with the sandbox's uid %d",
+                        mount.source,
+                        SHARE_TREE_LIMIT,
+                        uid,
+                    )
         return run_as
 
     async def start(self, spec: SandboxSpec) -> SandboxProcess:
         run_as = await asyncio.to_thread(self._run_as, spec)
-        cgroup, problem = await asyncio.to_thread(cgroups.create, cgroups.Caps(memory=spec.limits.address_space, pids=spec.limits.processes))
+        cgroup, problem = await asyncio.to_thread(
+            cgroups.create, cgroups.Caps(memory=spec.limits.address_space, pids=spec.limits.processes)
+        )
         if problem:
             log.warning("no whole-sandbox caps: %s", problem)
         join = cgroup.join if cgroup is not None else None
@@ -179,8 +191,13 @@ class BubblewrapSandbox(Sandbox):
     ) -> SandboxProcess:
         if spec.isolate_network or spec.network == "host":
             process = await spawn(
-                self.build_argv(spec, seccomp_fd=filter_fd), spec.limits, env={}, cwd="/", pass_fds=(filter_fd,),
-                run_as=run_as, join=join,
+                self.build_argv(spec, seccomp_fd=filter_fd),
+                spec.limits,
+                env={},
+                cwd="/",
+                pass_fds=(filter_fd,),
+                run_as=run_as,
+                join=join,
             )
             return SandboxProcess(process, self.name)
         # User-mode network: bwrap makes an empty network namespace and waits
@@ -189,8 +206,13 @@ class BubblewrapSandbox(Sandbox):
         block_r, block_w = os.pipe()
         try:
             process = await spawn(
-                self.build_argv(spec, info_w, block_r, filter_fd), spec.limits, env={}, cwd="/",
-                pass_fds=(info_w, block_r, filter_fd), run_as=run_as, join=join,
+                self.build_argv(spec, info_w, block_r, filter_fd),
+                spec.limits,
+                env={},
+                cwd="/",
+                pass_fds=(info_w, block_r, filter_fd),
+                run_as=run_as,
+                join=join,
             )
         finally:
             os.close(info_w)

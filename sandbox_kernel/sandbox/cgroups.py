@@ -104,11 +104,15 @@ class SandboxCgroup:
         now = self._counters()
         hits = []
         if now.get("oom_kill", 0) > before.get("oom_kill", 0) and self.caps.memory:
-            hits.append(f"the sandbox's memory cap ({_size(self.caps.memory)} in total for all its processes, no swap) "
-                        "was reached and the largest process was killed")
+            hits.append(
+                f"the sandbox's memory cap ({_size(self.caps.memory)} in total for all its processes, no swap) "
+                "was reached and the largest process was killed"
+            )
         if now.get("max", 0) > before.get("max", 0) and self.caps.pids:
-            hits.append(f"the sandbox's process cap ({self.caps.pids} processes and threads in total) was reached: "
-                        "new processes or threads were refused")
+            hits.append(
+                f"the sandbox's process cap ({self.caps.pids} processes and threads in total) was reached: "
+                "new processes or threads were refused"
+            )
         return hits
 
     def remove(self, timeout: float = 5.0) -> bool:

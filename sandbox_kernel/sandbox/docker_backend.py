@@ -68,8 +68,16 @@ except OSError:  # pragma: no cover - non-Linux
 #: variables the Docker CLI needs to reach the same daemon as the SDK; nothing
 #: else of the host environment is passed to it (and none reaches the container).
 _CLI_ENV = (
-    "PATH", "HOME", "DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONFIG",
-    "DOCKER_CONTEXT", "DOCKER_API_VERSION", "SSH_AUTH_SOCK", "XDG_RUNTIME_DIR",
+    "PATH",
+    "HOME",
+    "DOCKER_HOST",
+    "DOCKER_TLS_VERIFY",
+    "DOCKER_CERT_PATH",
+    "DOCKER_CONFIG",
+    "DOCKER_CONTEXT",
+    "DOCKER_API_VERSION",
+    "SSH_AUTH_SOCK",
+    "XDG_RUNTIME_DIR",
 )
 
 
@@ -85,7 +93,9 @@ class _Meta(MetaHasTraits, ABCMeta):
 class ContainerProcess(SandboxProcess):
     """The attached Docker CLI; killing it removes the container first."""
 
-    def __init__(self, process: asyncio.subprocess.Process, backend: str, client: Any, container_id: str, name: str) -> None:
+    def __init__(
+        self, process: asyncio.subprocess.Process, backend: str, client: Any, container_id: str, name: str
+    ) -> None:
         super().__init__(process, backend)
         self.client = client
         self.container_id = container_id
@@ -145,7 +155,9 @@ def _container_cgroup(client: Any, container_id: str) -> Any:
     caps = cgroups.Caps(memory=host.get("Memory") or None, pids=host.get("PidsLimit") or None)
     dirs: dict[str, Any] = {}
     version = 1
-    for line in open(f"/proc/{pid}/cgroup").read().splitlines():
+    with open(f"/proc/{pid}/cgroup") as f:
+        lines = f.read().splitlines()
+    for line in lines:
         _, controllers, path = line.split(":", 2)
         if controllers == "":
             if (cgroups.ROOT / "cgroup.controllers").exists():
@@ -181,7 +193,7 @@ def _remove_container(client: Any, container_id: str) -> None:
         log.error("could not remove sandbox container %s: %s", container_id[:12], exc)
 
 
-def _discard_created(future: "asyncio.Future[tuple[Any, str, str]]") -> None:
+def _discard_created(future: asyncio.Future[tuple[Any, str, str]]) -> None:
     """Remove a container whose creation finished after its caller gave up."""
     if future.cancelled() or future.exception() is not None:
         return
@@ -208,27 +220,32 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
     name = "docker"
 
     image = Unicode(
-        None, allow_none=True,
+        None,
+        allow_none=True,
         help="Docker image of the sandboxes (default: $SANDBOX_DOCKER_IMAGE, else sandbox-kernel:latest; "
         "build docker/Dockerfile). Nothing is pulled: the image must exist on the daemon.",
     ).tag(config=True)
     cpu_limit = Float(
-        None, allow_none=True,
+        None,
+        allow_none=True,
         help="CPU quota in cores (default: preset, else $SANDBOX_CPU_LIMIT, else 1.0); clamped to the daemon's CPU count.",
     ).tag(config=True)
     memory_limit = Unicode(
-        None, allow_none=True,
+        None,
+        allow_none=True,
         help="Memory of the whole container, e.g. '512m' or '2g', with no swap beyond it (default: preset, "
         "else $SANDBOX_MEMORY_LIMIT, else 512m). A cell that exceeds it is killed by the OOM killer "
         "(CellDied); earlier state survives. The /tmp tmpfs counts against it.",
     ).tag(config=True)
     pids_limit = Int(
-        None, allow_none=True,
+        None,
+        allow_none=True,
         help="Max processes and threads in the container (default: preset, else $SANDBOX_PIDS_LIMIT, else 256). "
         "The worker uses 3 or 4 of them.",
     ).tag(config=True)
     tmpfs_size = Unicode(
-        None, allow_none=True,
+        None,
+        allow_none=True,
         help="Size of the /tmp tmpfs, e.g. '64m' (default: preset, else $SANDBOX_TMPFS_SIZE, else 64m).",
     ).tag(config=True)
     user = Unicode(
@@ -242,7 +259,8 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
         help="Resource preset: low, medium, high or max (see docs/docker.md); the settings above override it.",
     ).tag(config=True)
     read_only_mounts = Dict(
-        {}, help="Extra host paths mounted read-only: {host_path: container_path}. The offline test image "
+        {},
+        help="Extra host paths mounted read-only: {host_path: container_path}. The offline test image "
         "needs {'/usr': '/usr'} (it borrows the host's /usr).",
     ).tag(config=True)
     python = Unicode(
@@ -252,7 +270,8 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
         "Set e.g. 'python3' to use the image's Python, which then needs IPython (and cloudpickle).",
     ).tag(config=True)
     docker_cli = Unicode(
-        "docker", help="The Docker command-line client used to attach to containers (name or path).",
+        "docker",
+        help="The Docker command-line client used to attach to containers (name or path).",
     ).tag(config=True)
     start_timeout = Float(60.0, help="Seconds allowed for creating a container.").tag(config=True)
 
@@ -344,12 +363,19 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
         workspace: BindMount | None = None
         others: list[BindMount] = []
         for mount in spec.bind_mounts:
-            if workspace is None and not mount.readonly and mount.kind == "bind" and os.path.normpath(mount.target) == config.working_dir:
+            if (
+                workspace is None
+                and not mount.readonly
+                and mount.kind == "bind"
+                and os.path.normpath(mount.target) == config.working_dir
+            ):
                 workspace = mount
             else:
                 others.append(mount)
         # the workspace folder, also when the home rule mounts its top level read-only
-        folder = workspace or next((m for m in spec.bind_mounts if m.kind == "bind" and os.path.normpath(m.target) == config.working_dir), None)
+        folder = workspace or next(
+            (m for m in spec.bind_mounts if m.kind == "bind" and os.path.normpath(m.target) == config.working_dir), None
+        )
         writable = [m for m in spec.bind_mounts if not m.readonly]
         if config.user:
             user = config.user
@@ -370,7 +396,9 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
             if folder is not None and not _writable_by(Path(folder.source), user):
                 log.warning(
                     "the workspace %s is not writable by the container user %s: give the folder that owner "
-                    "or set --DockerSandbox.user", folder.source, user,
+                    "or set --DockerSandbox.user",
+                    folder.source,
+                    user,
                 )
 
         command = list(spec.command)
@@ -458,7 +486,11 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
         parent = os.getpid()
         try:
             process = await asyncio.create_subprocess_exec(
-                cli, "start", "--attach", "--interactive", container_id,
+                cli,
+                "start",
+                "--attach",
+                "--interactive",
+                container_id,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,

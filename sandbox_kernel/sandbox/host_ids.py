@@ -68,7 +68,11 @@ def _parse(blob: bytes) -> list[tuple[int, int, int]]:
 
 
 def _from_mode(mode: int) -> list[tuple[int, int, int]]:
-    return [(_USER_OBJ, (mode >> 6) & 7, _UNDEFINED), (_GROUP_OBJ, (mode >> 3) & 7, _UNDEFINED), (_OTHER, mode & 7, _UNDEFINED)]
+    return [
+        (_USER_OBJ, (mode >> 6) & 7, _UNDEFINED),
+        (_GROUP_OBJ, (mode >> 3) & 7, _UNDEFINED),
+        (_OTHER, mode & 7, _UNDEFINED),
+    ]
 
 
 def _with_user(entries: list[tuple[int, int, int]], uid: int, perm: int) -> list[tuple[int, int, int]]:
@@ -143,7 +147,7 @@ def grant(path: Path, uid: int, gid: int, *, write: bool) -> None:
                     target = (Path(*parts[:i]) / os.readlink(name, dir_fd=fd)).resolve()
                     os.close(fd)
                     fd = -1
-                    grant(target / Path(*parts[i + 1:]) if not last else target, uid, gid, write=write)
+                    grant(target / Path(*parts[i + 1 :]) if not last else target, uid, gid, write=write)
                     return
                 raise
             os.close(fd)

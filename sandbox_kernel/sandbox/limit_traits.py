@@ -19,17 +19,21 @@ class LimitTraits(HasTraits):
     (0: no limit) and the :class:`ResourceLimits` they make."""
 
     memory_limit = Int(
-        DEFAULT_LIMITS.address_space, help="Address-space limit of the sandboxed processes, in bytes (0: none).",
+        DEFAULT_LIMITS.address_space,
+        help="Address-space limit of the sandboxed processes, in bytes (0: none).",
     ).tag(config=True)
     max_processes = Int(
-        DEFAULT_LIMITS.processes, help="RLIMIT_NPROC inside the sandbox (0: none). Not enforced by Linux for "
+        DEFAULT_LIMITS.processes,
+        help="RLIMIT_NPROC inside the sandbox (0: none). Not enforced by Linux for "
         "host root; use the docker backend for a hard cap.",
     ).tag(config=True)
     max_file_size = Int(
-        DEFAULT_LIMITS.file_size, help="Largest file sandboxed code may write, in bytes (0: none).",
+        DEFAULT_LIMITS.file_size,
+        help="Largest file sandboxed code may write, in bytes (0: none).",
     ).tag(config=True)
     max_open_files = Int(
-        DEFAULT_LIMITS.open_files, help="Open file descriptors per sandboxed process (0: none).",
+        DEFAULT_LIMITS.open_files,
+        help="Open file descriptors per sandboxed process (0: none).",
     ).tag(config=True)
 
     def resource_limits(self) -> ResourceLimits:

@@ -42,9 +42,9 @@ import tempfile
 from dataclasses import dataclass
 
 __all__ = [
+    "RULES",
     "Cmp",
     "Rule",
-    "RULES",
     "SeccompUnavailable",
     "bpf_fd",
     "compile_bpf",
@@ -160,41 +160,111 @@ IOCTLS_REFUSED = {"TIOCSTI": 0x5412, "TIOCLINUX": 0x541C}
 
 RULES: tuple[Rule, ...] = tuple(
     # --- syscalls that cross namespaces or widen the kernel's attack surface
-    _deny("ptrace and friends read or write other processes' memory",
-          "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd", "kcmp")
-    + _deny("bpf, perf and userfaultfd are kernel attack surface, not namespaced",
-            "bpf", "perf_event_open", "userfaultfd")
+    _deny(
+        "ptrace and friends read or write other processes' memory",
+        "ptrace",
+        "process_vm_readv",
+        "process_vm_writev",
+        "process_madvise",
+        "pidfd_getfd",
+        "kcmp",
+    )
+    + _deny(
+        "bpf, perf and userfaultfd are kernel attack surface, not namespaced", "bpf", "perf_event_open", "userfaultfd"
+    )
     + _deny("the kernel keyrings are not namespaced", "keyctl", "add_key", "request_key")
-    + _deny("io_uring bypasses syscall filtering and is kernel attack surface",
-            "io_uring_setup", "io_uring_enter", "io_uring_register")
+    + _deny(
+        "io_uring bypasses syscall filtering and is kernel attack surface",
+        "io_uring_setup",
+        "io_uring_enter",
+        "io_uring_register",
+    )
     + _deny("kexec", "kexec_load", "kexec_file_load")
-    + _deny("file handles open files by inode, outside the mounts (CVE-2014-3519 'shocker')",
-            "open_by_handle_at", "name_to_handle_at")
-    + _deny("mounts: the sandbox's file system view is fixed",
-            "mount", "umount", "umount2", "pivot_root", "chroot", "move_mount", "fsopen", "fsconfig",
-            "fsmount", "fspick", "open_tree", "mount_setattr")
+    + _deny(
+        "file handles open files by inode, outside the mounts (CVE-2014-3519 'shocker')",
+        "open_by_handle_at",
+        "name_to_handle_at",
+    )
+    + _deny(
+        "mounts: the sandbox's file system view is fixed",
+        "mount",
+        "umount",
+        "umount2",
+        "pivot_root",
+        "chroot",
+        "move_mount",
+        "fsopen",
+        "fsconfig",
+        "fsmount",
+        "fspick",
+        "open_tree",
+        "mount_setattr",
+    )
     + _deny("no new namespaces, no joining others", "unshare", "setns")
-    + [Rule("clone", f"clone with {name}: no new namespaces", (Cmp(0, "MASKED_EQ", flag, flag),))
-       for name, flag in CLONE_NAMESPACE_FLAGS.items()]
-    + [Rule("clone3", "clone3's flags sit in memory a filter cannot read: ENOSYS makes libc use clone",
-            errno=errno.ENOSYS)]
-    + _not_one_of("socket", 0, SOCKET_FAMILIES_ALLOWED,
-                  "socket families other than unix, inet, inet6, netlink (AF_VSOCK is not namespaced)")
+    + [
+        Rule("clone", f"clone with {name}: no new namespaces", (Cmp(0, "MASKED_EQ", flag, flag),))
+        for name, flag in CLONE_NAMESPACE_FLAGS.items()
+    ]
+    + [
+        Rule(
+            "clone3",
+            "clone3's flags sit in memory a filter cannot read: ENOSYS makes libc use clone",
+            errno=errno.ENOSYS,
+        )
+    ]
+    + _not_one_of(
+        "socket",
+        0,
+        SOCKET_FAMILIES_ALLOWED,
+        "socket families other than unix, inet, inet6, netlink (AF_VSOCK is not namespaced)",
+    )
     + _not_one_of("socketpair", 0, SOCKET_FAMILIES_ALLOWED, "socketpair families other than unix, inet, inet6, netlink")
-    + [Rule("ioctl", f"ioctl {name}", (Cmp(1, "MASKED_EQ", value, 0xFFFFFFFF),))
-       for name, value in IOCTLS_REFUSED.items()]
+    + [
+        Rule("ioctl", f"ioctl {name}", (Cmp(1, "MASKED_EQ", value, 0xFFFFFFFF),))
+        for name, value in IOCTLS_REFUSED.items()
+    ]
     + _personality_rules()
     # --- nodes a host program could follow later (class 3)
-    + _deny("symlinks, FIFOs, device and socket nodes planted for a host program to follow",
-            "symlink", "symlinkat", "mknod", "mknodat")
+    + _deny(
+        "symlinks, FIFOs, device and socket nodes planted for a host program to follow",
+        "symlink",
+        "symlinkat",
+        "mknod",
+        "mknodat",
+    )
     # --- what Docker's default profile refuses besides: capability-gated anyway
     # (no capabilities in any sandbox), refused here as a second layer
-    + _deny("administration calls (Docker default profile parity)",
-            "acct", "reboot", "swapon", "swapoff", "init_module", "finit_module", "delete_module",
-            "create_module", "get_kernel_syms", "query_module", "iopl", "ioperm", "settimeofday",
-            "stime", "clock_settime", "clock_adjtime", "quotactl", "quotactl_fd", "nfsservctl",
-            "lookup_dcookie", "syslog", "uselib", "ustat", "sysfs", "_sysctl", "vm86", "vm86old",
-            "fanotify_init")
+    + _deny(
+        "administration calls (Docker default profile parity)",
+        "acct",
+        "reboot",
+        "swapon",
+        "swapoff",
+        "init_module",
+        "finit_module",
+        "delete_module",
+        "create_module",
+        "get_kernel_syms",
+        "query_module",
+        "iopl",
+        "ioperm",
+        "settimeofday",
+        "stime",
+        "clock_settime",
+        "clock_adjtime",
+        "quotactl",
+        "quotactl_fd",
+        "nfsservctl",
+        "lookup_dcookie",
+        "syslog",
+        "uselib",
+        "ustat",
+        "sysfs",
+        "_sysctl",
+        "vm86",
+        "vm86old",
+        "fanotify_init",
+    )
 )
 
 
@@ -206,7 +276,7 @@ def refused_syscalls() -> list[str]:
 # ----------------------------------------------------------------------- BPF
 
 
-def _load_pyseccomp():  # noqa: ANN202 - the module
+def _load_pyseccomp():
     try:
         import pyseccomp
     except (ImportError, RuntimeError, OSError) as exc:

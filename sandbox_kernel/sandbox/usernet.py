@@ -18,6 +18,7 @@ import time
 
 _PR_SET_PDEATHSIG = 1
 
+
 async def start_user_network(pid: int, timeout: float = 20.0) -> asyncio.subprocess.Process:
     """Attach pasta to the network namespace of ``pid``; return pasta's process
     once the namespace has a default route (the caller kills and awaits it, so
@@ -30,8 +31,21 @@ async def start_user_network(pid: int, timeout: float = 20.0) -> asyncio.subproc
     pasta = shutil.which("pasta")
     if pasta is None:
         raise FileNotFoundError("pasta is not installed (Debian/Ubuntu package 'passt')")
-    argv = [pasta, "--foreground", "--quiet", "--config-net", "--no-map-gw",
-            "-t", "none", "-u", "none", "-T", "none", "-U", "none"]
+    argv = [
+        pasta,
+        "--foreground",
+        "--quiet",
+        "--config-net",
+        "--no-map-gw",
+        "-t",
+        "none",
+        "-u",
+        "none",
+        "-T",
+        "none",
+        "-U",
+        "none",
+    ]
     if os.geteuid() == 0:
         # As root, enter only the network namespace: joining bwrap's user
         # namespace too races its set-up ("Couldn't switch to pasta
@@ -52,13 +66,19 @@ async def start_user_network(pid: int, timeout: float = 20.0) -> asyncio.subproc
             os.close(fd)
 
 
-async def _run_pasta(argv: list[str], pid: int, timeout: float, pass_fds: tuple[int, ...]) -> asyncio.subprocess.Process:
+async def _run_pasta(
+    argv: list[str], pid: int, timeout: float, pass_fds: tuple[int, ...]
+) -> asyncio.subprocess.Process:
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, preexec_fn=_die_with_parent, start_new_session=True,
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            preexec_fn=_die_with_parent,
+            start_new_session=True,
             pass_fds=pass_fds,
         )
         while time.monotonic() < deadline and proc.returncode is None:

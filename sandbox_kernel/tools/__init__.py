@@ -18,7 +18,16 @@ from .repl import (
     repl_show_cell,
     repl_show_notebook,
 )
-from .sessions import SessionRegistry, ToolsConfig, ToolSession, current_identity, get_registry, reset_identity, set_identity, set_registry
+from .sessions import (
+    SessionRegistry,
+    ToolsConfig,
+    ToolSession,
+    current_identity,
+    get_registry,
+    reset_identity,
+    set_identity,
+    set_registry,
+)
 from .shell import sandbox_execute
 from .workspace import WorkspacePathError, resolve_agent_path
 

@@ -18,7 +18,7 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from jupyter_core.paths import jupyter_config_path
 from mcp.server.mcpserver import MCPServer
@@ -116,17 +116,19 @@ class MCPServerApp(Application, LimitTraits):
         "python -m sandbox_kernel mcp --transport streamable-http --port 8000\n"
         "python -m sandbox_kernel mcp --MCPServerApp.network=host --MCPServerApp.max_cells=200"
     )
-    aliases = {**Application.aliases, **ALIASES}  # type: ignore[assignment]
-    flags = {  # type: ignore[assignment]
+    aliases: ClassVar[dict[Any, Any]] = {**Application.aliases, **ALIASES}
+    flags: ClassVar[dict[Any, Any]] = {
         **Application.flags,
         **boolean_flag(
-            "identity-headers", "MCPServerApp.identity_headers",
+            "identity-headers",
+            "MCPServerApp.identity_headers",
             "HTTP only: take the session from the X-Sandbox-User-Id / X-Sandbox-Session-Id headers "
             "(only behind a trusted gateway that sets them).",
             "Use the fixed --user-id / --session-id (the default).",
         ),
         **boolean_flag(
-            "docker-persistent", "MCPServerApp.docker_persistent",
+            "docker-persistent",
+            "MCPServerApp.docker_persistent",
             "Keep one Docker shell container per session between commands.",
             "One Docker shell container per command (the default).",
         ),
@@ -134,48 +136,56 @@ class MCPServerApp(Application, LimitTraits):
 
     # -- server -------------------------------------------------------------
     transport = Enum(
-        ["stdio", "streamable-http"], default_value="stdio",
+        ["stdio", "streamable-http"],
+        default_value="stdio",
         help="MCP transport: 'stdio' (the client starts this process) or 'streamable-http' "
         "(serve http://<host>:<port><path>).",
     ).tag(config=True)
     host = Unicode(
-        "127.0.0.1", help="Bind address of the streamable-http transport (the default: this machine only).",
+        "127.0.0.1",
+        help="Bind address of the streamable-http transport (the default: this machine only).",
     ).tag(config=True)
     port = Int(8000, help="TCP port of the streamable-http transport (1-65535).").tag(config=True)
     path = Unicode("/mcp", help="Endpoint path of the streamable-http transport.").tag(config=True)
     log_level = LogLevel(
         (0, 10, 20, 30, 40, 50, "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "CRITICAL"),
-        default_value=logging.WARN,
+        default_value=logging.WARNING,
         help="Log level, a name or a number (30: WARN, the default). Logs go to stderr.",
     ).tag(config=True)
 
     # -- which session ------------------------------------------------------
     user_id = Unicode(
-        "", help=f"User id of the session the tools act on. Empty (the default): ${USER_ENV}, else the OS user name.",
+        "",
+        help=f"User id of the session the tools act on. Empty (the default): ${USER_ENV}, else the OS user name.",
     ).tag(config=True)
     session_id = Unicode(
-        "", help=f"Session id the tools act on (fixed per server: the model cannot switch to a fresh "
+        "",
+        help=f"Session id the tools act on (fixed per server: the model cannot switch to a fresh "
         f"session to escape the private-data ratchet). Empty (the default): ${SESSION_ENV}, else a new mcp-<random> id.",
     ).tag(config=True)
     identity_headers = Bool(
-        False, help="HTTP only: take the user and session per request from the X-Sandbox-User-Id / "
+        False,
+        help="HTTP only: take the user and session per request from the X-Sandbox-User-Id / "
         "X-Sandbox-Session-Id headers. Only behind a trusted gateway that sets them: clients could "
         "otherwise pick any session.",
     ).tag(config=True)
 
     # -- sandboxes ----------------------------------------------------------
     backend = Enum(
-        ["auto", "bwrap", "docker", "subprocess"], default_value=_DEFAULTS.backend,
+        ["auto", "bwrap", "docker", "subprocess"],
+        default_value=_DEFAULTS.backend,
         help="Sandbox of the notebook cells: 'bwrap', 'docker', or 'subprocess' (development only: "
         "isolates nothing); 'auto' picks bwrap, else subprocess.",
     ).tag(config=True)
     shell_backend = Enum(
-        ["sandbox", "docker"], default_value=_DEFAULTS.shell_backend,
+        ["sandbox", "docker"],
+        default_value=_DEFAULTS.shell_backend,
         help="Where sandbox_execute runs commands: 'sandbox' (the cells' sandbox backend) or 'docker' "
         "(hardened containers, see docker_persistent).",
     ).tag(config=True)
     docker_image = Unicode(
-        "", help="Image of the Docker shell (shell_backend='docker'). Empty (the default): "
+        "",
+        help="Image of the Docker shell (shell_backend='docker'). Empty (the default): "
         "$SANDBOX_DOCKER_IMAGE, else sandbox-kernel:latest.",
     ).tag(config=True)
     docker_persistent = Bool(
@@ -184,10 +194,12 @@ class MCPServerApp(Application, LimitTraits):
         "processes survive) instead of a fresh container per command.",
     ).tag(config=True)
     docker_read_only_mounts = Dict(
-        {}, help="Docker shell: extra read-only mounts {host path: container path}.",
+        {},
+        help="Docker shell: extra read-only mounts {host path: container path}.",
     ).tag(config=True)
     network = Enum(
-        ["user", "host"], default_value=_DEFAULTS.network,
+        ["user", "host"],
+        default_value=_DEFAULTS.network,
         help="Network of public sessions' sandboxes: 'user' (a user-mode network: internet, but not the "
         "host's loopback) or 'host' (the HOST's network namespace: exposes every service listening on the "
         "host's loopback, this server included, and the host's abstract unix sockets to the agent's code). "
@@ -201,7 +213,8 @@ class MCPServerApp(Application, LimitTraits):
         "call; 0: never).",
     ).tag(config=True)
     data_dir = Unicode(
-        "", help="Where notebooks, workspaces and the privacy store live (a relative path is taken from the "
+        "",
+        help="Where notebooks, workspaces and the privacy store live (a relative path is taken from the "
         "current directory). Empty (the default): $SANDBOX_KERNEL_DATA_DIR, else <jupyter data dir>/sandbox_kernel.",
     ).tag(config=True)
     max_cells = Int(_DEFAULTS.max_cells, help="Most cells a notebook may hold.").tag(config=True)
@@ -215,7 +228,8 @@ class MCPServerApp(Application, LimitTraits):
         "code you trust.",
     ).tag(config=True)
     private_datasets = Dict(
-        {}, help="Private datasets mounted read-only at /private/<name>, only into sandboxes without network: "
+        {},
+        help="Private datasets mounted read-only at /private/<name>, only into sandboxes without network: "
         "{name: {'source': host path, 'sensitivity': 'INTERNAL'|'CONFIDENTIAL'|'SECRET'}} (sensitivity "
         "defaults to CONFIDENTIAL; on the command line: name=<JSON object> or name=<path>). Using one "
         "raises the session's ratchet.",
@@ -316,8 +330,9 @@ class MCPServerApp(Application, LimitTraits):
 
     # -- life cycle ---------------------------------------------------------
     def _create_loader(self, argv: Any, aliases: Any, flags: Any, classes: Any) -> KVArgParseConfigLoader:
-        return KVArgParseConfigLoader(argv, aliases, flags, classes=classes, log=self.log,
-                                      subcommands=self.subcommands, prog="sandbox-kernel mcp")
+        return KVArgParseConfigLoader(
+            argv, aliases, flags, classes=classes, log=self.log, subcommands=self.subcommands, prog="sandbox-kernel mcp"
+        )
 
     def parse_command_line(self, argv: Sequence[str] | None = None) -> None:  # type: ignore[override]
         """Application's, but a bad value raises (``TraitError``) instead of being
@@ -346,7 +361,10 @@ class MCPServerApp(Application, LimitTraits):
         for directory in reversed(jupyter_config_path()):  # lowest priority first
             try:
                 for config, filename in self._load_config_files(
-                    CONFIG_FILE, path=[directory], log=self.log, raise_config_file_errors=True,
+                    CONFIG_FILE,
+                    path=[directory],
+                    log=self.log,
+                    raise_config_file_errors=True,
                 ):
                     new_config.merge(config)
                     if filename not in self._loaded_config_files:
@@ -389,8 +407,9 @@ class MCPServerApp(Application, LimitTraits):
         value, e.g. an invalid ``$SANDBOX_KERNEL_SESSION_ID``)."""
         try:
             registry = SessionRegistry(self.tools_config())
-            server = build_server(registry, self.user_id or None, self.session_id or None,
-                                  identity_headers=self.identity_headers)
+            server = build_server(
+                registry, self.user_id or None, self.session_id or None, identity_headers=self.identity_headers
+            )
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         return registry, server
@@ -410,8 +429,9 @@ class MCPServerApp(Application, LimitTraits):
                 if self.transport == "stdio":
                     await server.run_stdio_async()
                 else:
-                    await server.run_streamable_http_async(host=self.host, port=self.port,
-                                                           streamable_http_path=self.path)
+                    await server.run_streamable_http_async(
+                        host=self.host, port=self.port, streamable_http_path=self.path
+                    )
             finally:
                 with anyio.CancelScope(shield=True):
                     await registry.aclose()

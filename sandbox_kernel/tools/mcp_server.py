@@ -130,8 +130,16 @@ def build_server(
         Returns the exit code and the output."""
         return await call(shell.sandbox_execute, ctx, command, timeout)
 
-    for fn in (repl_execute_cell, repl_rerun_cell, repl_show_notebook, repl_show_cell,
-               repl_delete_cell, repl_clear_notebook, repl_export_ipynb, sandbox_execute):
+    for fn in (
+        repl_execute_cell,
+        repl_rerun_cell,
+        repl_show_notebook,
+        repl_show_cell,
+        repl_delete_cell,
+        repl_clear_notebook,
+        repl_export_ipynb,
+        sandbox_execute,
+    ):
         server.add_tool(fn)
     server.registry = reg  # type: ignore[attr-defined]
     return server

@@ -109,7 +109,10 @@ class CellOutput:
     def from_json(cls, raw: Any) -> CellOutput:
         if not isinstance(raw, dict):
             raise ValueError("an output is not an object")
-        kw = {k: raw.get(k) for k in ("name", "text", "data", "execution_count", "display_id", "ename", "evalue", "traceback")}
+        kw = {
+            k: raw.get(k)
+            for k in ("name", "text", "data", "execution_count", "display_id", "ename", "evalue", "traceback")
+        }
         return cls(output_type=OutputType(raw.get("output_type")), metadata=raw.get("metadata") or {}, **kw)
 
 
@@ -149,9 +152,14 @@ class Cell:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.id, "code": self.code, "state": self.state.value,
-            "outputs": [o.to_json() for o in self.outputs], "execution_count": self.execution_count,
-            "started_at": self.started_at, "duration": self.duration, "privacy_raised": self.privacy_raised,
+            "id": self.id,
+            "code": self.code,
+            "state": self.state.value,
+            "outputs": [o.to_json() for o in self.outputs],
+            "execution_count": self.execution_count,
+            "started_at": self.started_at,
+            "duration": self.duration,
+            "privacy_raised": self.privacy_raised,
         }
 
     @classmethod
@@ -159,10 +167,14 @@ class Cell:
         if not isinstance(raw, dict) or not isinstance(raw.get("code"), str) or not isinstance(raw.get("id"), str):
             raise ValueError("a cell is not an object with 'id' and 'code' strings")
         return cls(
-            code=raw["code"], id=raw["id"], state=CellState(raw.get("state", "idle")),
+            code=raw["code"],
+            id=raw["id"],
+            state=CellState(raw.get("state", "idle")),
             outputs=[CellOutput.from_json(o) for o in raw.get("outputs") or []],
-            execution_count=raw.get("execution_count"), started_at=raw.get("started_at"),
-            duration=raw.get("duration"), privacy_raised=raw.get("privacy_raised"),
+            execution_count=raw.get("execution_count"),
+            started_at=raw.get("started_at"),
+            duration=raw.get("duration"),
+            privacy_raised=raw.get("privacy_raised"),
         )
 
 
@@ -199,11 +211,32 @@ class OutputCollector:
                 outputs.append(CellOutput(OutputType.STREAM, name=name, text=text))
         elif kind == "display_data":
             display_id = (content.get("transient") or {}).get("display_id")
-            outputs.append(CellOutput(OutputType.DISPLAY_DATA, data=content.get("data") or {}, metadata=content.get("metadata") or {}, display_id=display_id))
+            outputs.append(
+                CellOutput(
+                    OutputType.DISPLAY_DATA,
+                    data=content.get("data") or {},
+                    metadata=content.get("metadata") or {},
+                    display_id=display_id,
+                )
+            )
         elif kind == "execute_result":
-            outputs.append(CellOutput(OutputType.EXECUTE_RESULT, data=content.get("data") or {}, metadata=content.get("metadata") or {}, execution_count=content.get("execution_count")))
+            outputs.append(
+                CellOutput(
+                    OutputType.EXECUTE_RESULT,
+                    data=content.get("data") or {},
+                    metadata=content.get("metadata") or {},
+                    execution_count=content.get("execution_count"),
+                )
+            )
         elif kind == "error":
-            outputs.append(CellOutput(OutputType.ERROR, ename=content.get("ename"), evalue=content.get("evalue"), traceback=list(content.get("traceback") or [])))
+            outputs.append(
+                CellOutput(
+                    OutputType.ERROR,
+                    ename=content.get("ename"),
+                    evalue=content.get("evalue"),
+                    traceback=list(content.get("traceback") or []),
+                )
+            )
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -285,14 +318,25 @@ class Notebook:
         for cell in nb.cells:  # the process stopped while it ran
             if cell.state == CellState.RUNNING:
                 cell.state = CellState.ERROR
-                cell.outputs.append(CellOutput(OutputType.ERROR, ename="Interrupted", evalue="the tool server stopped while this cell ran", traceback=[]))
+                cell.outputs.append(
+                    CellOutput(
+                        OutputType.ERROR,
+                        ename="Interrupted",
+                        evalue="the tool server stopped while this cell ran",
+                        traceback=[],
+                    )
+                )
         return nb
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "version": SCHEMA_VERSION, "user_id": self.user_id, "session_id": self.session_id,
-            "created_at": self.created_at, "execution_count": self.execution_count,
-            "cells": [c.to_json() for c in self.cells], "privacy_events": self.privacy_events,
+            "version": SCHEMA_VERSION,
+            "user_id": self.user_id,
+            "session_id": self.session_id,
+            "created_at": self.created_at,
+            "execution_count": self.execution_count,
+            "cells": [c.to_json() for c in self.cells],
+            "privacy_events": self.privacy_events,
             "replay": self.replay,
         }
 
@@ -318,9 +362,12 @@ class Notebook:
             raise NotebookFullError(
                 f"the notebook is full ({self.max_cells} cells, the maximum): delete cells or clear the notebook first"
             )
-        if number is not None:
-            if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= len(self.cells):
-                raise CellNotFoundError(f"cannot insert at position {number!r}: use 0-{len(self.cells)} or leave it empty to append")
+        if number is not None and (
+            isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= len(self.cells)
+        ):
+            raise CellNotFoundError(
+                f"cannot insert at position {number!r}: use 0-{len(self.cells)} or leave it empty to append"
+            )
         cell = Cell(code=code)
         if number is None:
             self.cells.append(cell)
@@ -367,7 +414,9 @@ class Notebook:
         collector = OutputCollector(cell)
         t0 = time.monotonic()
         try:
-            result = await engine.execute(cell.code, execution_count=cell.execution_count, emit=collector, timeout=timeout)
+            result = await engine.execute(
+                cell.code, execution_count=cell.execution_count, emit=collector, timeout=timeout
+            )
         except asyncio.CancelledError:
             cell.state = CellState.ERROR
             cell.duration = time.monotonic() - t0
@@ -383,15 +432,23 @@ class Notebook:
         self.replay = engine.replay.to_json()
         if before is not None and engine.ratchet is not None:
             after = engine.ratchet.state
-            if after.sensitivity > before.sensitivity or {d.name for d in after.datasets} - {d.name for d in before.datasets}:
+            if after.sensitivity > before.sensitivity or {d.name for d in after.datasets} - {
+                d.name for d in before.datasets
+            }:
                 old = {d.name for d in before.datasets}
                 cell.privacy_raised = {
-                    "from": before.sensitivity.name, "to": after.sensitivity.name,
+                    "from": before.sensitivity.name,
+                    "to": after.sensitivity.name,
                     "datasets": sorted(d.name for d in after.datasets if d.name not in old),
                 }
-                self.privacy_events.append({
-                    "cell_id": cell.id, "execution_count": cell.execution_count, "at": time.time(), **cell.privacy_raised,
-                })
+                self.privacy_events.append(
+                    {
+                        "cell_id": cell.id,
+                        "execution_count": cell.execution_count,
+                        "at": time.time(),
+                        **cell.privacy_raised,
+                    }
+                )
         self.save()
         return cell
 
@@ -404,7 +461,9 @@ class Notebook:
         nb.metadata["kernelspec"] = {"name": KERNEL_NAME, "display_name": "Python 3 (sandboxed)", "language": "python"}
         nb.metadata["language_info"] = language_info()
         meta: dict[str, Any] = {
-            "version": __version__, "user_id": self.user_id, "session_id": self.session_id,
+            "version": __version__,
+            "user_id": self.user_id,
+            "session_id": self.session_id,
             "privacy": {**(privacy or {}), "raised_by": list(self.privacy_events)},
         }
         nb.metadata["sandbox_kernel"] = meta
@@ -414,11 +473,22 @@ class Notebook:
                 if o.output_type == OutputType.STREAM:
                     out_cells.append(v4.new_output("stream", name=o.name or "stdout", text=o.text or ""))
                 elif o.output_type == OutputType.EXECUTE_RESULT:
-                    out_cells.append(v4.new_output("execute_result", data=_bundle(o.data), metadata=o.metadata or {}, execution_count=cell.execution_count))
+                    out_cells.append(
+                        v4.new_output(
+                            "execute_result",
+                            data=_bundle(o.data),
+                            metadata=o.metadata or {},
+                            execution_count=cell.execution_count,
+                        )
+                    )
                 elif o.output_type == OutputType.DISPLAY_DATA:
                     out_cells.append(v4.new_output("display_data", data=_bundle(o.data), metadata=o.metadata or {}))
                 elif o.output_type == OutputType.ERROR:
-                    out_cells.append(v4.new_output("error", ename=o.ename or "Error", evalue=o.evalue or "", traceback=list(o.traceback or [])))
+                    out_cells.append(
+                        v4.new_output(
+                            "error", ename=o.ename or "Error", evalue=o.evalue or "", traceback=list(o.traceback or [])
+                        )
+                    )
             nb_cell = v4.new_code_cell(source=cell.code, outputs=out_cells, execution_count=cell.execution_count)
             nb_cell.id = cell.id
             nb_cell.metadata["sandbox_kernel"] = {"state": cell.state.value, "duration": cell.duration}
@@ -441,9 +511,7 @@ def _bundle(data: dict[str, Any] | None) -> dict[str, Any]:
     """nbformat wants text MIME values as strings and JSON ones as objects."""
     out: dict[str, Any] = {}
     for mime, value in (data or {}).items():
-        if mime == "application/json" or mime.endswith("+json"):
-            out[mime] = value
-        elif isinstance(value, str):
+        if mime == "application/json" or mime.endswith("+json") or isinstance(value, str):
             out[mime] = value
         elif isinstance(value, list) and all(isinstance(v, str) for v in value):
             out[mime] = "".join(value)

@@ -38,6 +38,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 try:  # tool_error_behavior="failed" (newer pydantic-ai)
     from pydantic_ai import ToolFailed
+
     _TOOL_ERRORS: tuple[type[Exception], ...] = (ModelRetry, ToolFailed)
 except ImportError:  # pragma: no cover - depends on the pydantic-ai version
     _TOOL_ERRORS = (ModelRetry,)
@@ -59,7 +60,9 @@ def _out(result: ToolResult) -> Any:
     return ToolReturn(return_value=result.text, content=images)
 
 
-def get_all_tools(user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None) -> list[Tool]:
+def get_all_tools(
+    user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None
+) -> list[Tool]:
     """The seven REPL tools and sandbox_execute, bound to one session."""
     user, session = current_identity(user_id, session_id)
     bound = {"user_id": user, "session_id": session, "registry": registry}
@@ -130,12 +133,22 @@ def get_all_tools(user_id: str | None = None, session_id: str | None = None, reg
         """
         return await run(shell.sandbox_execute, command, timeout)
 
-    fns = [repl_execute_cell, repl_rerun_cell, repl_show_notebook, repl_show_cell,
-           repl_delete_cell, repl_clear_notebook, repl_export_ipynb, sandbox_execute]
+    fns = [
+        repl_execute_cell,
+        repl_rerun_cell,
+        repl_show_notebook,
+        repl_show_cell,
+        repl_delete_cell,
+        repl_clear_notebook,
+        repl_export_ipynb,
+        sandbox_execute,
+    ]
     return [Tool(fn, takes_ctx=False, max_retries=3) for fn in fns]
 
 
-def get_toolset(user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None) -> FunctionToolset:
+def get_toolset(
+    user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None
+) -> FunctionToolset:
     return FunctionToolset(get_all_tools(user_id, session_id, registry))
 
 
@@ -190,7 +203,7 @@ class PrivateDataMCPToolset(WrapperToolset):
 
     # -- both instances take part in everything the agent does with toolsets
 
-    async def __aenter__(self) -> "PrivateDataMCPToolset":
+    async def __aenter__(self) -> PrivateDataMCPToolset:
         await self.wrapped.__aenter__()
         try:
             await self.isolated.__aenter__()
@@ -206,7 +219,7 @@ class PrivateDataMCPToolset(WrapperToolset):
             await self.wrapped.__aexit__(*args)
         return None  # never swallow the caller's exception
 
-    def _with(self, wrapped: AbstractToolset, isolated: AbstractToolset) -> "PrivateDataMCPToolset":
+    def _with(self, wrapped: AbstractToolset, isolated: AbstractToolset) -> PrivateDataMCPToolset:
         if wrapped is self.wrapped and isolated is self.isolated:
             return self
         copy = replace(self, wrapped=wrapped, isolated=isolated)
@@ -231,7 +244,9 @@ class PrivateDataMCPToolset(WrapperToolset):
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         return await self.target().get_tools(ctx)
 
-    async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]) -> Any:
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
         target = self.target()
         if target is self.isolated:
             # The tool may have been listed by the normal instance before the
@@ -289,7 +304,9 @@ def private_data_mcp_http(
     MCPToolset = _mcp_toolset_class()
     normal = MCPToolset(url, **kwargs)
     isolated = MCPToolset(url_isolated, **{**kwargs, **dict(isolated_kwargs or {})})
-    return PrivateDataMCPToolset(normal, isolated=isolated, user_id=user_id or "", session_id=session_id or "", store=store)
+    return PrivateDataMCPToolset(
+        normal, isolated=isolated, user_id=user_id or "", session_id=session_id or "", store=store
+    )
 
 
 def _visible_in_sandbox(path: str, bind_mounts: Sequence[BindMount]) -> bool:
@@ -369,7 +386,10 @@ def private_data_mcp_stdio(
         raise FileNotFoundError(f"MCP server command {command!r} not found on PATH")
     resolved = os.path.abspath(resolved)
     inside_cwd = isolated_cwd or (os.fspath(cwd) if cwd is not None else "/tmp")
-    for what, path in [("command", resolved), *(("argument", a) for a in args if os.path.isabs(a) and os.path.exists(a))]:
+    for what, path in [
+        ("command", resolved),
+        *(("argument", a) for a in args if os.path.isabs(a) and os.path.exists(a)),
+    ]:
         if not _visible_in_sandbox(path, bind_mounts):
             raise ValueError(
                 f"the MCP server's {what} {path} is not visible inside the isolated instance's sandbox: "
@@ -380,18 +400,34 @@ def private_data_mcp_stdio(
             f"the working directory {inside_cwd} is not visible inside the isolated instance's sandbox: "
             "bind-mount it or pass isolated_cwd"
         )
-    inside_env = {"HOME": "/tmp", "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **env, **dict(isolated_env or {})}
-    argv = isolated_sandbox.build_argv(SandboxSpec(
-        command=[resolved, *args],
-        bind_mounts=list(bind_mounts),
-        isolate_network=True,
-        cwd=inside_cwd,
-        env=inside_env,
-    ))
+    inside_env = {
+        "HOME": "/tmp",
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        **env,
+        **dict(isolated_env or {}),
+    }
+    argv = isolated_sandbox.build_argv(
+        SandboxSpec(
+            command=[resolved, *args],
+            bind_mounts=list(bind_mounts),
+            isolate_network=True,
+            cwd=inside_cwd,
+            env=inside_env,
+        )
+    )
     normal = MCPToolset(
-        StdioTransport(command, args, env=env or None, cwd=os.fspath(cwd) if cwd is not None else None,
-                       keep_alive=False, log_file=log_file),
+        StdioTransport(
+            command,
+            args,
+            env=env or None,
+            cwd=os.fspath(cwd) if cwd is not None else None,
+            keep_alive=False,
+            log_file=log_file,
+        ),
         **kwargs,
     )
     isolated = MCPToolset(StdioTransport(argv[0], argv[1:], keep_alive=False, log_file=log_file), **kwargs)
-    return PrivateDataMCPToolset(normal, isolated=isolated, user_id=user_id or "", session_id=session_id or "", store=store)
+    return PrivateDataMCPToolset(
+        normal, isolated=isolated, user_id=user_id or "", session_id=session_id or "", store=store
+    )

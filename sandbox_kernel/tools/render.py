@@ -83,7 +83,9 @@ def output_text(out: CellOutput, image_counter: list[int]) -> tuple[str, str]:
     return (label, strip_ansi(bundle_text(out.data)))
 
 
-def render_cell(cell: Cell, number: int, *, full: bool = False, limit: int = MAX_OUTPUT_CHARS, show_code: bool = True) -> ToolResult:
+def render_cell(
+    cell: Cell, number: int, *, full: bool = False, limit: int = MAX_OUTPUT_CHARS, show_code: bool = True
+) -> ToolResult:
     count = cell.execution_count if cell.execution_count is not None else " "
     head = f"Cell {number} [{count}] {cell.state.value.upper()}"
     if cell.duration is not None:
@@ -120,7 +122,11 @@ def render_notebook(nb: Notebook, header: str = "") -> str:
         count = cell.execution_count if cell.execution_count is not None else " "
         code_lines = cell.code.splitlines() or [""]
         shown = "\n    ".join(code_lines[:MAX_CODE_LINES_IN_LIST])
-        more = f"\n    ... ({len(code_lines) - MAX_CODE_LINES_IN_LIST} more lines)" if len(code_lines) > MAX_CODE_LINES_IN_LIST else ""
+        more = (
+            f"\n    ... ({len(code_lines) - MAX_CODE_LINES_IN_LIST} more lines)"
+            if len(code_lines) > MAX_CODE_LINES_IN_LIST
+            else ""
+        )
         summary = ""
         if cell.state == CellState.ERROR and cell.error is not None:
             summary = f" -> {cell.error.ename}: {truncate(cell.error.evalue or '', 200)}"

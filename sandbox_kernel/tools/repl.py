@@ -41,7 +41,9 @@ def _tool(fn: Callable[..., Awaitable[ToolResult]]) -> Callable[..., Awaitable[T
 
 
 @asynccontextmanager
-async def session_for(user_id: str | None, session_id: str | None, registry: SessionRegistry | None, *, engine: bool) -> AsyncIterator[tuple[ToolSession, list[str]]]:
+async def session_for(
+    user_id: str | None, session_id: str | None, registry: SessionRegistry | None, *, engine: bool
+) -> AsyncIterator[tuple[ToolSession, list[str]]]:
     """The session held exclusively; yields (session, notices) where notices gets
     the [SYSTEM] notice if the ratchet rose during the call."""
     user, session_id = current_identity(user_id, session_id)
@@ -70,13 +72,19 @@ def _with_notices(result: ToolResult, notices: list[str]) -> ToolResult:
 
 
 @_tool
-async def repl_execute_cell(code: str, timeout: float = 30, *, user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None) -> ToolResult:
+async def repl_execute_cell(
+    code: str,
+    timeout: float = 30,
+    *,
+    user_id: str | None = None,
+    session_id: str | None = None,
+    registry: SessionRegistry | None = None,
+) -> ToolResult:
     """Append a cell with ``code`` to the notebook and run it in the sandbox.
 
     Variables, imports and definitions persist across cells. Returns the cell's
     outputs (long ones truncated; repl_show_cell gives the full text).
     """
-    notices: list[str] = []
     async with session_for(user_id, session_id, registry, engine=True) as (session, notices):
         cell = await session.notebook.add_cell(code, execute=True, timeout=timeout)
         number = session.notebook.index_of(cell)
@@ -84,9 +92,15 @@ async def repl_execute_cell(code: str, timeout: float = 30, *, user_id: str | No
 
 
 @_tool
-async def repl_rerun_cell(cell_number: int, timeout: float = 30, *, user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None) -> ToolResult:
+async def repl_rerun_cell(
+    cell_number: int,
+    timeout: float = 30,
+    *,
+    user_id: str | None = None,
+    session_id: str | None = None,
+    registry: SessionRegistry | None = None,
+) -> ToolResult:
     """Run an existing cell again (its outputs are replaced)."""
-    notices: list[str] = []
     async with session_for(user_id, session_id, registry, engine=False) as (session, notices):
         session.notebook.get_cell(cell_number)  # a bad number is reported before any sandbox starts
         await session.ensure_engine()
@@ -95,7 +109,9 @@ async def repl_rerun_cell(cell_number: int, timeout: float = 30, *, user_id: str
 
 
 @_tool
-async def repl_show_notebook(*, user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None) -> ToolResult:
+async def repl_show_notebook(
+    *, user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None
+) -> ToolResult:
     """List every cell: number, execution count, state, first lines of code, a summary of its output."""
     async with session_for(user_id, session_id, registry, engine=False) as (session, notices):
         text = render_notebook(session.notebook)
@@ -106,7 +122,14 @@ async def repl_show_notebook(*, user_id: str | None = None, session_id: str | No
 
 
 @_tool
-async def repl_show_cell(cell_number: int, full: bool = False, *, user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None) -> ToolResult:
+async def repl_show_cell(
+    cell_number: int,
+    full: bool = False,
+    *,
+    user_id: str | None = None,
+    session_id: str | None = None,
+    registry: SessionRegistry | None = None,
+) -> ToolResult:
     """Show one cell: code and outputs (``full=True``: without truncation)."""
     async with session_for(user_id, session_id, registry, engine=False) as (session, notices):
         cell = session.notebook.get_cell(cell_number)
@@ -115,25 +138,45 @@ async def repl_show_cell(cell_number: int, full: bool = False, *, user_id: str |
 
 
 @_tool
-async def repl_delete_cell(cell_number: int, *, user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None) -> ToolResult:
+async def repl_delete_cell(
+    cell_number: int,
+    *,
+    user_id: str | None = None,
+    session_id: str | None = None,
+    registry: SessionRegistry | None = None,
+) -> ToolResult:
     """Delete a cell from the notebook (variables it created stay in the session)."""
     async with session_for(user_id, session_id, registry, engine=False) as (session, notices):
         cell = await asyncio.to_thread(session.notebook.delete_cell, cell_number)
         left = len(session.notebook.cells)
     first = (cell.code.splitlines() or [""])[0][:80]
-    return _with_notices(ToolResult(f"Deleted cell {cell_number} ({first!r}); {left} cell(s) left. Later cells were renumbered."), notices)
+    return _with_notices(
+        ToolResult(f"Deleted cell {cell_number} ({first!r}); {left} cell(s) left. Later cells were renumbered."),
+        notices,
+    )
 
 
 @_tool
-async def repl_clear_notebook(*, user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None) -> ToolResult:
+async def repl_clear_notebook(
+    *, user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None
+) -> ToolResult:
     """Remove every cell. Variables already defined stay in the session."""
     async with session_for(user_id, session_id, registry, engine=False) as (session, notices):
         n = await asyncio.to_thread(session.notebook.clear)
-    return _with_notices(ToolResult(f"Cleared the notebook ({n} cell(s) removed). Variables already defined are still available."), notices)
+    return _with_notices(
+        ToolResult(f"Cleared the notebook ({n} cell(s) removed). Variables already defined are still available."),
+        notices,
+    )
 
 
 @_tool
-async def repl_export_ipynb(path: str = "notebook.ipynb", *, user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None) -> ToolResult:
+async def repl_export_ipynb(
+    path: str = "notebook.ipynb",
+    *,
+    user_id: str | None = None,
+    session_id: str | None = None,
+    registry: SessionRegistry | None = None,
+) -> ToolResult:
     """Save the notebook as a Jupyter .ipynb file in the workspace (e.g. 'analysis.ipynb')."""
     async with session_for(user_id, session_id, registry, engine=False) as (session, notices):
         target = resolve_agent_path(session.workspace, path)

@@ -38,7 +38,9 @@ USER_ENV = "SANDBOX_KERNEL_USER_ID"
 SESSION_ENV = "SANDBOX_KERNEL_SESSION_ID"
 DEFAULT_SESSION = "default"
 
-_identity: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("sandbox_kernel_tools_identity", default=None)
+_identity: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "sandbox_kernel_tools_identity", default=None
+)
 
 
 def set_identity(user_id: str, session_id: str) -> contextvars.Token:
@@ -294,7 +296,10 @@ class SessionRegistry:
         for shell in self._docker.sessions():
             key = (shell.user_id, shell.session_id, shell.container_id)
             record = self._shell_records.get(key) or EnforcementRecord(
-                store_root, shell.user_id, shell.session_id, workspace=workspace_dir(shell.user_id, shell.session_id, self.config.root()),
+                store_root,
+                shell.user_id,
+                shell.session_id,
+                workspace=workspace_dir(shell.user_id, shell.session_id, self.config.root()),
             )
             level = Ratchet(shell.user_id, shell.session_id, PrivacyStore(store_root)).state.sensitivity
             record.report(level, docker_network(shell.network_mode) != "none")
@@ -314,9 +319,14 @@ class SessionRegistry:
                 read_only_mounts=dict(self.config.docker_read_only_mounts) or None,
                 config=self.config.docker_config,
                 workspace_root=self.config.root() / "workspaces",
-                network_mode_getter=lambda u, s: Ratchet(
-                    u, s, PrivacyStore(self.config.root() / "privacy"), workspace=workspace_dir(u, s, self.config.root()),
-                ).state.network_mode,
+                network_mode_getter=lambda u, s: (
+                    Ratchet(
+                        u,
+                        s,
+                        PrivacyStore(self.config.root() / "privacy"),
+                        workspace=workspace_dir(u, s, self.config.root()),
+                    ).state.network_mode
+                ),
                 shared_workspace=True,
             )
         return self._docker

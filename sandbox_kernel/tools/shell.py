@@ -40,7 +40,12 @@ async def _run_local(session: ToolSession, command: str, timeout: float) -> tupl
         # the same workspace policy as the cells' sandboxes (engine/workspace_policy.py)
         try:
             mounts, _ = await asyncio.to_thread(
-                apply_policy, session.workspace, IN_WORKSPACE, [session.store.root], [session.config.root() / "workspaces"])
+                apply_policy,
+                session.workspace,
+                IN_WORKSPACE,
+                [session.store.root],
+                [session.config.root() / "workspaces"],
+            )
         except WorkspaceRefused as exc:
             raise ToolFatalError(f"workspace refused: {exc}") from exc
         if isolated:
@@ -52,12 +57,25 @@ async def _run_local(session: ToolSession, command: str, timeout: float) -> tupl
         cwd = str(session.workspace)
         home = str(session.workspace)
     bindir = str(Path(sys.executable).parent)
-    env = {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": "/tmp", "LANG": "C.UTF-8", "USER": "sandbox"}
+    env = {
+        "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "USER": "sandbox",
+    }
     for attempt in range(2):
         try:
-            result = await sandbox.run([_shell(), "-c", command], bind_mounts=mounts, timeout=timeout,
-                                       isolate_network=isolated, network=session.config.network,
-                                       cwd=cwd, env=env, limits=session.config.limits)
+            result = await sandbox.run(
+                [_shell(), "-c", command],
+                bind_mounts=mounts,
+                timeout=timeout,
+                isolate_network=isolated,
+                network=session.config.network,
+                cwd=cwd,
+                env=env,
+                limits=session.config.limits,
+            )
             break
         except BrokenPipeError as exc:
             # bwrap died while its user-mode network was being set up, before the
@@ -76,7 +94,14 @@ async def _run_local(session: ToolSession, command: str, timeout: float) -> tupl
 
 
 @_tool
-async def sandbox_execute(command: str, timeout: float = 60, *, user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None) -> ToolResult:
+async def sandbox_execute(
+    command: str,
+    timeout: float = 60,
+    *,
+    user_id: str | None = None,
+    session_id: str | None = None,
+    registry: SessionRegistry | None = None,
+) -> ToolResult:
     """Run a shell command (bash) in the session's sandbox, in /workspace.
 
     The workspace is shared with the REPL cells. Returns the exit code and the
@@ -90,21 +115,22 @@ async def sandbox_execute(command: str, timeout: float = 60, *, user_id: str | N
         raise ValueError("command contains a NUL byte")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
         raise ValueError(f"timeout must be between 0 and 3600 seconds, got {timeout!r}")
-    notices: list[str] = []
     async with session_for(user_id, session_id, registry, engine=False) as (session, notices):
         if session.engine is not None:
             await session.engine.refresh_privacy()
         if session.config.shell_backend == "docker":
             manager = session.registry.docker_manager()
             try:
-                code, text = await manager.aexecute_command(session.user_id, session.session_id, command, timeout,
-                                                            persistent=session.config.docker_persistent)
+                code, text = await manager.aexecute_command(
+                    session.user_id, session.session_id, command, timeout, persistent=session.config.docker_persistent
+                )
             except (ValueError, TypeError):
                 raise
             except Exception as exc:  # the daemon went away mid-session (requests' errors are OSErrors)
                 raise ToolFatalError(f"Docker failed: {type(exc).__name__}: {exc}") from exc
         else:
             code, text, _ = await _run_local(session, command, float(timeout))
-    body = truncate(text.rstrip("\n"), MAX_SHELL_OUTPUT, "redirect the output to a file in /workspace and read parts of it")
+    body = truncate(
+        text.rstrip("\n"), MAX_SHELL_OUTPUT, "redirect the output to a file in /workspace and read parts of it"
+    )
     return _with_notices(ToolResult(f"Exit code: {code}\n{body}" if body else f"Exit code: {code}"), notices)
-

@@ -20,7 +20,8 @@ import select
 import signal
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .channel import Channel, ChannelClosed
 
@@ -75,7 +76,7 @@ class Holder:
         self.shell = shell
 
     # ---- the serving loop --------------------------------------------------------
-    standby: "_Child | None" = None
+    standby: _Child | None = None
 
     def serve(self) -> None:
         fork_error: str | None = None
@@ -98,8 +99,16 @@ class Holder:
                 self._kill_standby()
                 os._exit(SHUTDOWN_EXIT)
             elif op in ("execute", "restore") and self.standby is None:
-                self.channel.send({"type": "done", "id": msg.get("id"), "status": "error", "ename": "ProcessLimitError",
-                                   "evalue": f"{fork_error}; stop processes started by earlier cells", "traceback": []})
+                self.channel.send(
+                    {
+                        "type": "done",
+                        "id": msg.get("id"),
+                        "status": "error",
+                        "ename": "ProcessLimitError",
+                        "evalue": f"{fork_error}; stop processes started by earlier cells",
+                        "traceback": [],
+                    }
+                )
             elif op in ("execute", "restore"):
                 child, self.standby = self.standby, None
                 try:
@@ -116,10 +125,12 @@ class Holder:
             elif op in ("interrupt", "kill", "input_reply", "ratchet_reply"):
                 continue  # nothing is running: a late message for a finished cell
             else:
-                self.channel.send({"type": "reply", "id": msg.get("id"), "status": "error", "evalue": f"unknown op {op!r}"})
+                self.channel.send(
+                    {"type": "reply", "id": msg.get("id"), "status": "error", "evalue": f"unknown op {op!r}"}
+                )
 
     # ---- fork and supervise ----------------------------------------------------------
-    def _fork_child(self) -> "_Child | None":
+    def _fork_child(self) -> _Child | None:
         """Fork; in the parent return the child's record, in the child None
         (with ``self._ctl`` set to its end of the private pipes)."""
         # Move every object to the permanent generation: the child's garbage
@@ -157,7 +168,7 @@ class Holder:
             os._exit(0)
         self.standby = None  # this process is now the holder; the old one exits
 
-    def _spawn_standby(self) -> "_Child | None":
+    def _spawn_standby(self) -> _Child | None:
         """Fork the child that will run the next cell now, while idle, so the
         fork and the stream set-up are off the cell's critical path."""
         child = self._fork_child()
@@ -187,7 +198,7 @@ class Holder:
                 result = self._restore(msg, self._ctl)
                 for capture in captures:
                     capture.stop()
-        except BaseException as exc:  # noqa: BLE001 - report, never die silently
+        except BaseException as exc:
             result = {"status": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": []}
         sys.stdout = sys.stderr = _Sink()  # type: ignore[assignment]
         self._finish_child(result, takeover=True)
@@ -205,13 +216,13 @@ class Holder:
         if child is None:
             try:
                 result = body(msg, self._ctl)
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 result = {"status": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": []}
             self._finish_child(result, takeover=False)
         else:
             self._supervise(child, msg, takeover=False)
 
-    def _supervise(self, child: "_Child", msg: dict[str, Any], takeover: bool) -> None:
+    def _supervise(self, child: _Child, msg: dict[str, Any], takeover: bool) -> None:
         pid = child.pid
         result_channel = child.ctl
         res_r = result_channel.read_fd
@@ -335,9 +346,12 @@ class Holder:
             "matches": [c.text for c in comps],
             "cursor_start": start,
             "cursor_end": end,
-            "metadata": {"_jupyter_types_experimental": [
-                {"start": c.start, "end": c.end, "text": c.text, "type": c.type, "signature": c.signature} for c in comps
-            ]},
+            "metadata": {
+                "_jupyter_types_experimental": [
+                    {"start": c.start, "end": c.end, "text": c.text, "type": c.type, "signature": c.signature}
+                    for c in comps
+                ]
+            },
         }
 
     def _inspect(self, msg: dict[str, Any], ctl: Channel) -> dict[str, Any]:
@@ -456,12 +470,14 @@ def main() -> None:
     private.install(shell)
     sys.stdout = sys.stderr = _Sink()  # type: ignore[assignment]
     _set_subreaper()
-    channel.send({
-        "type": "ready",
-        "python": sys.version.split()[0],
-        "pid": os.getpid(),
-        "startup_seconds": round(time.monotonic() - started, 3),
-    })
+    channel.send(
+        {
+            "type": "ready",
+            "python": sys.version.split()[0],
+            "pid": os.getpid(),
+            "startup_seconds": round(time.monotonic() - started, 3),
+        }
+    )
     pid = os.fork()
     if pid == 0:
         Holder(channel, shell).serve()

@@ -8,7 +8,8 @@ stops the cell right there and replaces the sandbox with a network-less one.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 PRIVATE_ROOT = "/private"
 _request: Callable[[dict[str, Any]], dict[str, Any]] | None = None

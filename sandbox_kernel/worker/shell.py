@@ -38,7 +38,9 @@ class ChannelDisplayPublisher(DisplayPublisher):
         _flush_std()
         msg_type = "update_display_data" if update else "display_data"
         if self.channel is not None and self.channel.enabled:
-            self.channel.send({"type": msg_type, "data": data, "metadata": metadata or {}, "transient": transient or {}})
+            self.channel.send(
+                {"type": msg_type, "data": data, "metadata": metadata or {}, "transient": transient or {}}
+            )
 
     def clear_output(self, wait: bool = False) -> None:
         _flush_std()
@@ -128,7 +130,6 @@ class SandboxShell(InteractiveShell):
         subclasses, as ipykernel's shell implements it). Inline and non-GUI
         backends need no event loop; a GUI toolkit cannot work in a sandbox
         that has no display, so the user is told that plainly."""
-        from IPython.core.error import UsageError
 
         if gui is not None:
             _refuse_gui(gui)

@@ -22,7 +22,9 @@ except ImportError:  # pragma: no cover - the sandbox image may lack it
     cloudpickle = None
 
 #: IPython's own names, never carried
-_HIDDEN = re.compile(r"^(_+|_\d+|_i+\d*|_ih|_oh|_dh|In|Out|exit|quit|get_ipython|__builtins__|__builtin__|__name__|__doc__|__package__|__loader__|__spec__)$")
+_HIDDEN = re.compile(
+    r"^(_+|_\d+|_i+\d*|_ih|_oh|_dh|In|Out|exit|quit|get_ipython|__builtins__|__builtin__|__name__|__doc__|__package__|__loader__|__spec__)$"
+)
 
 #: (type name fragment, hint) — the seeds' hint table, for dropped variables
 _HINTS = (
@@ -60,7 +62,11 @@ def carried_names(user_ns: dict[str, Any], hidden: set[str]) -> list[str]:
 def _dumps(value: Any) -> bytes:
     # Functions and classes defined in cells go by value (cloudpickle); their
     # instances by reference, so they stay instances of the replayed class.
-    if cloudpickle is not None and isinstance(value, (type, types.FunctionType)) and getattr(value, "__module__", None) == "__main__":
+    if (
+        cloudpickle is not None
+        and isinstance(value, (type, types.FunctionType))
+        and getattr(value, "__module__", None) == "__main__"
+    ):
         return cloudpickle.dumps(value, protocol=5)
     try:
         return pickle.dumps(value, protocol=5)
@@ -83,11 +89,15 @@ def write_checkpoint(shell: Any, directory: str, cell: int, def_names: list[str]
         if isinstance(value, types.ModuleType):
             modules[name] = value.__name__
             continue
-        if name in skip_defs and getattr(value, "__module__", None) == "__main__" and isinstance(value, (type, types.FunctionType)):
+        if (
+            name in skip_defs
+            and getattr(value, "__module__", None) == "__main__"
+            and isinstance(value, (type, types.FunctionType))
+        ):
             continue  # replayed from its definition
         try:
             blobs[name] = _dumps(value)
-        except BaseException as exc:  # noqa: BLE001 - any failure means "dropped"
+        except BaseException as exc:
             dropped[name] = hint_for(value, exc)
     manifest = {"version": 1, "cell": cell, "variables": sorted(blobs), "modules": sorted(modules), "dropped": dropped}
     os.makedirs(directory, exist_ok=True)
@@ -133,9 +143,9 @@ def restore(shell: Any, path: str | None, imports: list[str], defs: list[str]) -
 
     def run(source: str) -> str | None:
         try:
-            exec(compile(source, "<restored>", "exec"), ns)  # noqa: S102 - inside the sandbox
+            exec(compile(source, "<restored>", "exec"), ns)
             return None
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             return f"{type(exc).__name__}: {exc}"
 
     for source in imports:
@@ -149,18 +159,18 @@ def restore(shell: Any, path: str | None, imports: list[str], defs: list[str]) -
     restored: list[str] = []
     if path and os.path.exists(path):
         with open(path, "rb") as fh:
-            state = pickle.load(fh)  # noqa: S301 - sandbox-written, loaded in a sandbox
+            state = pickle.load(fh)
         for name, modname in state.get("modules", {}).items():
             try:
                 ns[name] = importlib.import_module(modname)
                 restored.append(name)
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 failed[name] = f"module {modname}: {type(exc).__name__}: {exc}"
         for name, blob in state.get("vars", {}).items():
             try:
-                ns[name] = pickle.load(io.BytesIO(blob))  # noqa: S301
+                ns[name] = pickle.load(io.BytesIO(blob))
                 restored.append(name)
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 failed[name] = f"could not be restored: {type(exc).__name__}: {exc}"
     for source in pending:
         error = run(source)

@@ -23,7 +23,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lab_helpers import REPO, LabServer  # noqa: E402
+from lab_helpers import REPO, LabServer
 
 CHROMIUM = Path("/usr/bin/chromium")
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -105,7 +105,9 @@ class BrowserLog:
 
 
 @pytest.fixture(scope="module")
-def browser_context(lab: LabServer, chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[tuple[Any, BrowserLog]]:
+def browser_context(
+    lab: LabServer, chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: Path
+) -> Iterator[tuple[Any, BrowserLog]]:
     from playwright.sync_api import sync_playwright
 
     profile = tmp_path_factory.mktemp("chromium-profile")
@@ -125,7 +127,9 @@ def browser_context(lab: LabServer, chromium_path: Path, tmp_path_factory: pytes
             yield context, log
         finally:
             context.close()
-            (artifacts / "browser-console.log").write_text("\n".join(log.console + ["--- page errors ---"] + log.page_errors))
+            (artifacts / "browser-console.log").write_text(
+                "\n".join([*log.console, "--- page errors ---", *log.page_errors])
+            )
 
 
 @pytest.fixture

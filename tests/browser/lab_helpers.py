@@ -46,7 +46,14 @@ def notebook_json(cells: list[str] | None = None) -> dict[str, Any]:
             "language_info": {"name": "python"},
         },
         "cells": [
-            {"cell_type": "code", "id": f"cell-{i}", "metadata": {}, "source": src, "outputs": [], "execution_count": None}
+            {
+                "cell_type": "code",
+                "id": f"cell-{i}",
+                "metadata": {},
+                "source": src,
+                "outputs": [],
+                "execution_count": None,
+            }
             for i, src in enumerate(cells or [""])
         ],
     }
@@ -64,14 +71,27 @@ class LabServer:
     as ``scripts/lab.sh`` passes it), ``extra_env`` into its environment.
     """
 
-    def __init__(self, root: Path, log_path: Path | None = None, startup_timeout: float = 90.0,
-                 extra_args: Sequence[str] = (), extra_env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        log_path: Path | None = None,
+        startup_timeout: float = 90.0,
+        extra_args: Sequence[str] = (),
+        extra_env: Mapping[str, str] | None = None,
+    ) -> None:
         self.root = root
         self.notebooks = root / "notebooks"
         self.data_dir = root / "data"
         jupyter_dir = root / "jupyter"
-        for path in (self.notebooks, self.data_dir, jupyter_dir / "config", jupyter_dir / "runtime",
-                     jupyter_dir / "settings", jupyter_dir / "workspaces", root / "tmp"):
+        for path in (
+            self.notebooks,
+            self.data_dir,
+            jupyter_dir / "config",
+            jupyter_dir / "runtime",
+            jupyter_dir / "settings",
+            jupyter_dir / "workspaces",
+            root / "tmp",
+        ):
             path.mkdir(parents=True, exist_ok=True)
         # No "get Jupyter news?" toast (it would cover our notification and
         # offer a request to the internet): news fetching set to Never.
@@ -97,7 +117,8 @@ class LabServer:
         }
         env.pop("JUPYTER_TOKEN", None)
         args = [
-            str(JUPYTER), "lab",
+            str(JUPYTER),
+            "lab",
             "--no-browser",
             "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.port={self.port}",
@@ -113,9 +134,13 @@ class LabServer:
         if os.geteuid() == 0:
             args.append("--allow-root")
         args.extend(extra_args)
-        self._log = open(self.log_path, "wb")
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - kept open for the server's life, closed in stop()
         self.proc = subprocess.Popen(
-            args, cwd=str(self.notebooks), env=env, stdout=self._log, stderr=subprocess.STDOUT,
+            args,
+            cwd=str(self.notebooks),
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
         self._wait_ready(startup_timeout)
@@ -124,7 +149,9 @@ class LabServer:
     def request(self, method: str, path: str, body: Any = None, timeout: float = 30.0) -> Any:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(
-            f"{self.base_url}{path}", data=data, method=method,
+            f"{self.base_url}{path}",
+            data=data,
+            method=method,
             headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
         )
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -145,7 +172,9 @@ class LabServer:
                 last = exc
             time.sleep(0.3)
         self.stop()
-        raise RuntimeError(f"jupyter lab did not answer /api/status within {timeout}s ({last}); log:\n{self.log_tail()}")
+        raise RuntimeError(
+            f"jupyter lab did not answer /api/status within {timeout}s ({last}); log:\n{self.log_tail()}"
+        )
 
     def put_notebook(self, name: str, cells: list[str] | None = None) -> None:
         """Save a notebook through the contents API, creating its folder first.
@@ -154,7 +183,9 @@ class LabServer:
         folder = name.rpartition("/")[0]
         if folder:
             self.request("PUT", f"/api/contents/{folder}", {"type": "directory"})
-        self.request("PUT", f"/api/contents/{name}", {"type": "notebook", "format": "json", "content": notebook_json(cells)})
+        self.request(
+            "PUT", f"/api/contents/{name}", {"type": "notebook", "format": "json", "content": notebook_json(cells)}
+        )
 
     def sessions(self) -> list[dict[str, Any]]:
         return self.request("GET", "/api/sessions")

@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Locator, Page, expect
-
 from lab_helpers import LAB_CONFIG, REPO, LabServer, notebook_json
+from playwright.sync_api import Locator, Page, expect
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -74,10 +73,15 @@ def _serve(root: Path, artifacts: Path, log_name: str, stock: bool) -> Iterator[
     """A Lab server started as ``scripts/lab.sh [--with-stock-kernel]`` starts it."""
     kernels = root / "jupyter-path" / "kernels" / HOST_PYTHON
     kernels.mkdir(parents=True)
-    (kernels / "kernel.json").write_text(json.dumps({
-        "argv": [str(VENV_PYTHON), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python (host)", "language": "python",
-    }))
+    (kernels / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [str(VENV_PYTHON), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Python (host)",
+                "language": "python",
+            }
+        )
+    )
     server = LabServer(
         root,
         extra_args=[f"--config={LAB_CONFIG}"],
@@ -189,7 +193,11 @@ def _show_config(*args: str, tmp: Path, cwd: Path | None = None) -> str:
     env.pop(STOCK_ENV, None)
     out = subprocess.run(
         ["bash", str(REPO / "scripts" / "lab.sh"), *args, "--show-config"],
-        cwd=str(cwd or tmp), env=env, capture_output=True, text=True, timeout=600,
+        cwd=str(cwd or tmp),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr[-4000:]
     return out.stdout
@@ -241,8 +249,11 @@ def test_client_cannot_start_the_stock_kernel(lab: LabServer, name: str) -> None
     before = {k["id"] for k in lab.kernels()}
     attempts: list[tuple[str, str, dict[str, Any]]] = [
         ("POST", "/api/kernels", {"name": name}),
-        ("POST", "/api/sessions", {"path": f"attack-{name.strip()}.ipynb", "type": "notebook", "name": "",
-                                   "kernel": {"name": name}}),
+        (
+            "POST",
+            "/api/sessions",
+            {"path": f"attack-{name.strip()}.ipynb", "type": "notebook", "name": "", "kernel": {"name": name}},
+        ),
     ]
     for method, path, body in attempts:
         try:
@@ -252,12 +263,18 @@ def test_client_cannot_start_the_stock_kernel(lab: LabServer, name: str) -> None
             continue
         raise AssertionError(f"{method} {path} {body} started something: {answer}")
     # Swap the kernel of an existing sandboxed session for the stock one.
-    sess = lab.request("POST", "/api/sessions", {"path": f"swap-{name.strip()}.ipynb", "type": "notebook", "name": "",
-                                                 "kernel": {"name": "sandbox-python"}}, timeout=KERNEL_TIMEOUT / 1000)
+    sess = lab.request(
+        "POST",
+        "/api/sessions",
+        {"path": f"swap-{name.strip()}.ipynb", "type": "notebook", "name": "", "kernel": {"name": "sandbox-python"}},
+        timeout=KERNEL_TIMEOUT / 1000,
+    )
     assert sess["kernel"]["name"] == "sandbox-python"
     try:
         try:
-            lab.request("PATCH", f"/api/sessions/{sess['id']}", {"kernel": {"name": name}}, timeout=KERNEL_TIMEOUT / 1000)
+            lab.request(
+                "PATCH", f"/api/sessions/{sess['id']}", {"kernel": {"name": name}}, timeout=KERNEL_TIMEOUT / 1000
+            )
         except urllib.error.HTTPError as exc:
             assert exc.code >= 400
         now = lab.request("GET", f"/api/sessions/{sess['id']}")
@@ -278,7 +295,9 @@ def test_nbclient_still_gets_the_python3_it_names(tmp_path: Path) -> None:
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("import sys, socket; print(sys.prefix); print(socket.gethostname())")]
-    nbclient.NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbclient.NotebookClient(
+        nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     lines = "".join(o.get("text", "") for o in nb.cells[0].outputs).split()
     assert Path(lines[0]).resolve() == Path(sys.prefix).resolve(), lines
     assert lines[1] != "sandbox", "python3 ran in the sandbox: nbclient did not get the kernel it named"
@@ -396,14 +415,19 @@ class TestStockKernelAskedBack:
         wait_kernel_name(lab, "stock.ipynb", "sandbox-python", page)
         expect(status).to_have_attribute("data-phase", "ready", timeout=KERNEL_TIMEOUT)
         expect(status.locator(".sk-status-label")).to_have_text("Network on")
-        expect(page.locator(".jp-NotebookPanel:visible .jp-NotebookPanel-toolbar")).to_contain_text("Python 3 (sandboxed)")
+        expect(page.locator(".jp-NotebookPanel:visible .jp-NotebookPanel-toolbar")).to_contain_text(
+            "Python 3 (sandboxed)"
+        )
         cell = run_cell(page, HOSTNAME_CELL)
         assert stdout_of(cell) == "sandbox", stdout_of(cell)
-        assert not [c for c in server_kernel_processes(lab) if "sandbox_kernel" not in c], \
+        assert not [c for c in server_kernel_processes(lab) if "sandbox_kernel" not in c], (
             "the stock kernel kept running after the switch"
+        )
         shot(page, "lab-switched")
 
-    def test_notebook7_toolbar_marks_not_sandboxed_and_switches(self, page: Page, stock_lab: LabServer, shot: Shots) -> None:
+    def test_notebook7_toolbar_marks_not_sandboxed_and_switches(
+        self, page: Page, stock_lab: LabServer, shot: Shots
+    ) -> None:
         lab = stock_lab
         put_notebook(lab, "stock-nb7.ipynb", STOCK_SPEC)
         goto(page, lab, "/notebooks/stock-nb7.ipynb")

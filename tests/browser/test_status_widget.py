@@ -18,9 +18,8 @@ import re
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Locator, Page, expect
-
 from lab_helpers import LabServer
+from playwright.sync_api import Locator, Page, expect
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -106,7 +105,9 @@ def output_text(cell: Locator) -> str:
 
 
 def stdout_text(cell: Locator) -> str:
-    return "".join(cell.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stdout"]').all_inner_texts())
+    return "".join(
+        cell.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stdout"]').all_inner_texts()
+    )
 
 
 def interfaces_of(page: Page) -> list[str]:

@@ -64,9 +64,7 @@ def docker_client() -> Iterator[Any]:
     started_pid: int | None = None
     if client is None and "SDK is not installed" not in why:
         try:
-            proc = subprocess.run(
-                ["bash", str(ENSURE_DOCKER)], capture_output=True, text=True, timeout=900
-            )
+            proc = subprocess.run(["bash", str(ENSURE_DOCKER)], capture_output=True, text=True, timeout=900)
         except (OSError, subprocess.TimeoutExpired) as exc:
             why += f"; ensure-docker.sh failed: {exc}"
         else:
@@ -74,10 +72,7 @@ def docker_client() -> Iterator[Any]:
             started_pid = int(found.group(1)) if found else None
             client, why_after = _connect()
             if client is None:
-                why = (
-                    f"{why_after}; ensure-docker.sh exited {proc.returncode}: "
-                    f"{proc.stderr.strip()[-1500:]}"
-                )
+                why = f"{why_after}; ensure-docker.sh exited {proc.returncode}: {proc.stderr.strip()[-1500:]}"
     if client is None:
         _unavailable(why)
     try:
@@ -100,9 +95,7 @@ def _remove_our_containers(client: Any) -> None:
     from sandbox_kernel.docker.names import LABEL_OWNER_PID
 
     try:
-        leftovers = client.api.containers(
-            all=True, filters={"label": f"{LABEL_OWNER_PID}={os.getpid()}"}
-        )
+        leftovers = client.api.containers(all=True, filters={"label": f"{LABEL_OWNER_PID}={os.getpid()}"})
     except Exception:
         return
     for info in leftovers:
@@ -116,7 +109,6 @@ def _remove_our_containers(client: Any) -> None:
 def test_image(docker_client: Any) -> Iterator[str]:
     """The offline image; removed (by id) at the end if this session built it."""
     import docker
-
     from sandbox_kernel.docker.image import TEST_IMAGE, ensure_test_image
 
     try:
@@ -173,8 +165,12 @@ def make_manager(
 
     managers: list[Any] = []
 
-    def make(*, read_only_mounts: dict[str, str] | None = None, manager_kwargs: dict[str, Any] | None = None,
-             **overrides: Any) -> Any:
+    def make(
+        *,
+        read_only_mounts: dict[str, str] | None = None,
+        manager_kwargs: dict[str, Any] | None = None,
+        **overrides: Any,
+    ) -> Any:
         config = offline_config(image=test_image, **{**TEST_LIMITS, **overrides})
         manager = SandboxManager(
             read_only_mounts=read_only_mounts,

@@ -80,8 +80,12 @@ def test_bad_env_values_name_the_variable(
 
 def test_presets() -> None:
     assert set(PRESETS) == {"low", "medium", "high", "max"}
-    expected = {"low": (0.5, "256m", 30), "medium": (1.0, "512m", 60), "high": (2.0, "1g", 120),
-                "max": (4.0, "2g", 300)}
+    expected = {
+        "low": (0.5, "256m", 30),
+        "medium": (1.0, "512m", 60),
+        "high": (2.0, "1g", 120),
+        "max": (4.0, "2g", 300),
+    }
     for name, (cpu, memory, timeout) in expected.items():
         config = ContainerConfig.from_preset(name)
         assert (config.cpu_limit, config.memory_limit, config.command_timeout) == (cpu, memory, timeout)
@@ -121,9 +125,7 @@ def test_config_coerces() -> None:
     assert config.cpu_limit == 1.5 and config.nano_cpus == 1_500_000_000
 
 
-@pytest.mark.parametrize(
-    "bad", ["", ".", "..", ".hidden", "-rf", "a/b", "a b", "x" * 65, "é", 5, None]
-)
+@pytest.mark.parametrize("bad", ["", ".", "..", ".hidden", "-rf", "a/b", "a b", "x" * 65, "é", 5, None])
 def test_bad_ids_rejected(bad: object) -> None:
     with pytest.raises(ValueError, match="session_id"):
         validate_id(bad, "session_id")
@@ -176,10 +178,17 @@ def test_mount_inside_workspace_refused() -> None:
 
 
 def test_hardening_kwargs(tmp_path: os.PathLike[str]) -> None:
-    config = ContainerConfig(image="img:1", cpu_limit=8, memory_limit="256m", pids_limit=50,
-                             read_only_mounts={"/usr": "/usr"}, environment={"A": "1"})
-    kwargs = build_container_kwargs(config, network_mode=NetworkMode.PROXIED, workspace=tmp_path,
-                                    user="1000:1000", labels={"l": "v"}, max_cpus=2)
+    config = ContainerConfig(
+        image="img:1",
+        cpu_limit=8,
+        memory_limit="256m",
+        pids_limit=50,
+        read_only_mounts={"/usr": "/usr"},
+        environment={"A": "1"},
+    )
+    kwargs = build_container_kwargs(
+        config, network_mode=NetworkMode.PROXIED, workspace=tmp_path, user="1000:1000", labels={"l": "v"}, max_cpus=2
+    )
     assert kwargs["cap_drop"] == ["ALL"] and kwargs["security_opt"][0] == "no-new-privileges"
     assert kwargs["security_opt"][1].startswith("seccomp={") and len(kwargs["security_opt"]) == 2
     assert kwargs["read_only"] is True and kwargs["privileged"] is False

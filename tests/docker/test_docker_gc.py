@@ -81,7 +81,10 @@ def test_gc_removes_orphans_only(docker_client: Any, test_image: str, ids: tuple
 def test_gc_cli_dry_run(docker_client: Any) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "sandbox_kernel.docker.gc", "--dry-run"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("sandbox_kernel gc: would remove")

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from kernel_helpers import SandboxKernelHandle, status_of
-from sandbox_kernel.privacy import PrivacyStore, PrivateData
+
 from sandbox_kernel.docker.names import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER_PID
+from sandbox_kernel.privacy import PrivacyStore, PrivateData
 
 MEMORY = "256m"
 PIDS = 64
@@ -197,7 +197,9 @@ def test_docker_inspect_shows_the_hardening(dk: DockerKernel) -> None:
     assert mounts["/.sandbox_kernel/lib/sandbox_kernel_worker"]["RW"] is False
     assert mounts["/usr"]["RW"] is False
     assert all(not m["RW"] for dest, m in mounts.items() if dest not in ("/workspace", "/.sandbox_kernel/state"))
-    assert not any("docker.sock" in m["Source"] or m["Source"].startswith(("/run", "/var/run")) for m in mounts.values())
+    assert not any(
+        "docker.sock" in m["Source"] or m["Source"].startswith(("/run", "/var/run")) for m in mounts.values()
+    )
     env = dict(e.split("=", 1) for e in info["Config"]["Env"])
     assert env["SANDBOX_KERNEL_BACKEND"] == "docker"
     assert not {k for k in env if k.startswith(("DOCKER_", "JPY_", "SANDBOX_KERNEL_DATA"))}
@@ -226,7 +228,9 @@ def test_inside_no_capabilities_no_new_privileges_non_root(dk: DockerKernel) -> 
     assert "WROTE" not in run.stdout
     assert (dk.handle.workspace / "ok.txt").read_text() == "ok"
     # the kernel's data dir and the host's /root are not there
-    visible = dk.run(f"import os\nprint(os.path.exists({str(dk.handle.data_dir)!r}), os.path.exists('/root/.bash_history'))")
+    visible = dk.run(
+        f"import os\nprint(os.path.exists({str(dk.handle.data_dir)!r}), os.path.exists('/root/.bash_history'))"
+    )
     assert visible.stdout.split() == ["False", "False"]
 
 
@@ -248,8 +252,7 @@ def test_pids_limit_holds(fresh_dk: DockerKernel) -> None:
     assert k.run("kept = 'state'").status == "ok"
     time.sleep(1.5)  # the background checkpoint lands
     run = k.run(
-        "import subprocess\nprocs = []\n"
-        "while len(procs) < 1000:\n    procs.append(subprocess.Popen(['sleep', '3']))",
+        "import subprocess\nprocs = []\nwhile len(procs) < 1000:\n    procs.append(subprocess.Popen(['sleep', '3']))",
         timeout=60,
     )
     assert run.status == "error" and run.reply["ename"] == "BlockingIOError", run.reply
@@ -365,11 +368,15 @@ def test_host_rise_with_wait_disconnects_a_busy_container(docker_client: Any, te
         assert k.run("kept = 1").status == "ok"
         assert _networked(k), "a public docker sandbox has a network"
         state = status_of(k.handle)
-        msg_id = k.handle.kc.execute("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(20)", stop_on_error=False)
+        msg_id = k.handle.kc.execute(
+            "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(20)", stop_on_error=False
+        )
         time.sleep(1.0)
         store = PrivacyStore(k.handle.data_dir / "privacy")
         started = time.monotonic()
-        PrivateData(state["user_id"], state["session_id"], store).add_private_dataset("crm", "SECRET", source="connector", wait=True)
+        PrivateData(state["user_id"], state["session_id"], store).add_private_dataset(
+            "crm", "SECRET", source="connector", wait=True
+        )
         took = time.monotonic() - started
         assert not _networked(k), "wait=True returned while a container was still attached to a network"
         print(f"docker: wait=True returned {took * 1000:.0f} ms after the call")
@@ -384,12 +391,16 @@ def test_host_rise_with_wait_disconnects_a_busy_container(docker_client: Any, te
         k.shutdown()
 
 
-def test_a_private_notebook_raises_a_docker_notebook_in_the_same_folder(docker_client: Any, test_image: str, tmp_path: Path) -> None:
+def test_a_private_notebook_raises_a_docker_notebook_in_the_same_folder(
+    docker_client: Any, test_image: str, tmp_path: Path
+) -> None:
     shared = f"--SandboxKernel.privacy_dir={tmp_path / 'state' / 'privacy'}"  # one ratchet store, as on one host
     (tmp_path / "a").mkdir()
     a = DockerKernel(tmp_path / "a", docker_client, test_image, shared)
     (tmp_path / "b").mkdir()  # B mounts A's very folder
-    b = DockerKernel(tmp_path / "b", docker_client, test_image, f"--SandboxKernel.workspace={a.handle.workspace}", shared)
+    b = DockerKernel(
+        tmp_path / "b", docker_client, test_image, f"--SandboxKernel.workspace={a.handle.workspace}", shared
+    )
     try:
         assert eval(a.run(IFACES).stdout) != ["lo"] and eval(b.run(IFACES).stdout) != ["lo"]
         a.run("%private patients CONFIDENTIAL")

@@ -66,8 +66,7 @@ def test_inspect_shows_hardening(manager: SandboxManager, docker_client: Any, id
     assert uid.isdigit() and int(uid) != 0 and gid.isdigit() and int(gid) != 0
     mounts = {m["Destination"]: m for m in info["Mounts"]}
     assert mounts["/workspace"]["RW"] is True and mounts["/usr"]["RW"] is False
-    assert not any("docker.sock" in m["Source"] or m["Source"].startswith(("/run", "/var/run"))
-                   for m in info["Mounts"])
+    assert not any("docker.sock" in m["Source"] or m["Source"].startswith(("/run", "/var/run")) for m in info["Mounts"])
     labels = info["Config"]["Labels"]
     assert labels["sandbox_kernel.managed"] == "1"
     assert (labels["sandbox_kernel.user"], labels["sandbox_kernel.session"]) == ids
@@ -130,8 +129,9 @@ def test_pids_limit_holds(make_manager: Any, ids: tuple[str, str]) -> None:
         "for k in kids: os.kill(k, 9)\n"
         "for k in kids: os.waitpid(k, 0)\n"
     )
-    code, out = manager.execute_command(*ids, f"cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || "
-                                              f"cat /sys/fs/cgroup/pids.max; python3 -c '{script}'")
+    code, out = manager.execute_command(
+        *ids, f"cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max; python3 -c '{script}'"
+    )
     assert code == 0, out
     lines = out.split("\n")
     assert lines[0].strip() == "32"
@@ -149,12 +149,11 @@ def test_ephemeral_leaves_no_container(manager: SandboxManager, ids: tuple[str, 
     assert (code, out) == (3, "hello\noops\n")
     assert list_managed(user=user) == []
     # The context manager removes its container even when the body raises.
-    with pytest.raises(RuntimeError, match="boom"):
-        with manager.ephemeral_session(user, session) as eph:
-            assert eph.ephemeral and len(list_managed(user=user, kind="ephemeral")) == 1
-            assert eph.container_name.startswith(f"{manager.prefix}-{user}-{session}-")
-            assert manager.run_in_session(eph, "echo in-session") == (0, "in-session\n")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), manager.ephemeral_session(user, session) as eph:
+        assert eph.ephemeral and len(list_managed(user=user, kind="ephemeral")) == 1
+        assert eph.container_name.startswith(f"{manager.prefix}-{user}-{session}-")
+        assert manager.run_in_session(eph, "echo in-session") == (0, "in-session\n")
+        raise RuntimeError("boom")
     assert list_managed(user=user) == []
 
 
@@ -204,9 +203,7 @@ def test_ratchet_recreates_without_network(
     assert _interfaces(manager, ids, persistent=True) == ["lo"]
 
 
-def test_ephemeral_and_proxied_get_no_network(
-    manager: SandboxManager, ids: tuple[str, str], mode_switch: Any
-) -> None:
+def test_ephemeral_and_proxied_get_no_network(manager: SandboxManager, ids: tuple[str, str], mode_switch: Any) -> None:
     mode_switch.mode = NetworkMode.PROXIED
     assert _interfaces(manager, ids, persistent=False) == ["lo"]
     assert mode_switch.calls and mode_switch.calls[-1] == ids
@@ -248,9 +245,7 @@ def test_read_only_skill_mount(make_manager: Any, tmp_path: Path, ids: tuple[str
 def test_timeout_kills_command(manager: SandboxManager, docker_client: Any, ids: tuple[str, str]) -> None:
     user, session = ids
     started = time.monotonic()
-    code, out = manager.execute_command(
-        user, session, "echo before; sleep 31 & sleep 30", timeout=2, persistent=True
-    )
+    code, out = manager.execute_command(user, session, "echo before; sleep 31 & sleep 30", timeout=2, persistent=True)
     elapsed = time.monotonic() - started
     assert code == TIMEOUT_EXIT_CODE, out
     assert "before" in out and "timed out after 2 s" in out
@@ -300,9 +295,8 @@ def test_bad_ids_raise_before_any_container(manager: SandboxManager, list_manage
         manager.execute_command("../etc", "s", "true")
     with pytest.raises(ValueError, match="session_id"):
         manager.execute_command("u", "a/b", "true", persistent=True)
-    with pytest.raises(ValueError, match="session_id"):
-        with manager.ephemeral_session("u", ".."):
-            pass
+    with pytest.raises(ValueError, match="session_id"), manager.ephemeral_session("u", ".."):
+        pass
     with pytest.raises(ValueError, match="timeout"):
         manager.execute_command("u", "s", "true", timeout=0)
     with pytest.raises(ValueError, match="command"):

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_docker_kernel import DockerKernel
 
 from sandbox_kernel.sandbox import seccomp
-from test_docker_kernel import DockerKernel
 
 pyseccomp = pytest.importorskip("pyseccomp")
 
@@ -44,20 +44,20 @@ out = {{
     'seccomp': status['Seccomp'].strip(),
     'vsock': attempt(lambda: socket.socket(40, socket.SOCK_STREAM)),
     'packet': attempt(lambda: socket.socket(17, socket.SOCK_RAW)),
-    'raw_vsock_high': sc({nr('socket')}, 0x100000028, 1, 0),
+    'raw_vsock_high': sc({nr("socket")}, 0x100000028, 1, 0),
     'symlink': attempt(lambda: os.symlink('/etc/passwd', '/workspace/plant-link')),
-    'raw_symlinkat': sc({nr('symlinkat')}, b'/etc/passwd', -100, b'/workspace/plant-raw'),
+    'raw_symlinkat': sc({nr("symlinkat")}, b'/etc/passwd', -100, b'/workspace/plant-raw'),
     'mkfifo': attempt(lambda: os.mkfifo('/workspace/plant-fifo')),
     'mknod': attempt(lambda: os.mknod('/workspace/plant-node', 0o600 | stat.S_IFSOCK)),
-    'raw_mknodat': sc({nr('mknodat')}, -100, b'/workspace/plant-raw-fifo', stat.S_IFIFO | 0o600, 0),
-    'unshare_user': sc({nr('unshare')}, 0x10000000),
-    'clone_newuser': sc({nr('clone')}, 0x10000000 | 17, 0, 0, 0, 0),
-    'clone3': sc({nr('clone3')}, 0, 0),
-    'ptrace': sc({nr('ptrace')}, 0, 0, 0, 0),
-    'keyctl': sc({nr('keyctl')}, 0, -3, 1),
-    'io_uring_setup': sc({nr('io_uring_setup')}, 4, ctypes.create_string_buffer(120)),
-    'personality_no_aslr': sc({nr('personality')}, 0x0040000),
-    'personality_query': sc({nr('personality')}, 0xFFFFFFFF),
+    'raw_mknodat': sc({nr("mknodat")}, -100, b'/workspace/plant-raw-fifo', stat.S_IFIFO | 0o600, 0),
+    'unshare_user': sc({nr("unshare")}, 0x10000000),
+    'clone_newuser': sc({nr("clone")}, 0x10000000 | 17, 0, 0, 0, 0),
+    'clone3': sc({nr("clone3")}, 0, 0),
+    'ptrace': sc({nr("ptrace")}, 0, 0, 0, 0),
+    'keyctl': sc({nr("keyctl")}, 0, -3, 1),
+    'io_uring_setup': sc({nr("io_uring_setup")}, 4, ctypes.create_string_buffer(120)),
+    'personality_no_aslr': sc({nr("personality")}, 0x0040000),
+    'personality_query': sc({nr("personality")}, 0xFFFFFFFF),
     'listing': sorted(n for n in os.listdir('/workspace') if n.startswith('plant')),
 }}
 import multiprocessing as mp, threading
@@ -71,8 +71,17 @@ def check_cell_output(out: dict[str, Any]) -> None:
     assert out["seccomp"] == "2"
     for name in ("vsock", "packet", "symlink", "mkfifo", "mknod"):
         assert out[name] == "EPERM", (name, out)
-    for name in ("raw_vsock_high", "raw_symlinkat", "raw_mknodat", "unshare_user", "clone_newuser", "ptrace",
-                 "keyctl", "io_uring_setup", "personality_no_aslr"):
+    for name in (
+        "raw_vsock_high",
+        "raw_symlinkat",
+        "raw_mknodat",
+        "unshare_user",
+        "clone_newuser",
+        "ptrace",
+        "keyctl",
+        "io_uring_setup",
+        "personality_no_aslr",
+    ):
         assert out[name] == [-1, errno.EPERM], (name, out)
     assert out["clone3"] == [-1, errno.ENOSYS], out
     assert out["personality_query"] == [0, 0], out
@@ -91,7 +100,7 @@ def test_kernel_container_carries_the_profile(dk: DockerKernel) -> None:
     options = dk.container()["HostConfig"]["SecurityOpt"] or []
     profiles = [opt for opt in options if opt.startswith("seccomp=")]
     assert len(profiles) == 1 and "no-new-privileges" in options
-    assert json.loads(profiles[0][len("seccomp="):]) == seccomp.docker_profile()
+    assert json.loads(profiles[0][len("seccomp=") :]) == seccomp.docker_profile()
 
 
 def test_kernel_cells_are_refused_what_bwrap_cells_are(dk: DockerKernel) -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from kernel_helpers import SandboxKernelHandle
 from test_docker_kernel import docker_args
 from test_workspace_policy import SECRET_KEY, STORE_RECORD, lines, make_home, try_write
@@ -19,7 +18,9 @@ CONTAINER_USER = 65534
 
 
 @pytest.fixture(scope="module")
-def docker_home(docker_client: Any, test_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SandboxKernelHandle, Path, Path]]:
+def docker_home(
+    docker_client: Any, test_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[SandboxKernelHandle, Path, Path]]:
     root = tmp_path_factory.mktemp("dockerhome")
     home, outside, env = make_home(root)
     if os.geteuid() == 0:
@@ -36,8 +37,10 @@ def test_docker_config_dir_write_refused_and_nothing_runs_on_restart(docker_home
     kernel, home, outside = docker_home
     marker = outside / "config-ran"
     payload = f"open({str(marker)!r}, 'w').write('pwned')\n"
-    run = kernel.run(try_write("/workspace/.jupyter/sandbox_kernel_config.py", payload)
-                     + try_write("/workspace/.ipython/profile_default/startup/00.py", payload))
+    run = kernel.run(
+        try_write("/workspace/.jupyter/sandbox_kernel_config.py", payload)
+        + try_write("/workspace/.ipython/profile_default/startup/00.py", payload)
+    )
     assert len(lines(run, "DENIED")) == 2, run.stdout + run.stderr
     assert not (home / ".jupyter" / "sandbox_kernel_config.py").exists()
     kernel.km.restart_kernel(now=True)
@@ -89,7 +92,8 @@ def test_docker_shell_manager_masks_a_repository_in_the_workspace(manager: Any, 
     for path in (workspace / "checkout", git, git / "hooks", git / "config"):
         os.chmod(path, 0o777 if path.is_dir() else 0o666)  # only the mount may stop the write
     code, out = manager.execute_command(
-        user, session,
+        user,
+        session,
         "echo evil > checkout/.git/hooks/pre-commit; echo rc=$?; echo evil >> checkout/.git/config; echo rc=$?; "
         "echo fine > checkout/notes.txt; echo rc=$?",
     )

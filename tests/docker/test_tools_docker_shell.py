@@ -27,6 +27,7 @@ except ImportError:  # the SDK comes with sandbox_kernel[docker]
     pytest.skip("the docker SDK is not installed", allow_module_level=True)
 
 from kernel_helpers import require_bwrap
+
 from sandbox_kernel.docker import TEST_IMAGE, ContainerConfig, offline_config
 from sandbox_kernel.privacy import PrivacyStore, PrivateData
 from sandbox_kernel.privacy.modes import NetworkMode
@@ -113,7 +114,8 @@ async def test_runs_in_a_container_exit_codes_come_back(registry: SessionRegistr
     kw = _kw(registry, ids)
     r = await sandbox_execute(
         "test -f /.dockerenv && echo in-docker; tr '\\0' ' ' < /proc/1/cmdline; echo; "
-        "cat /proc/sys/kernel/hostname; id -u; pwd", **kw
+        "cat /proc/sys/kernel/hostname; id -u; pwd",
+        **kw,
     )
     lines = _body(r.text).splitlines()
     assert r.text.startswith("Exit code: 0\n"), r.text
@@ -134,7 +136,9 @@ async def test_container_is_the_daemons_with_our_labels_and_the_cells_workspace(
     kw = _kw(registry, ids)
     workspace = (await registry.get(user, session)).workspace
     marker = uuid.uuid4().hex
-    task = asyncio.create_task(sandbox_execute(f"touch started-{marker}; sleep 3; echo done-{marker}", timeout=30, **kw))
+    task = asyncio.create_task(
+        sandbox_execute(f"touch started-{marker}; sleep 3; echo done-{marker}", timeout=30, **kw)
+    )
     try:
         await _wait_for(lambda: (workspace / f"started-{marker}").exists(), 30, "the command to start")
         running = list_managed(user=user, session=session)
@@ -143,7 +147,9 @@ async def test_container_is_the_daemons_with_our_labels_and_the_cells_workspace(
         labels = info["Config"]["Labels"]
         assert labels["sandbox_kernel.kind"] == "ephemeral"
         assert labels["sandbox_kernel.owner_pid"] == str(os.getpid())
-        assert labels["sandbox_kernel.network"] == NetworkMode.FULL.value and info["HostConfig"]["NetworkMode"] == "bridge"
+        assert (
+            labels["sandbox_kernel.network"] == NetworkMode.FULL.value and info["HostConfig"]["NetworkMode"] == "bridge"
+        )
         assert info["Config"]["Image"] == test_image  # ToolsConfig.docker_config reached the manager
         mounts = {m["Destination"]: m for m in info["Mounts"]}
         assert Path(mounts["/workspace"]["Source"]) == workspace and mounts["/workspace"]["RW"] is True
@@ -177,7 +183,9 @@ async def test_shell_and_cells_use_the_same_host_directory(registry: SessionRegi
     assert (tool_session.workspace / "from_shell.txt").read_text() == f"shell-{marker}\n"
 
 
-async def test_files_go_both_ways_and_cells_keep_their_workspace(registry: SessionRegistry, ids: tuple[str, str]) -> None:
+async def test_files_go_both_ways_and_cells_keep_their_workspace(
+    registry: SessionRegistry, ids: tuple[str, str]
+) -> None:
     kw = _kw(registry, ids)
     marker = uuid.uuid4().hex
     r = await repl_execute_cell(f"open('/workspace/from_cell.txt', 'w').write('{marker}')", **kw)
@@ -191,16 +199,25 @@ async def test_files_go_both_ways_and_cells_keep_their_workspace(registry: Sessi
     r = await sandbox_execute("cat after.txt", **kw)
     assert r.text == f"Exit code: 0\nafter-{marker}", r.text
     # each side writes into what the other created: folders and files
-    r = await repl_execute_cell("import os\nos.makedirs('/workspace/made_by_cell')\nopen('/workspace/shared.txt', 'w').write('cell ')", **kw)
+    r = await repl_execute_cell(
+        "import os\nos.makedirs('/workspace/made_by_cell')\nopen('/workspace/shared.txt', 'w').write('cell ')", **kw
+    )
     assert "COMPLETED" in r.text, r.text
-    r = await sandbox_execute("echo in > made_by_cell/by_shell.txt && echo -n shell >> shared.txt && mkdir made_by_shell", **kw)
+    r = await sandbox_execute(
+        "echo in > made_by_cell/by_shell.txt && echo -n shell >> shared.txt && mkdir made_by_shell", **kw
+    )
     assert r.text == "Exit code: 0", r.text
-    r = await repl_execute_cell("open('/workspace/made_by_shell/by_cell.txt', 'w').write('x')\nopen('/workspace/shared.txt', 'a').write(' cell')\nprint(open('/workspace/shared.txt').read())", **kw)
+    r = await repl_execute_cell(
+        "open('/workspace/made_by_shell/by_cell.txt', 'w').write('x')\nopen('/workspace/shared.txt', 'a').write(' cell')\nprint(open('/workspace/shared.txt').read())",
+        **kw,
+    )
     assert "cell shell cell" in r.text and "COMPLETED" in r.text, r.text
 
 
 @pytest.mark.skipif(not AS_ROOT, reason="the ACL is only needed (and set) when the tools run as root")
-async def test_shared_workspace_opens_to_the_container_user_only(registry: SessionRegistry, ids: tuple[str, str]) -> None:
+async def test_shared_workspace_opens_to_the_container_user_only(
+    registry: SessionRegistry, ids: tuple[str, str]
+) -> None:
     """As root the workspace is shared by an ACL naming exactly the container's
     uid and root; no group or other access appears."""
     import struct
@@ -229,7 +246,9 @@ async def test_persistent_shell_keeps_one_container_per_session(
     reg = SessionRegistry(config)
     try:
         kw = _kw(reg, ids)
-        r = await sandbox_execute("hostname > /tmp/first && echo kept > /tmp/note && cat /proc/1/cmdline | tr '\\0' ' '", **kw)
+        r = await sandbox_execute(
+            "hostname > /tmp/first && echo kept > /tmp/note && cat /proc/1/cmdline | tr '\\0' ' '", **kw
+        )
         assert r.text.startswith("Exit code: 0"), r.text
         running = list_managed(user=user, session=session)
         assert len(running) == 1 and running[0]["Labels"]["sandbox_kernel.kind"] == "persistent", running
@@ -332,7 +351,9 @@ async def test_host_raise_with_wait_covers_a_persistent_shell_container(
         [container] = list_managed(user=user, session=session)
         await asyncio.sleep(0.6)  # the watcher has registered the container as a holder
         store = PrivacyStore(config.root() / "privacy")
-        await asyncio.to_thread(PrivateData(user, session, store).add_private_dataset, "crm", "SECRET", "connector", True)
+        await asyncio.to_thread(
+            PrivateData(user, session, store).add_private_dataset, "crm", "SECRET", "connector", True
+        )
         import docker
 
         nets = docker.from_env().api.inspect_container(container["Id"])["NetworkSettings"]["Networks"]
@@ -348,8 +369,14 @@ async def test_host_raise_with_wait_covers_a_persistent_shell_container(
 async def test_docker_unreachable_is_fatal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     missing = tmp_path / "no-daemon" / "docker.sock"
     monkeypatch.setenv("DOCKER_HOST", f"unix://{missing}")
-    reg = SessionRegistry(ToolsConfig(shell_backend="docker", idle_timeout=600, data_dir=tmp_path / "data",
-                                      docker_config=offline_config(image=TEST_IMAGE)))
+    reg = SessionRegistry(
+        ToolsConfig(
+            shell_backend="docker",
+            idle_timeout=600,
+            data_dir=tmp_path / "data",
+            docker_config=offline_config(image=TEST_IMAGE),
+        )
+    )
     try:
         started = time.monotonic()
         with pytest.raises(ToolFatalError) as caught:
@@ -377,7 +404,9 @@ async def test_aclose_removes_the_container_of_a_cancelled_call(
         assert (await sandbox_execute("echo warm", **_kw(reg, ids))).text == "Exit code: 0\nwarm"
         assert list_managed(user=user, session=session) == []
         workspace = (await reg.get(user, session)).workspace
-        task = asyncio.create_task(sandbox_execute(f"touch started-{marker}; sleep 60; echo {marker}", timeout=120, **_kw(reg, ids)))
+        task = asyncio.create_task(
+            sandbox_execute(f"touch started-{marker}; sleep 60; echo {marker}", timeout=120, **_kw(reg, ids))
+        )
         await _wait_for(lambda: (workspace / f"started-{marker}").exists(), 30, "the command to start")
         assert len(list_managed(user=user, session=session)) == 1
         assert _processes_with(marker)
@@ -405,7 +434,9 @@ async def test_default_docker_config_and_cli_image(tmp_path: Path, monkeypatch: 
         assert reg.docker_manager().workspace_root == tmp_path / "d1" / "workspaces"
     finally:
         await reg.aclose()
-    reg = SessionRegistry(_cli(["--shell-backend", "docker", "--docker-image", "example/shell:1", "--data-dir", str(tmp_path / "d2")]))
+    reg = SessionRegistry(
+        _cli(["--shell-backend", "docker", "--docker-image", "example/shell:1", "--data-dir", str(tmp_path / "d2")])
+    )
     try:
         assert reg.config.shell_backend == "docker"
         assert reg.docker_manager().config.image == "example/shell:1"

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-
 from kernel_helpers import require_bwrap
+
 from sandbox_kernel.tools import SessionRegistry, ToolsConfig, set_registry
 
 

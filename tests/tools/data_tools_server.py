@@ -37,11 +37,13 @@ def build(label: str) -> MCPServer:
     @server.tool()
     def whoami() -> str:
         """Which instance answers: its label, hostname and pid."""
-        return json.dumps({
-            "label": os.environ.get("DATA_TOOLS_LABEL") or label,
-            "hostname": socket.gethostname(),
-            "pid": os.getpid(),
-        })
+        return json.dumps(
+            {
+                "label": os.environ.get("DATA_TOOLS_LABEL") or label,
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+            }
+        )
 
     @server.tool()
     def interfaces() -> str:

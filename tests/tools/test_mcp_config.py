@@ -16,18 +16,25 @@ from typing import Any
 
 import pytest
 from jupyter_core.paths import jupyter_config_path
+from kernel_helpers import require_bwrap
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters
 
-from kernel_helpers import require_bwrap
 from sandbox_kernel.app import CONFIG_FILE
 from sandbox_kernel.docker import ContainerConfig
 from sandbox_kernel.sandbox import ResourceLimits
 from sandbox_kernel.tools import ToolsConfig
 from sandbox_kernel.tools.mcp_app import ConfigError, MCPServerApp, main
 
-ENV_VARS = ("SANDBOX_KERNEL_USER_ID", "SANDBOX_KERNEL_SESSION_ID", "SANDBOX_KERNEL_DATA_DIR", "SANDBOX_DOCKER_IMAGE",
-            "JUPYTER_CONFIG_PATH", "JUPYTER_NO_CONFIG", "JUPYTER_PREFER_ENV_PATH")
+ENV_VARS = (
+    "SANDBOX_KERNEL_USER_ID",
+    "SANDBOX_KERNEL_SESSION_ID",
+    "SANDBOX_KERNEL_DATA_DIR",
+    "SANDBOX_DOCKER_IMAGE",
+    "JUPYTER_CONFIG_PATH",
+    "JUPYTER_NO_CONFIG",
+    "JUPYTER_PREFER_ENV_PATH",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -54,9 +61,14 @@ def write_config(config_dir: Path, text: str) -> Path:
 
 
 def run_cli(args: list[str], config_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sandbox_kernel", "mcp", *args], capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL,
-                          env={**os.environ, "JUPYTER_CONFIG_DIR": str(config_dir), **env})
+    return subprocess.run(
+        [sys.executable, "-m", "sandbox_kernel", "mcp", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "JUPYTER_CONFIG_DIR": str(config_dir), **env},
+    )
 
 
 # ----------------------------------------------------------------- defaults and flags
@@ -74,21 +86,28 @@ def test_defaults_are_tools_config_defaults() -> None:
     assert (app.user_id, app.session_id, app.identity_headers, app.docker_image) == ("", "", False, "")
     limits = ToolsConfig().limits
     assert (app.memory_limit, app.max_processes, app.max_file_size, app.max_open_files) == (
-        limits.address_space, limits.processes, limits.file_size, limits.open_files)
+        limits.address_space,
+        limits.processes,
+        limits.file_size,
+        limits.open_files,
+    )
 
 
-@pytest.mark.parametrize("argv, field, expected", [
-    (["--backend", "subprocess"], "backend", "subprocess"),
-    (["--backend=docker"], "backend", "docker"),
-    (["--shell-backend", "docker"], "shell_backend", "docker"),
-    (["--idle-timeout", "12.5"], "idle_timeout", 12.5),
-    (["--docker-persistent"], "docker_persistent", True),
-    (["--MCPServerApp.network=host"], "network", "host"),
-    (["--MCPServerApp.trust_outputs=True"], "trust_outputs", True),
-    (["--MCPServerApp.max_output_bytes=1000"], "max_output_bytes", 1000),
-    (["--MCPServerApp.max_cells=7"], "max_cells", 7),
-    (["--MCPServerApp.docker_persistent=True"], "docker_persistent", True),
-])
+@pytest.mark.parametrize(
+    "argv, field, expected",
+    [
+        (["--backend", "subprocess"], "backend", "subprocess"),
+        (["--backend=docker"], "backend", "docker"),
+        (["--shell-backend", "docker"], "shell_backend", "docker"),
+        (["--idle-timeout", "12.5"], "idle_timeout", 12.5),
+        (["--docker-persistent"], "docker_persistent", True),
+        (["--MCPServerApp.network=host"], "network", "host"),
+        (["--MCPServerApp.trust_outputs=True"], "trust_outputs", True),
+        (["--MCPServerApp.max_output_bytes=1000"], "max_output_bytes", 1000),
+        (["--MCPServerApp.max_cells=7"], "max_cells", 7),
+        (["--MCPServerApp.docker_persistent=True"], "docker_persistent", True),
+    ],
+)
 def test_flags_map_to_tools_config(argv: list[str], field: str, expected: Any) -> None:
     cfg = app_for(argv).tools_config()
     assert getattr(cfg, field) == expected
@@ -105,8 +124,25 @@ def test_data_dir_and_docker_image(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_server_options() -> None:
-    app = app_for(["--transport", "streamable-http", "--host", "0.0.0.0", "--port", "9123", "--path", "/tools",
-                   "--user-id", "alice", "--session-id", "s-1", "--identity-headers", "--log-level", "info"])
+    app = app_for(
+        [
+            "--transport",
+            "streamable-http",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "9123",
+            "--path",
+            "/tools",
+            "--user-id",
+            "alice",
+            "--session-id",
+            "s-1",
+            "--identity-headers",
+            "--log-level",
+            "info",
+        ]
+    )
     assert (app.transport, app.host, app.port, app.path) == ("streamable-http", "0.0.0.0", 9123, "/tools")
     assert (app.user_id, app.session_id, app.identity_headers) == ("alice", "s-1", True)
     assert app.log_level == 20
@@ -117,17 +153,26 @@ def test_server_options() -> None:
 def test_resource_limits_and_dicts(tmp_path: Path) -> None:
     data = tmp_path / "sales.csv"
     data.write_text("a,b\n")
-    cfg = app_for([
-        "--MCPServerApp.memory_limit=0", "--MCPServerApp.max_processes=64",
-        "--MCPServerApp.max_file_size=1048576", "--MCPServerApp.max_open_files=256",
-        "--MCPServerApp.docker_read_only_mounts", "/srv/skills=/skills",
-        "--MCPServerApp.private_datasets", f"sales={data}",
-        "--MCPServerApp.private_datasets", "hr=" + json.dumps({"source": str(tmp_path), "sensitivity": "secret"}),
-    ]).tools_config()
+    cfg = app_for(
+        [
+            "--MCPServerApp.memory_limit=0",
+            "--MCPServerApp.max_processes=64",
+            "--MCPServerApp.max_file_size=1048576",
+            "--MCPServerApp.max_open_files=256",
+            "--MCPServerApp.docker_read_only_mounts",
+            "/srv/skills=/skills",
+            "--MCPServerApp.private_datasets",
+            f"sales={data}",
+            "--MCPServerApp.private_datasets",
+            "hr=" + json.dumps({"source": str(tmp_path), "sensitivity": "secret"}),
+        ]
+    ).tools_config()
     assert cfg.limits == ResourceLimits(address_space=None, processes=64, file_size=1 << 20, open_files=256)
     assert cfg.docker_read_only_mounts == {"/srv/skills": "/skills"}
-    assert cfg.private_datasets == {"sales": {"source": str(data), "sensitivity": "CONFIDENTIAL"},
-                                    "hr": {"source": str(tmp_path), "sensitivity": "SECRET"}}
+    assert cfg.private_datasets == {
+        "sales": {"source": str(data), "sensitivity": "CONFIDENTIAL"},
+        "hr": {"source": str(tmp_path), "sensitivity": "SECRET"},
+    }
 
 
 # ----------------------------------------------------------------- config file
@@ -136,7 +181,9 @@ def test_resource_limits_and_dicts(tmp_path: Path) -> None:
 def test_config_file_and_command_line_priority(config_dir: Path, tmp_path: Path) -> None:
     data = tmp_path / "payroll.csv"
     data.write_text("x\n")
-    path = write_config(config_dir, f"""
+    path = write_config(
+        config_dir,
+        f"""
 c.MCPServerApp.backend = "subprocess"
 c.MCPServerApp.docker_persistent = True
 c.MCPServerApp.private_datasets = {{"payroll": {{"source": {str(data)!r}, "sensitivity": "secret"}}}}
@@ -144,7 +191,8 @@ c.MCPServerApp.session_id = "from-file"
 c.MCPServerApp.port = 9001
 c.MCPServerApp.network = "host"
 c.SandboxKernel.backend = "docker"   # the kernel's part of the same file
-""")
+""",
+    )
     app = app_for([])
     assert app.loaded_config_files == [str(path)]
     cfg = app.tools_config()
@@ -152,8 +200,9 @@ c.SandboxKernel.backend = "docker"   # the kernel's part of the same file
     assert cfg.private_datasets == {"payroll": {"source": str(data), "sensitivity": "SECRET"}}
     assert (app.session_id, app.port) == ("from-file", 9001)
 
-    app = app_for(["--backend", "bwrap", "--no-docker-persistent", "--session-id", "from-cli",
-                   "--MCPServerApp.network=user"])
+    app = app_for(
+        ["--backend", "bwrap", "--no-docker-persistent", "--session-id", "from-cli", "--MCPServerApp.network=user"]
+    )
     cfg = app.tools_config()
     assert (cfg.backend, cfg.docker_persistent, cfg.network) == ("bwrap", False, "user")
     assert (app.session_id, app.port) == ("from-cli", 9001)  # untouched options still come from the file
@@ -161,7 +210,9 @@ c.SandboxKernel.backend = "docker"   # the kernel's part of the same file
 
 
 def test_json_config_file(config_dir: Path) -> None:
-    (config_dir / f"{CONFIG_FILE}.json").write_text(json.dumps({"MCPServerApp": {"shell_backend": "docker", "max_cells": 9}}))
+    (config_dir / f"{CONFIG_FILE}.json").write_text(
+        json.dumps({"MCPServerApp": {"shell_backend": "docker", "max_cells": 9}})
+    )
     cfg = app_for([]).tools_config()
     assert (cfg.shell_backend, cfg.max_cells) == ("docker", 9)
 
@@ -177,28 +228,37 @@ def no_serving(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(MCPServerApp, "start", start)
 
 
-@pytest.mark.parametrize("argv, needles", [
-    (["--port", "-1"], ["--port", "between 1 and 65535"]),
-    (["--port", "abc"], ["--port", "expected an int"]),
-    (["--session-id", "../x"], ["--session-id", "session_id '../x' is invalid"]),
-    (["--user-id", "a b"], ["--user-id", "user_id 'a b' is invalid"]),
-    (["--backend", "nope"], ["--backend", "'nope'"]),
-    (["--shell-backend", "bwrap"], ["--shell-backend"]),
-    (["--transport", "sse"], ["--transport"]),
-    (["--idle-timeout", "-5"], ["--idle-timeout", ">= 0"]),
-    (["--path", "mcp"], ["--path", "must start with '/'"]),
-    (["--docker-image", "has space"], ["--docker-image"]),
-    (["--MCPServerApp.network=nope"], ["MCPServerApp.network"]),
-    (["--MCPServerApp.memory_limit=-1"], ["MCPServerApp.memory_limit", ">= 0"]),
-    (["--MCPServerApp.max_cells=0"], ["MCPServerApp.max_cells"]),
-    (["--MCPServerApp.private_datasets", "x=/no/such/file"], ["MCPServerApp.private_datasets", "does not exist"]),
-    (["--MCPServerApp.private_datasets", 'x={"source": "/", "sensitivity": "public"}'],
-     ["MCPServerApp.private_datasets", "PUBLIC"]),
-    (["--MCPServerApp.docker_read_only_mounts", "/var/run=/sock"], ["MCPServerApp.docker_read_only_mounts", "/var/run"]),
-    (["stray"], ["unexpected argument", "stray"]),
-])
-def test_bad_values_exit_2_naming_the_option(argv: list[str], needles: list[str], no_serving: None,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv, needles",
+    [
+        (["--port", "-1"], ["--port", "between 1 and 65535"]),
+        (["--port", "abc"], ["--port", "expected an int"]),
+        (["--session-id", "../x"], ["--session-id", "session_id '../x' is invalid"]),
+        (["--user-id", "a b"], ["--user-id", "user_id 'a b' is invalid"]),
+        (["--backend", "nope"], ["--backend", "'nope'"]),
+        (["--shell-backend", "bwrap"], ["--shell-backend"]),
+        (["--transport", "sse"], ["--transport"]),
+        (["--idle-timeout", "-5"], ["--idle-timeout", ">= 0"]),
+        (["--path", "mcp"], ["--path", "must start with '/'"]),
+        (["--docker-image", "has space"], ["--docker-image"]),
+        (["--MCPServerApp.network=nope"], ["MCPServerApp.network"]),
+        (["--MCPServerApp.memory_limit=-1"], ["MCPServerApp.memory_limit", ">= 0"]),
+        (["--MCPServerApp.max_cells=0"], ["MCPServerApp.max_cells"]),
+        (["--MCPServerApp.private_datasets", "x=/no/such/file"], ["MCPServerApp.private_datasets", "does not exist"]),
+        (
+            ["--MCPServerApp.private_datasets", 'x={"source": "/", "sensitivity": "public"}'],
+            ["MCPServerApp.private_datasets", "PUBLIC"],
+        ),
+        (
+            ["--MCPServerApp.docker_read_only_mounts", "/var/run=/sock"],
+            ["MCPServerApp.docker_read_only_mounts", "/var/run"],
+        ),
+        (["stray"], ["unexpected argument", "stray"]),
+    ],
+)
+def test_bad_values_exit_2_naming_the_option(
+    argv: list[str], needles: list[str], no_serving: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("sandbox-kernel mcp: ") and "Traceback" not in err
@@ -220,9 +280,11 @@ def test_bad_values_in_the_config_file(config_dir: Path, no_serving: None, capsy
 
 
 def test_cli_errors_in_a_subprocess(config_dir: Path) -> None:
-    for args, needle in ((["--session-id", "../x"], "--session-id (MCPServerApp.session_id): session_id '../x' is invalid"),
-                         (["--backend", "nope"], "--backend (MCPServerApp.backend)"),
-                         (["--idle-timeout", "-5"], "--idle-timeout (MCPServerApp.idle_timeout)")):
+    for args, needle in (
+        (["--session-id", "../x"], "--session-id (MCPServerApp.session_id): session_id '../x' is invalid"),
+        (["--backend", "nope"], "--backend (MCPServerApp.backend)"),
+        (["--idle-timeout", "-5"], "--idle-timeout (MCPServerApp.idle_timeout)"),
+    ):
         proc = run_cli(args, config_dir)
         assert proc.returncode == 2, (args, proc.stderr)
         assert needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
@@ -234,14 +296,38 @@ def test_cli_errors_in_a_subprocess(config_dir: Path) -> None:
 def test_help_lists_the_options(config_dir: Path) -> None:
     proc = run_cli(["--help"], config_dir)
     assert proc.returncode == 0, proc.stderr
-    for flag in ("--transport", "--host", "--port", "--path", "--user-id", "--session-id", "--identity-headers",
-                 "--backend", "--shell-backend", "--docker-image", "--docker-persistent", "--idle-timeout",
-                 "--data-dir", "--log-level", CONFIG_FILE):
+    for flag in (
+        "--transport",
+        "--host",
+        "--port",
+        "--path",
+        "--user-id",
+        "--session-id",
+        "--identity-headers",
+        "--backend",
+        "--shell-backend",
+        "--docker-image",
+        "--docker-persistent",
+        "--idle-timeout",
+        "--data-dir",
+        "--log-level",
+        CONFIG_FILE,
+    ):
         assert flag in proc.stdout, flag
     proc = run_cli(["--help-all"], config_dir)
     assert proc.returncode == 0
-    for option in ("network", "private_datasets", "docker_read_only_mounts", "memory_limit", "max_processes",
-                   "max_file_size", "max_open_files", "trust_outputs", "max_output_bytes", "max_cells"):
+    for option in (
+        "network",
+        "private_datasets",
+        "docker_read_only_mounts",
+        "memory_limit",
+        "max_processes",
+        "max_file_size",
+        "max_open_files",
+        "trust_outputs",
+        "max_output_bytes",
+        "max_cells",
+    ):
         assert f"--MCPServerApp.{option}=" in proc.stdout, option
 
 
@@ -253,14 +339,18 @@ async def test_config_file_drives_a_real_stdio_server(config_dir: Path, tmp_path
     require_bwrap()
     data_dir, env_data_dir = tmp_path / "from-config", tmp_path / "from-env"
     env_data_dir.mkdir()
-    write_config(config_dir, f"""
+    write_config(
+        config_dir,
+        f"""
 c.MCPServerApp.user_id = "cfguser"
 c.MCPServerApp.session_id = "cfgsession"
 c.MCPServerApp.data_dir = {str(data_dir)!r}
 c.MCPServerApp.backend = "bwrap"
-""")
+""",
+    )
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "sandbox_kernel", "mcp"],
+        command=sys.executable,
+        args=["-m", "sandbox_kernel", "mcp"],
         env={**os.environ, "JUPYTER_CONFIG_DIR": str(config_dir), "SANDBOX_KERNEL_DATA_DIR": str(env_data_dir)},
     )
     async with Client(params) as client:

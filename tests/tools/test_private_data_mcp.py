@@ -26,7 +26,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from kernel_helpers import IN_CI, free_port, require_bwrap, tcp_ready, wait_until
 
 pytest.importorskip("pydantic_ai")
@@ -37,14 +36,14 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         raise
     pytest.skip(f"pydantic-ai's MCP client is not installed: {exc}", allow_module_level=True)
 
-from pydantic_ai import Agent  # noqa: E402
-from pydantic_ai.messages import ModelResponse, RetryPromptPart, TextPart, ToolCallPart, ToolReturnPart  # noqa: E402
-from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelResponse, RetryPromptPart, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from sandbox_kernel.privacy import PrivacyStore, PrivateData, Sensitivity  # noqa: E402
-from sandbox_kernel.sandbox.base import BindMount, SandboxSpec  # noqa: E402
-from sandbox_kernel.sandbox.bwrap import BubblewrapSandbox  # noqa: E402
-from sandbox_kernel.tools.pydantic_ai import (  # noqa: E402
+from sandbox_kernel.privacy import PrivacyStore, PrivateData, Sensitivity
+from sandbox_kernel.sandbox.base import BindMount, SandboxSpec
+from sandbox_kernel.sandbox.bwrap import BubblewrapSandbox
+from sandbox_kernel.tools.pydantic_ai import (
     PrivateDataMCPToolset,
     private_data_mcp_http,
     private_data_mcp_stdio,
@@ -80,7 +79,7 @@ def sink() -> Iterator[Sink]:
     state = Sink(port=0, body=f"sink-received-{token}")
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             state.hits.append(self.path)
             data = state.body.encode()
             self.send_response(200)
@@ -123,11 +122,14 @@ def data(tmp_path: Path) -> Path:
 def stdio_toolset(store: PrivacyStore, data: Path, user: str = "alice", session: str = "s1") -> PrivateDataMCPToolset:
     """The one-line set-up: the same server, normal on the host and isolated in bwrap."""
     return private_data_mcp_stdio(
-        sys.executable, [str(SERVER)],
+        sys.executable,
+        [str(SERVER)],
         env={"DATA_TOOLS_LABEL": "normal", "DATA_TOOLS_DIR": str(data)},
         isolated_env={"DATA_TOOLS_LABEL": "isolated"},
         bind_mounts=[BindMount(TOOLS_DIR, str(TOOLS_DIR), readonly=True), BindMount(data, str(data), readonly=True)],
-        user_id=user, session_id=session, store=store,
+        user_id=user,
+        session_id=session,
+        store=store,
     )
 
 
@@ -153,8 +155,12 @@ async def run(toolset: PrivateDataMCPToolset, calls: list[tuple[str, dict]], bet
     """Run an agent over ``toolset``; the tool returns / retry prompts, in call order."""
     result = await Agent(scripted(calls, between), toolsets=[toolset]).run("go")
     assert result.output == "done"
-    return [p for m in result.all_messages() for p in getattr(m, "parts", [])
-            if isinstance(p, (ToolReturnPart, RetryPromptPart))]
+    return [
+        p
+        for m in result.all_messages()
+        for p in getattr(m, "parts", [])
+        if isinstance(p, (ToolReturnPart, RetryPromptPart))
+    ]
 
 
 def retried(part) -> bool:
@@ -311,13 +317,20 @@ async def test_agent_plumbing_reaches_both_instances(store: PrivacyStore, data: 
     assert copy.isolated.wrapped is routed.isolated  # the visitor replaced the isolated instance too
 
 
-async def test_stdio_factory_set_up_errors(store: PrivacyStore, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_stdio_factory_set_up_errors(
+    store: PrivacyStore, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # the script is not mounted into the sandbox: said before anything starts
     with pytest.raises(ValueError, match=r"data_tools_server\.py is not visible inside"):
         private_data_mcp_stdio(sys.executable, [str(SERVER)], store=store)
     with pytest.raises(ValueError, match="working directory"):
-        private_data_mcp_stdio(sys.executable, [str(SERVER)], cwd=str(data), store=store,
-                               bind_mounts=[BindMount(TOOLS_DIR, str(TOOLS_DIR), readonly=True)])
+        private_data_mcp_stdio(
+            sys.executable,
+            [str(SERVER)],
+            cwd=str(data),
+            store=store,
+            bind_mounts=[BindMount(TOOLS_DIR, str(TOOLS_DIR), readonly=True)],
+        )
     with pytest.raises(FileNotFoundError, match="not found on PATH"):
         private_data_mcp_stdio("no-such-mcp-server-xyz", store=store)
     # no bwrap on PATH: the error names the package
@@ -362,7 +375,9 @@ def stop(proc: subprocess.Popen) -> None:
             stream.close()
 
 
-async def test_http_factory_with_two_server_processes(store: PrivacyStore, data: Path, sink: Sink, tmp_path: Path) -> None:
+async def test_http_factory_with_two_server_processes(
+    store: PrivacyStore, data: Path, sink: Sink, tmp_path: Path
+) -> None:
     """Normal instance: streamable HTTP on 127.0.0.1. Isolated instance: the
     same server in bwrap without network, reachable only through a unix
     socket in a directory shared with it (TCP could not reach it: its network
@@ -374,25 +389,39 @@ async def test_http_factory_with_two_server_processes(store: PrivacyStore, data:
     sockdir.mkdir()
     sock = sockdir / "data-tools.sock"
     normal_cmd = [sys.executable, str(SERVER), "--port", str(port), "--label", "normal"]
-    isolated_cmd = BubblewrapSandbox().build_argv(SandboxSpec(
-        command=[sys.executable, str(SERVER), "--uds", str(sock), "--label", "isolated"],
-        isolate_network=True,
-        bind_mounts=[BindMount(TOOLS_DIR, str(TOOLS_DIR), readonly=True), BindMount(sockdir, str(sockdir))],
-        env={"HOME": "/tmp", "PATH": "/usr/bin:/bin"},
-    ))
+    isolated_cmd = BubblewrapSandbox().build_argv(
+        SandboxSpec(
+            command=[sys.executable, str(SERVER), "--uds", str(sock), "--label", "isolated"],
+            isolate_network=True,
+            bind_mounts=[BindMount(TOOLS_DIR, str(TOOLS_DIR), readonly=True), BindMount(sockdir, str(sockdir))],
+            env={"HOME": "/tmp", "PATH": "/usr/bin:/bin"},
+        )
+    )
     procs: list[subprocess.Popen] = []
-    client = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=str(sock)), timeout=httpx2.Timeout(30, read=300))
+    client = httpx2.AsyncClient(
+        transport=httpx2.AsyncHTTPTransport(uds=str(sock)), timeout=httpx2.Timeout(30, read=300)
+    )
     try:
         for cmd in (normal_cmd, isolated_cmd):
-            procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.PIPE, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                )
+            )
         wait_until(lambda: tcp_ready(port), "normal HTTP server", procs[0])
         wait_until(lambda: uds_ready(sock), "isolated HTTP server", procs[1])
 
         routed = private_data_mcp_http(
-            f"http://127.0.0.1:{port}/mcp", ISOLATED_URL,
+            f"http://127.0.0.1:{port}/mcp",
+            ISOLATED_URL,
             isolated_kwargs={"http_client": client},
-            user_id="carol", session_id="web", store=store,
+            user_id="carol",
+            session_id="web",
+            store=store,
         )
         async with routed:
             before = await run(routed, [("whoami", {}), ("interfaces", {}), ("fetch", {"port": sink.port})])
@@ -401,7 +430,9 @@ async def test_http_factory_with_two_server_processes(store: PrivacyStore, data:
             assert before[2].content == sink.body and len(sink.hits) == 1
 
             PrivateData("carol", "web", store).mark_private(Sensitivity.INTERNAL, source="api")
-            after = await run(routed, [("whoami", {}), ("interfaces", {}), ("fetch", {"port": sink.port}), ("fail", {})])
+            after = await run(
+                routed, [("whoami", {}), ("interfaces", {}), ("fetch", {"port": sink.port}), ("fail", {})]
+            )
             assert who(after[0])["label"] == "isolated" and who(after[0])["hostname"] == "sandbox"
             assert after[1].content == "lo"
             assert after[2].content.startswith("connection failed") and len(sink.hits) == 1
@@ -410,9 +441,14 @@ async def test_http_factory_with_two_server_processes(store: PrivacyStore, data:
                 await run(routed, [("fatal", {})])
 
         # a different session on the same servers stays normal
-        fresh = private_data_mcp_http(f"http://127.0.0.1:{port}/mcp", ISOLATED_URL,
-                                      isolated_kwargs={"http_client": client},
-                                      user_id="carol", session_id="web2", store=store)
+        fresh = private_data_mcp_http(
+            f"http://127.0.0.1:{port}/mcp",
+            ISOLATED_URL,
+            isolated_kwargs={"http_client": client},
+            user_id="carol",
+            session_id="web2",
+            store=store,
+        )
         assert who((await run(fresh, [("whoami", {})]))[0])["label"] == "normal"
     finally:
         await client.aclose()

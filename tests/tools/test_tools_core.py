@@ -59,7 +59,7 @@ async def test_state_outputs_and_persistence(registry: SessionRegistry, data_dir
     assert c3.error.ename == "ZeroDivisionError" and c3.error.traceback
     assert any(o.output_type.value == "display_data" and "text/html" in (o.data or {}) for o in c3.outputs)
     saved = json.loads((data_dir / "sessions/alice/s1/notebook.json").read_text())
-    assert [c["code"] for c in saved["cells"]][0].startswith("x = 41") and len(saved["cells"]) == 4
+    assert saved["cells"][0]["code"].startswith("x = 41") and len(saved["cells"]) == 4
     # workspace layout
     assert (data_dir / "workspaces/alice/s1").is_dir()
 
@@ -111,7 +111,7 @@ async def test_max_cells(data_dir: Path) -> None:
         kw = ids(reg)
         await repl_execute_cell("1", **kw)
         await repl_execute_cell("2", **kw)
-        with pytest.raises(ToolRetryError, match="notebook is full .2 cells"):
+        with pytest.raises(ToolRetryError, match=r"notebook is full .2 cells"):
             await repl_execute_cell("3", **kw)
         assert len((await notebook(reg)).cells) == 2
     finally:
@@ -156,8 +156,14 @@ async def test_path_confinement(tmp_path: Path) -> None:
     (ws / "sub" / "up").symlink_to("../..")
     assert resolve_agent_path(ws, "/workspace/sub/a.ipynb") == (ws / "sub" / "a.ipynb").resolve()
     assert resolve_agent_path(ws, "./sub/../b.ipynb") == (ws / "b.ipynb").resolve()
-    for bad, msg in [("link/x.ipynb", "symlink"), ("sub/up/x", "symlink"), ("../x", "climbs out"),
-                     ("/tmp/x", "outside the workspace"), ("/workspace/../etc/passwd", "climbs out"), ("a\x00b", "NUL")]:
+    for bad, msg in [
+        ("link/x.ipynb", "symlink"),
+        ("sub/up/x", "symlink"),
+        ("../x", "climbs out"),
+        ("/tmp/x", "outside the workspace"),
+        ("/workspace/../etc/passwd", "climbs out"),
+        ("a\x00b", "NUL"),
+    ]:
         with pytest.raises(WorkspacePathError, match=msg):
             resolve_agent_path(ws, bad)
 
@@ -225,7 +231,9 @@ async def test_event_loop_not_blocked(registry: SessionRegistry) -> None:
 async def test_calls_on_one_session_are_serialised(registry: SessionRegistry) -> None:
     kw = ids(registry)
     await repl_execute_cell("log = []", **kw)
-    await asyncio.gather(*(repl_execute_cell(f"import time\nlog.append({i}); time.sleep(0.2); log.append({i})", **kw) for i in range(3)))
+    await asyncio.gather(
+        *(repl_execute_cell(f"import time\nlog.append({i}); time.sleep(0.2); log.append({i})", **kw) for i in range(3))
+    )
     r = await repl_execute_cell("all(log[i] == log[i + 1] for i in range(0, len(log), 2)), len(log)", **kw)
     assert "(True, 6)" in r.text
 
@@ -281,7 +289,9 @@ async def test_resume_without_checkpoint_replays_definitions(data_dir: Path) -> 
         await reg2.aclose()
 
 
-async def test_ratchet_rise_gives_system_notice_and_cuts_shell_network(registry: SessionRegistry, data_dir: Path) -> None:
+async def test_ratchet_rise_gives_system_notice_and_cuts_shell_network(
+    registry: SessionRegistry, data_dir: Path
+) -> None:
     kw = ids(registry, "priv")
     r = await sandbox_execute("cat /proc/net/dev | tail -n +3 | cut -d: -f1", **kw)
     public_ifaces = set(r.text.split()[3:])
@@ -310,8 +320,10 @@ async def test_shell_network_follows_the_config_and_the_ratchet(data_dir: Path) 
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
     port = listener.getsockname()[1]
-    probe = (f"python -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 3); print('reached')\"; "
-             "echo; echo IFACES $(tail -n +3 /proc/net/dev | cut -d: -f1)")
+    probe = (
+        f"python -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 3); print('reached')\"; "
+        "echo; echo IFACES $(tail -n +3 /proc/net/dev | cut -d: -f1)"
+    )
     try:
         for network, reaches in (("user", False), ("host", True)):
             reg = SessionRegistry(ToolsConfig(backend="bwrap", idle_timeout=600, network=network))
@@ -320,7 +332,9 @@ async def test_shell_network_follows_the_config_and_the_ratchet(data_dir: Path) 
                 r = await sandbox_execute(probe, **kw)
                 assert ("reached" in r.text) is reaches, (network, r.text)
                 assert set(_ifaces(r.text)) - {"lo"}, r.text  # an interface besides lo
-                await repl_execute_cell("import sandbox_kernel.private as p\np.mark_private('CONFIDENTIAL', 'test')", **kw)
+                await repl_execute_cell(
+                    "import sandbox_kernel.private as p\np.mark_private('CONFIDENTIAL', 'test')", **kw
+                )
                 r = await sandbox_execute(probe, **kw)
                 assert "reached" not in r.text, (network, r.text)
                 assert _ifaces(r.text) == ["lo"], r.text
@@ -345,7 +359,10 @@ async def test_export_ipynb(registry: SessionRegistry, data_dir: Path) -> None:
     assert nb.metadata.language_info.name == "python" and nb.metadata.language_info.version.count(".") == 2
     assert nb.cells[2].source == "for i in range(2):\n    print(i)\nraise ValueError('bad')"
     assert nb.cells[0].outputs[0].output_type == "stream" and nb.cells[0].outputs[0].text == "a\nb\n"
-    assert nb.cells[0].outputs[1].output_type == "execute_result" and nb.cells[0].outputs[1].data["text/plain"] == "'x\\ny'"
+    assert (
+        nb.cells[0].outputs[1].output_type == "execute_result"
+        and nb.cells[0].outputs[1].data["text/plain"] == "'x\\ny'"
+    )
     assert nb.cells[1].outputs[0].output_type == "display_data" and "image/png" in nb.cells[1].outputs[0].data
     err = nb.cells[2].outputs[-1]
     assert err.output_type == "error" and err.ename == "ValueError" and err.evalue == "bad"

@@ -18,7 +18,16 @@ pytestmark = pytest.mark.asyncio
 def server(data_dir: Path, session: str = "mcp1") -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "sandbox_kernel.tools.mcp_server", "--user-id", "agent", "--session-id", session, "--backend", "bwrap"],
+        args=[
+            "-m",
+            "sandbox_kernel.tools.mcp_server",
+            "--user-id",
+            "agent",
+            "--session-id",
+            session,
+            "--backend",
+            "bwrap",
+        ],
         env={**os.environ, "SANDBOX_KERNEL_DATA_DIR": str(data_dir)},
     )
 
@@ -30,14 +39,24 @@ def text(result) -> str:
 async def test_every_tool_over_stdio(data_dir: Path) -> None:
     async with Client(server(data_dir)) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        assert set(tools) == {"repl_execute_cell", "repl_rerun_cell", "repl_show_notebook", "repl_show_cell",
-                              "repl_delete_cell", "repl_clear_notebook", "repl_export_ipynb", "sandbox_execute"}
+        assert set(tools) == {
+            "repl_execute_cell",
+            "repl_rerun_cell",
+            "repl_show_notebook",
+            "repl_show_cell",
+            "repl_delete_cell",
+            "repl_clear_notebook",
+            "repl_export_ipynb",
+            "sandbox_execute",
+        }
         assert "ctx" not in tools["repl_execute_cell"].input_schema["properties"]
         r = await client.call_tool("repl_execute_cell", {"code": "x = 20\nx + 1"})
         assert not r.is_error and text(r).endswith("21")
         r = await client.call_tool("repl_execute_cell", {"code": "x * 2"})  # state across calls
         assert text(r).endswith("40")
-        r = await client.call_tool("repl_execute_cell", {"code": "import matplotlib.pyplot as plt\nplt.plot([1, 3]); plt.show()"})
+        r = await client.call_tool(
+            "repl_execute_cell", {"code": "import matplotlib.pyplot as plt\nplt.plot([1, 3]); plt.show()"}
+        )
         images = [b for b in r.content if b.type == "image"]
         assert len(images) == 1 and images[0].mime_type == "image/png"
         assert base64.b64decode(images[0].data)[:4] == b"\x89PNG" and "iVBOR" not in text(r)
@@ -94,6 +113,11 @@ async def test_infrastructure_failure_is_fatal(data_dir: Path) -> None:
 async def test_invalid_session_id_is_refused(data_dir: Path) -> None:
     import subprocess
 
-    proc = subprocess.run([sys.executable, "-m", "sandbox_kernel.tools.mcp_server", "--session-id", "../x"],
-                          capture_output=True, text=True, timeout=60, env={**os.environ, "SANDBOX_KERNEL_DATA_DIR": str(data_dir)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "sandbox_kernel.tools.mcp_server", "--session-id", "../x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SANDBOX_KERNEL_DATA_DIR": str(data_dir)},
+    )
     assert proc.returncode == 2 and "session_id '../x' is invalid" in proc.stderr

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from kernel_helpers import free_port, tcp_ready, wait_until
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
-
-from kernel_helpers import free_port, tcp_ready, wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -25,11 +24,29 @@ class HttpServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sandbox_kernel", "mcp", "--transport", "streamable-http",
-             "--host", "127.0.0.1", "--port", str(self.port), "--user-id", "agent", "--session-id", "web",
-             "--backend", "bwrap", *extra],
+            [
+                sys.executable,
+                "-m",
+                "sandbox_kernel",
+                "mcp",
+                "--transport",
+                "streamable-http",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--user-id",
+                "agent",
+                "--session-id",
+                "web",
+                "--backend",
+                "bwrap",
+                *extra,
+            ],
             env={**os.environ, "SANDBOX_KERNEL_DATA_DIR": str(data_dir)},
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             wait_until(lambda: tcp_ready(self.port), "the MCP server", self.proc, timeout=60)
@@ -84,7 +101,9 @@ async def test_state_images_and_shell_over_http(http_server: HttpServer, data_di
         assert not r.is_error, text(r)
         r = await client.call_tool("repl_execute_cell", {"code": "x * 21"})
         assert "42" in text(r)
-        r = await client.call_tool("repl_execute_cell", {"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()"})
+        r = await client.call_tool(
+            "repl_execute_cell", {"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2]); plt.show()"}
+        )
         images = [b for b in r.content if b.type == "image"]
         assert images and images[0].mime_type == "image/png" and "iVBOR" not in text(r)
         r = await client.call_tool("sandbox_execute", {"command": "echo from-shell > f.txt && cat f.txt"})

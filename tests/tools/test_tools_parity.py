@@ -94,7 +94,9 @@ async def test_exported_notebook_reruns_on_the_kernel(registry: SessionRegistry,
         cell.outputs = []
     assert rerun.metadata.kernelspec.name == "sandbox-python"
     # no kernel_name: nbclient starts the kernel the notebook names; cwd is the workspace
-    NotebookClient(rerun, timeout=120, allow_errors=True, resources={"metadata": {"path": str(path.parent.parent)}}).execute()
+    NotebookClient(
+        rerun, timeout=120, allow_errors=True, resources={"metadata": {"path": str(path.parent.parent)}}
+    ).execute()
     nbformat.validate(rerun)
     assert [normalise_ipynb(c) for c in rerun.cells] == expected
     assert rerun.metadata.language_info.name == "python"

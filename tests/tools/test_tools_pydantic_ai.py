@@ -9,7 +9,7 @@ import pytest
 pydantic_ai = pytest.importorskip("pydantic_ai")
 
 from pydantic_ai import Agent  # noqa: E402
-from pydantic_ai.messages import ModelResponse, ToolCallPart, ToolReturnPart, RetryPromptPart  # noqa: E402
+from pydantic_ai.messages import ModelResponse, RetryPromptPart, ToolCallPart, ToolReturnPart  # noqa: E402
 from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 from pydantic_ai.toolsets import FunctionToolset  # noqa: E402
 
@@ -38,7 +38,12 @@ def scripted(calls: list[tuple[str, dict]]):
 
 
 def returns(result) -> list:
-    return [p for m in result.all_messages() for p in getattr(m, "parts", []) if isinstance(p, (ToolReturnPart, RetryPromptPart))]
+    return [
+        p
+        for m in result.all_messages()
+        for p in getattr(m, "parts", [])
+        if isinstance(p, (ToolReturnPart, RetryPromptPart))
+    ]
 
 
 async def test_agent_calls_the_tools(registry: SessionRegistry, data_dir: Path) -> None:
@@ -56,18 +61,28 @@ async def test_agent_calls_the_tools(registry: SessionRegistry, data_dir: Path) 
     parts = returns(result)
     assert result.output == "done"
     assert "15" in str(parts[1].content)
-    assert (isinstance(parts[2], RetryPromptPart) or getattr(parts[2], "outcome", None) == "retried") and "there is no cell 42" in str(parts[2].content)
+    assert (
+        isinstance(parts[2], RetryPromptPart) or getattr(parts[2], "outcome", None) == "retried"
+    ) and "there is no cell 42" in str(parts[2].content)
     assert "shell-ok" in str(parts[4].content)
     assert (data_dir / "workspaces/pa/s1/pa.ipynb").exists()
     # the figure went to the model as an image, not as base64 text
-    images = [c for m in result.all_messages() for p in getattr(m, "parts", []) for c in (p.content if isinstance(getattr(p, "content", None), list) else []) if getattr(c, "media_type", "") == "image/png"]
+    images = [
+        c
+        for m in result.all_messages()
+        for p in getattr(m, "parts", [])
+        for c in (p.content if isinstance(getattr(p, "content", None), list) else [])
+        if getattr(c, "media_type", "") == "image/png"
+    ]
     assert images
 
 
 async def test_test_model_smoke(registry: SessionRegistry) -> None:
     from pydantic_ai.models.test import TestModel
 
-    result = await Agent(TestModel(call_tools=["repl_show_notebook"]), tools=get_all_tools("pa", "s2", registry)).run("go")
+    result = await Agent(TestModel(call_tools=["repl_show_notebook"]), tools=get_all_tools("pa", "s2", registry)).run(
+        "go"
+    )
     assert "empty" in result.output
 
 

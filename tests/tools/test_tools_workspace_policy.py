@@ -31,7 +31,9 @@ async def test_shell_cannot_plant_git_hooks_or_config(registry: SessionRegistry)
     r = await sandbox_execute(
         "cd checkout; printf '#!/bin/sh\\nevil\\n' > .git/hooks/pre-commit; echo rc=$?; "
         "printf '[core]\\n\\tfsmonitor = evil\\n' >> .git/config; echo rc=$?; "
-        "echo '# edited' >> main.py; echo rc=$?", **_kw(registry))
+        "echo '# edited' >> main.py; echo rc=$?",
+        **_kw(registry),
+    )
     assert r.text.count("rc=1") == 2 and r.text.count("rc=0") == 1, r.text
     assert not (repo / ".git" / "hooks" / "pre-commit").exists()
     assert "fsmonitor" not in (repo / ".git" / "config").read_text()
@@ -42,6 +44,8 @@ async def test_cell_cannot_plant_git_hooks(registry: SessionRegistry) -> None:
     repo = await _workspace_with_repo(registry)
     r = await repl_execute_cell(
         "try:\n    open('/workspace/checkout/.git/hooks/post-checkout', 'w').write('evil'); print('WROTE')\n"
-        "except OSError as e:\n    print('DENIED', type(e).__name__)\n", **_kw(registry))
+        "except OSError as e:\n    print('DENIED', type(e).__name__)\n",
+        **_kw(registry),
+    )
     assert "DENIED" in r.text and "WROTE" not in r.text, r.text
     assert not (repo / ".git" / "hooks" / "post-checkout").exists()

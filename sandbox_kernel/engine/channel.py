@@ -8,27 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import struct
 from typing import Any
 
-MAX_FRAME = 64 * 1024 * 1024
-
-#: message types a worker may send
-WORKER_TYPES = frozenset(
-    {
-        "ready",
-        "stream",
-        "display_data",
-        "update_display_data",
-        "execute_result",
-        "error",
-        "clear_output",
-        "input_request",
-        "ratchet",
-        "done",
-        "reply",
-    }
-)
+from ..worker.protocol import HEADER, MAX_FRAME, WORKER_TYPES
 
 
 class ProtocolError(Exception):
@@ -38,12 +20,12 @@ class ProtocolError(Exception):
 async def read_message(reader: asyncio.StreamReader) -> dict[str, Any] | None:
     """Next message, or None at end of stream."""
     try:
-        header = await reader.readexactly(4)
+        header = await reader.readexactly(HEADER.size)
     except asyncio.IncompleteReadError as exc:
         if exc.partial:
             raise ProtocolError("truncated frame header") from exc
         return None
-    (length,) = struct.unpack(">I", header)
+    (length,) = HEADER.unpack(header)
     if length > MAX_FRAME:
         raise ProtocolError(f"frame of {length} bytes exceeds {MAX_FRAME}")
     try:
@@ -61,4 +43,4 @@ async def read_message(reader: asyncio.StreamReader) -> dict[str, Any] | None:
 
 def encode(msg: dict[str, Any]) -> bytes:
     data = json.dumps(msg).encode("utf-8")
-    return struct.pack(">I", len(data)) + data
+    return HEADER.pack(len(data)) + data

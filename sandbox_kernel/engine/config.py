@@ -30,3 +30,6 @@ class EngineConfig:
     #: host uid of the sandboxes when the kernel runs as root (None: the
     #: unprivileged default; 0: root, unsafe)
     sandbox_uid: int | None = None
+    #: folders a workspace may lie under although the workspace policy
+    #: protects them (the agent tools' own workspaces in the data dir)
+    allowed_roots: tuple[Path, ...] = ()

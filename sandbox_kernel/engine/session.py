@@ -23,23 +23,20 @@ from typing import Any
 from ..outputs import OutputLimiter, sanitize_bundle
 from ..outputs.links import defang_text
 from ..privacy.enforcement import EnforcementRecord
-from ..sandbox import BindMount, Sandbox, SandboxSpec, get_sandbox
+from ..sandbox import BindMount, Sandbox, SandboxResult, SandboxSpec, get_sandbox
 from ..sandbox.subprocess_backend import WARNING as SUBPROCESS_WARNING
+from ..worker.protocol import Msg, Op
 from .config import EngineConfig
+from .launch import IN_LIB, IN_STATE, WORKER_PACKAGE, WORKER_SOURCE, Launch, plan_launch
 from .ratchet import SYSTEM_NOTICE, Ratchet
 from .replay import ReplayLog
 from .safe_read import UnsafeFileError, read_json
 from .worker import DEAD, WorkerHandle
-from .workspace_policy import WorkspaceRefused, apply_policy
+from .workspace_policy import WorkspaceRefused
 
 Emit = Callable[[str, dict[str, Any]], None]
 AskInput = Callable[[str, bool], Awaitable[str]]
 
-WORKER_PACKAGE = "sandbox_kernel_worker"
-WORKER_SOURCE = Path(__file__).resolve().parent.parent / "worker"
-IN_WORKSPACE = "/workspace"
-IN_STATE = "/.sandbox_kernel/state"
-IN_LIB = "/.sandbox_kernel/lib"
 READY_TIMEOUT = 60.0
 NOTICE = "[sandbox_kernel]"
 
@@ -154,53 +151,22 @@ class Session:
         return [Path(store.root)] if store is not None else []
 
     def _spec(self) -> SandboxSpec:
-        workspace = Path(self.config.workspace).resolve()
-        if not self.sandbox.isolates:
+        """The worker's sandbox: the session's launch (engine/launch.py) plus
+        its checkpoints and the worker's code."""
+        extra: list[BindMount] = []
+        if self.sandbox.isolates:
+            extra = [
+                BindMount(self.state_dir, IN_STATE),
+                BindMount(WORKER_SOURCE, f"{IN_LIB}/{WORKER_PACKAGE}", readonly=True),
+            ]
+            lib_path = IN_LIB
+        else:
             lib = self._runtime / "lib"
             lib.mkdir(exist_ok=True)
             link = lib / WORKER_PACKAGE
             if not link.exists():
                 link.symlink_to(WORKER_SOURCE, target_is_directory=True)
-            mounts: list[BindMount] = []
             lib_path = str(lib)
-            home = self._runtime / "home"
-            home.mkdir(exist_ok=True)
-            tmp = str(home)
-        else:
-            # The workspace policy: refused folders, masks over secrets and config,
-            # the home rule (engine/workspace_policy.py, docs/security.md).
-            try:
-                mounts, plan = apply_policy(workspace, IN_WORKSPACE, self._store_dirs())
-            except WorkspaceRefused as exc:
-                raise SandboxUnavailable(f"workspace refused: {exc}") from exc
-            if plan.notes and not self._workspace_noted:
-                self._workspace_noted = True
-                self._pending_notices += [f"{NOTICE} {note}\n" for note in plan.notes]
-            mounts += [
-                BindMount(self.state_dir, IN_STATE),
-                BindMount(WORKER_SOURCE, f"{IN_LIB}/{WORKER_PACKAGE}", readonly=True),
-            ]
-            if self.isolate_network and self.ratchet is not None:
-                mounts += self.ratchet.bind_mounts()  # private data only where no network is
-            lib_path = IN_LIB
-            tmp = "/tmp"
-        state = self._visible(self.state_dir, IN_STATE)
-        bindir = str(Path(sys.executable).parent)
-        env = {
-            "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": tmp,
-            "TMPDIR": tmp,
-            "USER": "sandbox",
-            "LOGNAME": "sandbox",
-            "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONUNBUFFERED": "1",
-            "MPLBACKEND": "module://matplotlib_inline.backend_inline",
-            "MPLCONFIGDIR": f"{state}/matplotlib",
-            "IPYTHONDIR": f"{tmp}/.ipython",
-            "SANDBOX_KERNEL_BACKEND": self.sandbox.name,
-            **self.config.extra_env,
-        }
         # Isolated (-I): the worker's own modules (IPython, traitlets...) are
         # imported before the workspace joins the import path, so a module a
         # cell planted there cannot stop the next sandbox from starting; cells
@@ -210,17 +176,46 @@ class Session:
             f"import {WORKER_PACKAGE}.main, {WORKER_PACKAGE}.shell; sys.path.insert(0, ''); import runpy; "
             f"runpy.run_module({WORKER_PACKAGE!r}, run_name='__main__')"
         )
-        return SandboxSpec(
-            command=[sys.executable, "-I", "-u", "-c", bootstrap],
-            bind_mounts=mounts,
-            isolate_network=self.isolate_network,
-            network=self.config.network,
-            cwd=self._visible(workspace, IN_WORKSPACE),
-            env=env,
-            limits=self.config.limits,
-            tmp_size=self.config.tmp_size,
-            sandbox_uid=self.config.sandbox_uid,
-        )
+        launch = self._launch([sys.executable, "-I", "-u", "-c", bootstrap], self.isolate_network, extra)
+        if launch.notes and not self._workspace_noted:
+            self._workspace_noted = True
+            self._pending_notices += [f"{NOTICE} {note}\n" for note in launch.notes]
+        return launch.spec
+
+    def _launch(self, command: list[str], isolate_network: bool, extra_mounts: list[BindMount]) -> Launch:
+        state = self._visible(self.state_dir, IN_STATE)
+        home = self._runtime / "home"
+        home.mkdir(exist_ok=True)
+        try:
+            return plan_launch(
+                self.sandbox,
+                self.config,
+                command,
+                isolate_network=isolate_network,
+                ratchet=self.ratchet,
+                store_dirs=self._store_dirs(),
+                allowed_roots=self.config.allowed_roots,
+                extra_mounts=extra_mounts,
+                host_home=home,
+                env={
+                    "PYTHONDONTWRITEBYTECODE": "1",
+                    "PYTHONUNBUFFERED": "1",
+                    "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+                    "MPLCONFIGDIR": f"{state}/matplotlib",
+                    "IPYTHONDIR": f"{self._visible(home, '/tmp')}/.ipython",
+                    "SANDBOX_KERNEL_BACKEND": self.sandbox.name,
+                },
+            )
+        except WorkspaceRefused as exc:
+            raise SandboxUnavailable(f"workspace refused: {exc}") from exc
+
+    async def run_command(self, command: list[str], timeout: float | None = None) -> SandboxResult:
+        """Run one command to completion in a fresh sandbox of this session
+        (the shell tool): the same launch as the cells' sandbox, without the
+        worker's checkpoints, network decided by the ratchet now."""
+        await self.refresh_privacy()
+        launch = await asyncio.to_thread(self._launch, command, not self.network_allowed, [])
+        return await self.sandbox.run_spec(launch.spec, timeout=timeout)
 
     async def start(self) -> None:
         """Start a sandbox now (the kernel calls this in the background)."""
@@ -259,7 +254,7 @@ class Session:
             msg = await asyncio.wait_for(worker.messages.get(), READY_TIMEOUT)
         except asyncio.TimeoutError:
             msg = {"type": DEAD, "reason": f"no answer within {READY_TIMEOUT:.0f} s"}
-        if msg.get("type") != "ready" or self._closed:
+        if msg.get("type") != Msg.READY or self._closed:
             await worker.kill()
             tail = "\n".join(worker.stderr_tail)
             raise SandboxUnavailable(
@@ -292,7 +287,7 @@ class Session:
         rid = f"r{next(self._ids)}"
         worker.send(
             {
-                "op": "restore",
+                "op": Op.RESTORE,
                 "id": rid,
                 "path": path,
                 "imports": self.replay.imports,
@@ -334,7 +329,7 @@ class Session:
             self._checkpoint_handle.cancel()
         if self.worker is not None:
             worker, self.worker = self.worker, None
-            worker.send({"op": "shutdown"})
+            worker.send({"op": Op.SHUTDOWN})
             try:
                 await asyncio.wait_for(worker.process.wait(), 2.0)
             except asyncio.TimeoutError:
@@ -364,7 +359,7 @@ class Session:
             rid = f"c{next(self._ids)}"
             self.worker.send(
                 {
-                    "op": "checkpoint",
+                    "op": Op.CHECKPOINT,
                     "id": rid,
                     "wait": True,
                     "path": self._visible(self.state_dir, IN_STATE),
@@ -422,7 +417,7 @@ class Session:
                         "the session became private while this cell ran with network, so the cell was stopped"
                     )
                     self._replace_reason = "the session became private"
-                    self.worker.send({"op": "kill"})
+                    self.worker.send({"op": Op.KILL})
             elif not self._lock.locked():
                 async with self._lock:
                     await self._enforce_ratchet(None)
@@ -507,7 +502,7 @@ class Session:
             self._replace_reason = None
             worker.send(
                 {
-                    "op": "execute",
+                    "op": Op.EXECUTE,
                     "id": rid,
                     "code": code,
                     "silent": silent,
@@ -557,11 +552,11 @@ class Session:
             return result
 
     async def complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
-        return await self._query({"op": "complete", "code": code, "cursor_pos": cursor_pos})
+        return await self._query({"op": Op.COMPLETE, "code": code, "cursor_pos": cursor_pos})
 
     async def inspect(self, code: str, cursor_pos: int, detail_level: int = 0) -> dict[str, Any]:
         return await self._query(
-            {"op": "inspect", "code": code, "cursor_pos": cursor_pos, "detail_level": detail_level}
+            {"op": Op.INSPECT, "code": code, "cursor_pos": cursor_pos, "detail_level": detail_level}
         )
 
     async def _query(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -579,7 +574,7 @@ class Session:
         rid = self._running
         if rid is None or self.worker is None:
             return
-        self.worker.send({"op": "interrupt"})
+        self.worker.send({"op": Op.INTERRUPT})
         loop = asyncio.get_running_loop()
 
         def escalate() -> None:
@@ -587,7 +582,7 @@ class Session:
                 self._kill_reason = (
                     f"the cell did not stop within {self.config.interrupt_grace:g} s of the interrupt and was killed"
                 )
-                self.worker.send({"op": "kill"})
+                self.worker.send({"op": Op.KILL})
 
         loop.call_later(self.config.interrupt_grace, escalate)
 
@@ -614,23 +609,23 @@ class Session:
             except asyncio.TimeoutError:
                 if killed_at is None:
                     self._kill_reason = f"the cell timed out after {timeout:g} s and was killed"
-                    worker.send({"op": "kill"})
+                    worker.send({"op": Op.KILL})
                     killed_at = time.monotonic()
                     continue
                 worker.dead_reason = "the sandbox did not answer after the cell was killed"
                 await worker.kill()
                 return {"type": DEAD, "status": "died", "reason": worker.dead_reason}
             kind = msg.get("type")
-            if kind == DEAD or (kind in ("done", "reply") and msg.get("id") == rid):
+            if kind == DEAD or (kind in (Msg.DONE, Msg.REPLY) and msg.get("id") == rid):
                 if prompt is not None and not prompt.done():
                     prompt.cancel()  # the cell ended (interrupted, died): its prompt is over
                 if kind == DEAD:
                     return {"type": DEAD, "status": "died", "reason": f"the sandbox died: {msg.get('reason')}"}
                 return msg
-            if kind == "ratchet" and self._running == rid:
+            if kind == Msg.RATCHET and self._running == rid:
                 self._on_ratchet_request(worker, msg)
                 continue
-            if kind == "input_request" and emit is not None:
+            if kind == Msg.INPUT_REQUEST and emit is not None:
                 # The prompt is answered in the background while the worker is
                 # still listened to: an interrupt (the cell ends with
                 # KeyboardInterrupt) or a death must not wait for a reply that
@@ -655,11 +650,11 @@ class Session:
                 self.log.warning("input request failed: %s", exc)
         if self._running == rid and worker.alive:
             req = msg.get("req")
-            worker.send({"op": "input_reply", "value": value, **({"req": req} if isinstance(req, int) else {})})
+            worker.send({"op": Op.INPUT_REPLY, "value": value, **({"req": req} if isinstance(req, int) else {})})
 
     def _on_ratchet_request(self, worker: WorkerHandle, msg: dict[str, Any]) -> None:
         if self.ratchet is None:
-            worker.send({"op": "ratchet_reply", "ok": False, "error": "this session has no private-data ratchet"})
+            worker.send({"op": Op.RATCHET_REPLY, "ok": False, "error": "this session has no private-data ratchet"})
             return
         reply = self.ratchet.handle_request(msg)
         if reply.get("ok") and not self.isolate_network and not self.network_allowed:
@@ -672,29 +667,29 @@ class Session:
             task = asyncio.ensure_future(self.cut_network())  # daemonised children lose it too
             self._background.add(task)  # asyncio keeps only a weak reference to tasks
             task.add_done_callback(self._background.discard)
-            worker.send({"op": "kill"})
+            worker.send({"op": Op.KILL})
         else:
-            worker.send({"op": "ratchet_reply", **reply})
+            worker.send({"op": Op.RATCHET_REPLY, **reply})
         if reply.get("ok"):
             self._notify_privacy_change()
 
     def _forward(self, msg: dict[str, Any], emit: Emit) -> None:
         kind = msg.get("type")
-        if kind == "stream":
+        if kind == Msg.STREAM:
             name, text = msg.get("name"), msg.get("text")
             if name in ("stdout", "stderr") and isinstance(text, str):
                 emit("stream", {"name": name, "text": text})
-        elif kind in ("display_data", "update_display_data", "execute_result"):
+        elif kind in (Msg.DISPLAY_DATA, Msg.UPDATE_DISPLAY_DATA, Msg.EXECUTE_RESULT):
             transient = msg.get("transient") if isinstance(msg.get("transient"), dict) else {}
             display_id = transient.get("display_id")
             content: dict[str, Any] = {"data": msg.get("data"), "metadata": msg.get("metadata")}
-            if kind == "execute_result":
+            if kind == Msg.EXECUTE_RESULT:
                 count = msg.get("execution_count")
                 content["execution_count"] = count if isinstance(count, int) else None
             else:
                 content["transient"] = {"display_id": display_id} if isinstance(display_id, str) else {}
             emit(kind, content)
-        elif kind == "error":
+        elif kind == Msg.ERROR:
             tb = msg.get("traceback")
             emit(
                 "error",
@@ -704,7 +699,7 @@ class Session:
                     "traceback": [str(line) for line in tb][:1000] if isinstance(tb, list) else [],
                 },
             )
-        elif kind == "clear_output":
+        elif kind == Msg.CLEAR_OUTPUT:
             emit("clear_output", {"wait": bool(msg.get("wait"))})
 
     def _guarded_emit(self, emit: Emit, limiter: OutputLimiter) -> Emit:
@@ -719,12 +714,12 @@ class Session:
 
         def guarded(kind: str, content: dict[str, Any]) -> None:
             private = self.private
-            if kind == "stream":
+            if kind == Msg.STREAM:
                 text = limiter.admit_text(content["text"])
                 if text:
                     emit(kind, {**content, "text": defang_text(text) if private else text})
                 return
-            if kind in ("display_data", "update_display_data", "execute_result"):
+            if kind in (Msg.DISPLAY_DATA, Msg.UPDATE_DISPLAY_DATA, Msg.EXECUTE_RESULT):
                 data = content.get("data")
                 if isinstance(data, Mapping) and not limiter.admit_bundle(data):
                     return  # over budget: dropped uncleaned, counted for the truncation note
@@ -739,7 +734,7 @@ class Session:
                     return
                 emit(kind, {**content, "data": clean.data, "metadata": clean.metadata})
                 return
-            if kind == "error":
+            if kind == Msg.ERROR:
                 if limiter.admit_bundle({"text/plain": "\n".join(content.get("traceback", []))}):
                     if private:
                         content = {
@@ -785,7 +780,7 @@ class Session:
         if self.worker is not None and self.worker.alive:
             self.worker.send(
                 {
-                    "op": "checkpoint",
+                    "op": Op.CHECKPOINT,
                     "path": self._visible(self.state_dir, IN_STATE),
                     "cell": self._last_done_count,
                     "def_names": list(self.replay.defs),

@@ -225,6 +225,12 @@ class Sandbox(ABC):
             env=dict(env or {}),
             limits=limits or ResourceLimits(),
         )
+        return await self.run_spec(spec, timeout=timeout, stdin=stdin)
+
+    async def run_spec(
+        self, spec: SandboxSpec, timeout: float | None = None, stdin: bytes | None = None
+    ) -> SandboxResult:
+        """Run a decided launch (``engine.launch.plan_launch``) to completion; kill it on timeout."""
         child = await self.start(spec)
         try:
             out, err = await asyncio.wait_for(child.process.communicate(stdin), timeout=timeout)

@@ -10,15 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import threading
 from typing import Any
 
-MAX_FRAME = 64 * 1024 * 1024
-#: message kinds that are a cell's output (counted against its budget)
-OUTPUT_TYPES = frozenset({"stream", "display_data", "update_display_data", "execute_result", "clear_output"})
-#: the largest single output message sent (the host refuses larger bundles anyway)
-MAX_OUTPUT_MESSAGE = 20 * 1024 * 1024
+from .protocol import HEADER, MAX_FRAME, MAX_OUTPUT_MESSAGE, OUTPUT_TYPES
 
 
 class ChannelClosed(EOFError):
@@ -57,7 +52,7 @@ class Channel:
                 self.dropped_output += len(data)
                 return
             self.output_budget = (self.output_budget or 0) - len(data)
-        frame = struct.pack(">I", len(data)) + data
+        frame = HEADER.pack(len(data)) + data
         with self._lock:
             view = memoryview(frame)
             while view:
@@ -75,7 +70,7 @@ class Channel:
         return b"".join(chunks)
 
     def recv(self) -> dict[str, Any]:
-        (length,) = struct.unpack(">I", self._read_exact(4))
+        (length,) = HEADER.unpack(self._read_exact(HEADER.size))
         if length > MAX_FRAME:
             raise ValueError(f"frame of {length} bytes is over the limit")
         msg = json.loads(self._read_exact(length))

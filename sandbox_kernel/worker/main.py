@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .channel import Channel, ChannelClosed
+from .protocol import LATE_OPS, Msg, Op
 
 SHUTDOWN_EXIT = 99
 _PR_SET_CHILD_SUBREAPER = 36
@@ -95,13 +96,13 @@ class Holder:
             except ChannelClosed:
                 os._exit(0)
             op = msg.get("op")
-            if op == "shutdown":
+            if op == Op.SHUTDOWN:
                 self._kill_standby()
                 os._exit(SHUTDOWN_EXIT)
-            elif op in ("execute", "restore") and self.standby is None:
+            elif op in (Op.EXECUTE, Op.RESTORE) and self.standby is None:
                 self.channel.send(
                     {
-                        "type": "done",
+                        "type": Msg.DONE,
                         "id": msg.get("id"),
                         "status": "error",
                         "ename": "ProcessLimitError",
@@ -109,24 +110,24 @@ class Holder:
                         "traceback": [],
                     }
                 )
-            elif op in ("execute", "restore"):
+            elif op in (Op.EXECUTE, Op.RESTORE):
                 child, self.standby = self.standby, None
                 try:
                     child.ctl.send(msg)
                 except OSError:
                     pass  # it died while waiting: reported as a died cell
                 self._supervise(child, msg, takeover=True)
-            elif op == "complete":
+            elif op == Op.COMPLETE:
                 self.fork(msg, self._complete)
-            elif op == "inspect":
+            elif op == Op.INSPECT:
                 self.fork(msg, self._inspect)
-            elif op == "checkpoint":
+            elif op == Op.CHECKPOINT:
                 self.checkpoint(msg)
-            elif op in ("interrupt", "kill", "input_reply", "ratchet_reply"):
+            elif op in LATE_OPS:
                 continue  # nothing is running: a late message for a finished cell
             else:
                 self.channel.send(
-                    {"type": "reply", "id": msg.get("id"), "status": "error", "evalue": f"unknown op {op!r}"}
+                    {"type": Msg.REPLY, "id": msg.get("id"), "status": "error", "evalue": f"unknown op {op!r}"}
                 )
 
     # ---- fork and supervise ----------------------------------------------------------
@@ -192,7 +193,7 @@ class Holder:
         try:
             if not captures:  # try again now that the cell is here; fail the cell, not the sandbox
                 captures = [FdCapture(1, out), FdCapture(2, err)]
-            if msg.get("op") == "execute":
+            if msg.get("op") == Op.EXECUTE:
                 result = self._execute(msg, self._ctl, out, err, captures)
             else:
                 result = self._restore(msg, self._ctl)
@@ -253,16 +254,16 @@ class Holder:
                     os.kill(pid, signal.SIGKILL)
                     os._exit(0)
                 op = incoming.get("op")
-                if op == "interrupt":
+                if op == Op.INTERRUPT:
                     _signal(pid, signal.SIGINT)
-                elif op == "kill":
+                elif op == Op.KILL:
                     _signal(pid, signal.SIGKILL)
-                elif op in ("input_reply", "ratchet_reply"):
+                elif op in (Op.INPUT_REPLY, Op.RATCHET_REPLY):
                     try:
                         result_channel.send(incoming)
                     except OSError:
                         pass
-                elif op == "shutdown":
+                elif op == Op.SHUTDOWN:
                     _signal(pid, signal.SIGKILL)
                     self._kill_standby()
                     os._exit(SHUTDOWN_EXIT)
@@ -272,14 +273,14 @@ class Holder:
         if pidfd is not None:
             os.close(pidfd)
         if result is not None and takeover:
-            self.channel.send({"type": "done", "id": msg.get("id"), **result})
+            self.channel.send({"type": Msg.DONE, "id": msg.get("id"), **result})
             os._exit(0)  # the child now holds the state
         if result is not None:
             os.waitpid(pid, 0)
-            self.channel.send({"type": "done", "id": msg.get("id"), **result})
+            self.channel.send({"type": Msg.DONE, "id": msg.get("id"), **result})
             return
         _, status = os.waitpid(pid, 0)
-        self.channel.send({"type": "done", "id": msg.get("id"), "status": "died", **_describe_status(status)})
+        self.channel.send({"type": Msg.DONE, "id": msg.get("id"), "status": "died", **_describe_status(status)})
 
     # ---- request bodies (run in the forked child) -------------------------------------------
     def _execute(self, msg: dict[str, Any], ctl: Channel, out: Any, err: Any, captures: list[Any]) -> dict[str, Any]:
@@ -424,10 +425,10 @@ def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, ou
         out.flush()
         err.flush()
         req = next(_input_ids)
-        channel.send({"type": "input_request", "prompt": str(prompt), "password": password, "req": req})
+        channel.send({"type": Msg.INPUT_REQUEST, "prompt": str(prompt), "password": password, "req": req})
         while True:  # a reply to an earlier, interrupted prompt is not this one's
             reply = ctl.recv()
-            if reply.get("op") == "input_reply" and reply.get("req") in (req, None):
+            if reply.get("op") == Op.INPUT_REPLY and reply.get("req") in (req, None):
                 break
         value = reply.get("value", "")
         if not isinstance(value, str):
@@ -442,10 +443,10 @@ def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, ou
     def ratchet(payload: dict[str, Any]) -> dict[str, Any]:
         out.flush()
         err.flush()
-        channel.send({"type": "ratchet", **payload})
+        channel.send({"type": Msg.RATCHET, **payload})
         while True:
             reply = ctl.recv()
-            if reply.get("op") == "ratchet_reply":
+            if reply.get("op") == Op.RATCHET_REPLY:
                 return reply
 
     from . import private
@@ -472,7 +473,7 @@ def main() -> None:
     _set_subreaper()
     channel.send(
         {
-            "type": "ready",
+            "type": Msg.READY,
             "python": sys.version.split()[0],
             "pid": os.getpid(),
             "startup_seconds": round(time.monotonic() - started, 3),

@@ -1,0 +1,123 @@
+"""What a sandbox gets, decided in one place: environment, mounts, network, limits.
+
+The cells' sandboxes (:class:`~sandbox_kernel.engine.session.Session`), the
+shell tool's commands (``Session.run_command``) and the isolated MCP servers of
+the PydanticAI adapter all launch through here. A rule about what a sandbox may
+see (a secret masked, a host variable never passed, private mounts only where
+there is no network) is therefore written once, and a new backend receives the
+same :class:`~sandbox_kernel.sandbox.SandboxSpec` whatever started it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..sandbox import BindMount, Sandbox, SandboxSpec
+from .config import EngineConfig
+from .workspace_policy import apply_policy
+
+if TYPE_CHECKING:
+    from .ratchet import Ratchet
+
+#: where a sandbox sees its workspace, its checkpoints and the worker's code
+IN_WORKSPACE = "/workspace"
+IN_STATE = "/.sandbox_kernel/state"
+IN_LIB = "/.sandbox_kernel/lib"
+#: the worker package's name inside sandboxes (never ``sandbox_kernel``: a cell
+#: must not be able to import the host package's modules by accident)
+WORKER_PACKAGE = "sandbox_kernel_worker"
+WORKER_SOURCE = Path(__file__).resolve().parent.parent / "worker"
+
+
+def sandbox_env(home: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of a sandboxed process: nothing of the host's
+    (tokens, proxies, ``PYTHONPATH``, ``LD_PRELOAD``) is inherited."""
+    bindir = str(Path(sys.executable).parent)
+    return {
+        "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "TMPDIR": home,
+        "USER": "sandbox",
+        "LOGNAME": "sandbox",
+        "LANG": "C.UTF-8",
+        **(extra or {}),
+    }
+
+
+@dataclass
+class Launch:
+    """A decided launch: the spec for the backend, and notes for the user."""
+
+    spec: SandboxSpec
+    notes: tuple[str, ...] = ()
+    #: the path of the workspace as the sandboxed process sees it
+    workspace: str = IN_WORKSPACE
+    #: the sandbox's home/tmp as it sees it
+    home: str = "/tmp"
+
+
+def plan_launch(
+    sandbox: Sandbox,
+    config: EngineConfig,
+    command: Sequence[str],
+    *,
+    isolate_network: bool,
+    ratchet: Ratchet | None = None,
+    store_dirs: Sequence[Path] = (),
+    allowed_roots: Sequence[Path] = (),
+    extra_mounts: Sequence[BindMount] = (),
+    host_home: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Launch:
+    """Decide a sandbox's launch from the session's configuration and privacy.
+
+    Raises :class:`~sandbox_kernel.engine.workspace_policy.WorkspaceRefused`
+    for a workspace no sandbox may mount. Private dataset mounts are added only
+    when ``isolate_network`` (ratchet before data). ``host_home`` is the
+    home/tmp of a sandbox that isolates nothing (the development fallback);
+    ``extra_mounts`` are the caller's own (checkpoints, the worker's code).
+    """
+    workspace = Path(config.workspace).resolve()
+    notes: tuple[str, ...] = ()
+    if sandbox.isolates:
+        # The workspace policy: refused folders, masks over secrets and config,
+        # the home rule (engine/workspace_policy.py, docs/security.md).
+        mounts, plan = apply_policy(workspace, IN_WORKSPACE, store_dirs, allowed_roots)
+        notes = plan.notes
+        mounts += extra_mounts
+        if isolate_network and ratchet is not None:
+            mounts += ratchet.bind_mounts()
+        cwd = inside = IN_WORKSPACE
+        home = "/tmp"
+    else:
+        mounts = []
+        cwd = inside = str(workspace)
+        home = str(host_home or workspace)
+    spec = SandboxSpec(
+        command=list(command),
+        bind_mounts=mounts,
+        isolate_network=isolate_network,
+        network=config.network,
+        cwd=cwd,
+        env=sandbox_env(home, {**(env or {}), **config.extra_env}),
+        limits=config.limits,
+        tmp_size=config.tmp_size,
+        sandbox_uid=config.sandbox_uid,
+    )
+    return Launch(spec=spec, notes=notes, workspace=inside, home=home)
+
+
+__all__ = [
+    "IN_LIB",
+    "IN_STATE",
+    "IN_WORKSPACE",
+    "WORKER_PACKAGE",
+    "WORKER_SOURCE",
+    "Launch",
+    "plan_launch",
+    "sandbox_env",
+]

@@ -23,16 +23,17 @@ from ipykernel.comm.comm import BaseComm
 from ipykernel.kernelbase import Kernel
 from IPython.core.inputtransformer2 import TransformerManager
 from tornado.ioloop import PeriodicCallback
-from traitlets import Bool, Dict, Enum, Float, Int, Unicode
+from traitlets import Float, Int, Unicode
 
 from . import __version__, requests
-from .engine import EngineConfig, Session
+from .engine import Session
 from .engine.ratchet import Ratchet
+from .engine.settings import EngineSettings
 from .language import language_info
 from .outputs.links import defang_text
 from .outputs.replies import clean_completion_metadata, clean_payloads, clean_user_expressions, plain_text
-from .privacy import PrivacyStore, default_store, default_user_id, session_id_for_notebook, validate_id
-from .sandbox.limit_traits import GiB, LimitTraits
+from .privacy import PrivacyStore, default_user_id, session_id_for_notebook, validate_id
+from .sandbox import get_sandbox
 from .status_comm import StatusComm
 
 _comm_manager: CommManager | None = None
@@ -45,7 +46,7 @@ def _get_comm_manager(*args: Any, **kwargs: Any) -> CommManager:
     return _comm_manager
 
 
-class SandboxKernel(Kernel, LimitTraits):
+class SandboxKernel(Kernel, EngineSettings):
     """Python 3 (sandboxed): every cell runs in a bubblewrap or Docker sandbox."""
 
     implementation = "sandbox_kernel"
@@ -58,12 +59,6 @@ class SandboxKernel(Kernel, LimitTraits):
         {"text": "sandbox_kernel", "url": "https://pypi.org/project/sandbox-kernel/"}
     ]
 
-    backend = Enum(
-        ["auto", "bwrap", "docker", "subprocess"],
-        default_value="auto",
-        help="Sandbox backend: 'bwrap' (default on Linux when installed), 'docker', or "
-        "'subprocess' (development only: isolates nothing). 'auto' picks bwrap, else subprocess.",
-    ).tag(config=True)
     workspace = Unicode(
         "",
         help="Host directory mounted read-write at /workspace (default: the kernel's working "
@@ -73,43 +68,10 @@ class SandboxKernel(Kernel, LimitTraits):
         0.0,
         help="Seconds after which a running cell is killed (its changes discarded). 0 disables it.",
     ).tag(config=True)
-    tmp_size = Int(1 * GiB, help="Size cap of the sandbox's private /tmp, in bytes.").tag(config=True)
-    trust_outputs = Bool(
-        False,
-        help="Pass HTML, SVG and JavaScript outputs to the frontend unsanitised. Outputs come "
-        "from untrusted code: only enable this for code you trust.",
-    ).tag(config=True)
-    max_output_bytes = Int(10 * 1024 * 1024, help="Output a single cell may send before it is truncated.").tag(
-        config=True
-    )
-    interrupt_grace = Float(5.0, help="Seconds an interrupted cell gets before it is killed.").tag(config=True)
-    user_id = Unicode("", help="User id of the private-data ratchet (default: the OS user name).").tag(config=True)
-    session_id = Unicode(
-        "",
-        help="Session id of the private-data ratchet. Default: derived from the notebook path the "
-        "Jupyter server gives the kernel (JPY_SESSION_NAME), so restarts and new kernels on the same "
-        "notebook share the ratchet; a fresh id per kernel when there is no notebook path.",
-    ).tag(config=True)
     privacy_dir = Unicode(
-        "", help="Where the ratchet's store lives on the host (default: <jupyter data dir>/sandbox_kernel/privacy)."
-    ).tag(config=True)
-    private_datasets = Dict(
-        {},
-        help="Private datasets mounted read-only at /private/<name>, only into sandboxes without "
-        "network: {name: {'source': host path, 'sensitivity': 'CONFIDENTIAL'}}. Using one raises the ratchet.",
-    ).tag(config=True)
-    share_host_network = Bool(
-        False,
-        help="Give public sessions the HOST's network namespace instead of a user-mode network. "
-        "This exposes every service listening on the host's loopback (Jupyter server included) and the "
-        "host's abstract unix sockets to cell code. Private sessions never get network either way.",
-    ).tag(config=True)
-    sandbox_uid = Int(
-        -1,
-        help="Host uid the sandbox runs as when the kernel runs as root: -1 picks 65534 (nobody), so "
-        "cells get no more file access than any other unprivileged user; the workspace is shared with it "
-        "by POSIX ACLs. 0 keeps host root's file access inside the sandbox (unsafe). Ignored when the kernel "
-        "is not root (the sandbox then has the kernel user's access).",
+        "",
+        help="Where the ratchet's store lives on the host, if not <data_dir>/privacy (kernels and agent tools "
+        "that share a store share their sessions' levels).",
     ).tag(config=True)
     max_code_bytes = Int(
         requests.MAX_CODE_BYTES,
@@ -129,31 +91,12 @@ class SandboxKernel(Kernel, LimitTraits):
         self.comm_manager = comm.get_comm_manager(parent=self, kernel=self)
         for msg_type in ("comm_open", "comm_msg", "comm_close"):
             self.shell_handlers[msg_type] = getattr(self.comm_manager, msg_type)
-        sandbox = None
-        if self.backend == "docker":
-            from .sandbox.docker_backend import DockerSandbox
-
-            sandbox = DockerSandbox(parent=self)
-        store = PrivacyStore(Path(self.privacy_dir)) if self.privacy_dir else default_store()
-        self.ratchet = Ratchet(
-            self._user_id(),
-            self._session_id(),
-            store,
-            self.private_datasets,
-            workspace=Path(self.workspace or Path.cwd()),
-        )
+        sandbox = get_sandbox(self.backend, parent=self)
+        store = PrivacyStore(Path(self.privacy_dir)) if self.privacy_dir else self.privacy_store()
+        workspace = Path(self.workspace or Path.cwd())
+        self.ratchet = Ratchet(self._user_id(), self._session_id(), store, self.private_datasets, workspace=workspace)
         self.engine = Session(
-            EngineConfig(
-                backend=self.backend,
-                workspace=Path(self.workspace or Path.cwd()),
-                limits=self.resource_limits(),
-                tmp_size=self.tmp_size,
-                trust_outputs=self.trust_outputs,
-                max_output_bytes=self.max_output_bytes,
-                interrupt_grace=self.interrupt_grace,
-                network="host" if self.share_host_network else "user",
-                sandbox_uid=None if self.sandbox_uid < 0 else self.sandbox_uid,
-            ),
+            self.engine_config(workspace),
             log=self.log,
             sandbox=sandbox,
             ratchet=self.ratchet,

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from .sandbox.registry import backend_names
+
 __all__ = [
     "LEVELS",
     "MARKABLE_LEVELS",
@@ -53,7 +55,6 @@ LEVELS: tuple[str, ...] = ("PUBLIC", "INTERNAL", "CONFIDENTIAL", "SECRET")
 #: Levels a ``mark_private`` request may ask for.
 MARKABLE_LEVELS: tuple[str, ...] = LEVELS[1:]
 NETWORKS: tuple[str, ...] = ("full", "none")
-BACKENDS: tuple[str, ...] = ("bwrap", "docker", "subprocess")
 
 #: Request types and the fields each may carry (besides ``version`` and ``type``).
 REQUEST_FIELDS: dict[str, frozenset[str]] = {
@@ -213,8 +214,8 @@ def validate_state(state: object) -> dict[str, Any]:
         raise ValueError(f"state.level {_short(state['level'])} is not one of {', '.join(LEVELS)}")
     if state["network"] not in NETWORKS:
         raise ValueError(f"state.network {_short(state['network'])} is not 'full' or 'none'")
-    if state["backend"] not in BACKENDS:
-        raise ValueError(f"state.backend {_short(state['backend'])} is not one of {', '.join(BACKENDS)}")
+    if state["backend"] not in backend_names():
+        raise ValueError(f"state.backend {_short(state['backend'])} is not one of {', '.join(backend_names())}")
     if state["error"] is not None and not isinstance(state["error"], str):
         raise ValueError("state.error must be a string or None")
     for key in ("user_id", "session_id"):

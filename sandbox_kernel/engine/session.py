@@ -24,7 +24,6 @@ from ..outputs import OutputLimiter, sanitize_bundle
 from ..outputs.links import defang_text
 from ..privacy.enforcement import EnforcementRecord
 from ..sandbox import BindMount, Sandbox, SandboxResult, SandboxSpec, get_sandbox
-from ..sandbox.subprocess_backend import WARNING as SUBPROCESS_WARNING
 from ..worker.protocol import Msg, Op
 from .config import EngineConfig
 from .launch import IN_LIB, IN_STATE, WORKER_PACKAGE, WORKER_SOURCE, Launch, plan_launch
@@ -112,7 +111,7 @@ class Session:
 
     @property
     def warnings(self) -> list[str]:
-        return [] if self.sandbox.isolates else [SUBPROCESS_WARNING]
+        return [self.sandbox.warning] if self.sandbox.warning else []
 
     @property
     def private(self) -> bool:
@@ -235,8 +234,8 @@ class Session:
         if self.worker is not None:
             await self.worker.kill()
             self.worker = None
-        if not self.sandbox.isolates:
-            self.log.warning(SUBPROCESS_WARNING)
+        if self.sandbox.warning:
+            self.log.warning(self.sandbox.warning)
         # Ratchet before data: the network decision is taken for every new sandbox.
         self.isolate_network = not self.network_allowed
         spec = self._spec()  # a refused workspace raises SandboxUnavailable with its reason

@@ -194,6 +194,9 @@ class Sandbox(ABC):
     name: str = "abstract"
     #: False only for the development fallback
     isolates: bool = True
+    #: said loudly (first cell, kernel log, widget) when the backend isolates
+    #: less than users expect; None for a real sandbox
+    warning: str | None = None
 
     @abstractmethod
     async def start(self, spec: SandboxSpec) -> SandboxProcess:

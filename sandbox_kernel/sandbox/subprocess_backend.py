@@ -20,6 +20,7 @@ class SubprocessSandbox(Sandbox):
 
     name = "subprocess"
     isolates = False
+    warning = WARNING
 
     @staticmethod
     def visible_path(mount: BindMount) -> str:

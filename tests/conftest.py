@@ -6,6 +6,17 @@ from pathlib import Path
 import pytest
 from kernel_helpers import SandboxKernelHandle, require_bwrap
 
+_FOLDER_MARKS = {"docker": pytest.mark.docker, "browser": pytest.mark.browser}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests by folder (tests/docker, tests/browser), so ``-m`` selects them."""
+    for item in items:
+        folder = Path(str(item.fspath)).parent.name
+        mark = _FOLDER_MARKS.get(folder)
+        if mark is not None:
+            item.add_marker(mark)
+
 
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:

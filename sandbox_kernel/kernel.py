@@ -15,7 +15,7 @@ import signal
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, cast
 
 import comm
 from ipykernel.comm import CommManager
@@ -55,7 +55,7 @@ class SandboxKernel(Kernel, EngineSettings):
     language_version = platform.python_version()
     language_info = language_info()
     banner = f"Python {platform.python_version()} in a sandbox (sandbox_kernel {__version__})"
-    help_links: ClassVar[list[dict[str, str]]] = [
+    help_links = [  # noqa: RUF012 - ipykernel declares it on instances
         {"text": "sandbox_kernel", "url": "https://pypi.org/project/sandbox-kernel/"}
     ]
 
@@ -156,7 +156,8 @@ class SandboxKernel(Kernel, EngineSettings):
     def start(self) -> None:
         super().start()
         self.io_loop.add_callback(self._start_engine)
-        self.status_comm = StatusComm(self.comm_manager, self, loop=self.io_loop.asyncio_loop)
+        # tornado's IOLoop on asyncio (AsyncIOMainLoop) has the loop; its stubs do not say so
+        self.status_comm = StatusComm(self.comm_manager, self, loop=cast(Any, self.io_loop).asyncio_loop)
         self._privacy_poll = PeriodicCallback(self._poll_privacy, self.privacy_poll_interval * 1000)
         self._privacy_poll.start()
         try:
@@ -179,7 +180,7 @@ class SandboxKernel(Kernel, EngineSettings):
 
     @property
     def kernel_info(self) -> dict[str, Any]:
-        info = super().kernel_info
+        info: dict[str, Any] = super().kernel_info
         # Subshells would run cells concurrently in one sandbox namespace: not offered.
         info["supported_features"] = [
             f for f in info.get("supported_features", []) if f not in ("kernel subshells", "debugger")
@@ -187,8 +188,8 @@ class SandboxKernel(Kernel, EngineSettings):
         info["debugger"] = False
         return info
 
-    async def create_subshell_request(self, socket, ident, parent) -> None:  # type: ignore[override]
-        self.session.send(
+    async def create_subshell_request(self, socket: Any, ident: Any, parent: Any) -> None:
+        self._wire().send(
             socket,
             "create_subshell_reply",
             {
@@ -207,7 +208,12 @@ class SandboxKernel(Kernel, EngineSettings):
     # got a reply, and a missing field is only logged. Checked here first.
     def _refuse(self, stream: Any, ident: Any, parent: Any, reply_type: str, problem: str, **extra: Any) -> None:
         self.log.warning("%s refused: %s", reply_type.replace("_reply", "_request"), problem)
-        self.session.send(stream, reply_type, requests.error_reply(problem, **extra), parent, ident)
+        self._wire().send(stream, reply_type, requests.error_reply(problem, **extra), parent, ident)
+
+    def _wire(self) -> Any:
+        """The kernel's jupyter_client Session (set by the kernel app before any request)."""
+        assert self.session is not None
+        return self.session
 
     @staticmethod
     def _content(parent: Any) -> tuple[dict[str, Any] | None, str | None]:
@@ -216,7 +222,7 @@ class SandboxKernel(Kernel, EngineSettings):
             return None, "the request's content must be an object"
         return content, None
 
-    async def execute_request(self, stream, ident, parent):  # type: ignore[no-untyped-def,override]
+    async def execute_request(self, stream: Any, ident: Any, parent: Any) -> None:
         content, problem = self._content(parent)
         if content is not None:
             silent = content.get("silent", False)
@@ -237,7 +243,7 @@ class SandboxKernel(Kernel, EngineSettings):
             return
         await super().execute_request(stream, ident, parent)
 
-    async def complete_request(self, stream, ident, parent):  # type: ignore[no-untyped-def,override]
+    async def complete_request(self, stream: Any, ident: Any, parent: Any) -> None:
         content, problem = self._content(parent)
         if content is not None:
             problem = None if {"code", "cursor_pos"} <= content.keys() else "code and cursor_pos are required"
@@ -248,7 +254,7 @@ class SandboxKernel(Kernel, EngineSettings):
             return
         await super().complete_request(stream, ident, parent)
 
-    async def inspect_request(self, stream, ident, parent):  # type: ignore[no-untyped-def,override]
+    async def inspect_request(self, stream: Any, ident: Any, parent: Any) -> None:
         content, problem = self._content(parent)
         if content is not None:
             problem = None if {"code", "cursor_pos"} <= content.keys() else "code and cursor_pos are required"
@@ -257,7 +263,7 @@ class SandboxKernel(Kernel, EngineSettings):
             return
         await super().inspect_request(stream, ident, parent)
 
-    async def is_complete_request(self, stream, ident, parent):  # type: ignore[no-untyped-def,override]
+    async def is_complete_request(self, stream: Any, ident: Any, parent: Any) -> None:
         content, problem = self._content(parent)
         if content is not None:
             problem = None if "code" in content else "code is required"
@@ -266,7 +272,7 @@ class SandboxKernel(Kernel, EngineSettings):
             return
         await super().is_complete_request(stream, ident, parent)
 
-    async def history_request(self, stream, ident, parent):  # type: ignore[no-untyped-def,override]
+    async def history_request(self, stream: Any, ident: Any, parent: Any) -> None:
         content, problem = self._content(parent)
         if content is not None:
             problem = None if "hist_access_type" in content else "hist_access_type is required"
@@ -281,15 +287,15 @@ class SandboxKernel(Kernel, EngineSettings):
     # ---- execution ----------------------------------------------------------------
     async def do_execute(
         self,
-        code,
-        silent,
-        store_history=True,
-        user_expressions=None,
-        allow_stdin=False,
+        code: Any,
+        silent: Any,
+        store_history: Any = True,
+        user_expressions: Any = None,
+        allow_stdin: Any = False,
         *,
-        cell_meta=None,
-        cell_id=None,
-    ):  # type: ignore[override]
+        cell_meta: Any = None,
+        cell_id: Any = None,
+    ) -> dict[str, Any]:
         self._loop = asyncio.get_running_loop()
         problem = requests.execute_problem(
             code, silent, store_history, user_expressions, allow_stdin, self.max_code_bytes
@@ -315,7 +321,7 @@ class SandboxKernel(Kernel, EngineSettings):
         def emit(kind: str, content: dict[str, Any]) -> None:
             if silent:
                 return
-            self.session.send(self.iopub_socket, kind, content, parent=parent, ident=self._topic(kind))
+            self._wire().send(self.iopub_socket, kind, content, parent=parent, ident=self._topic(kind))
 
         async def ask_input(prompt: str, password: bool) -> str:
             cancelled = threading.Event()
@@ -374,7 +380,7 @@ class SandboxKernel(Kernel, EngineSettings):
                 if exc.errno == zmq.EAGAIN:
                     break
                 raise
-        self.session.send(
+        self._wire().send(
             self.stdin_socket, "input_request", {"prompt": prompt, "password": password}, parent, ident=ident
         )
         while not cancelled.is_set():
@@ -382,7 +388,7 @@ class SandboxKernel(Kernel, EngineSettings):
             if not (rlist or xlist):
                 continue
             try:
-                _, reply = self.session.recv(self.stdin_socket)
+                _, reply = self._wire().recv(self.stdin_socket)
             except Exception:
                 self.log.warning("invalid input_reply", exc_info=True)
                 continue
@@ -396,7 +402,7 @@ class SandboxKernel(Kernel, EngineSettings):
             return value
         raise InterruptedError("the input prompt was cancelled")
 
-    async def do_complete(self, code, cursor_pos):  # type: ignore[override]
+    async def do_complete(self, code: Any, cursor_pos: Any) -> dict[str, Any]:
         problem = requests.text_problem(code, "code", self.max_code_bytes) or requests.cursor_problem(cursor_pos, code)
         if problem:
             return requests.error_reply(problem)
@@ -416,7 +422,9 @@ class SandboxKernel(Kernel, EngineSettings):
             "metadata": clean_completion_metadata(reply.get("metadata"), len(matches)),
         }
 
-    async def do_inspect(self, code, cursor_pos, detail_level=0, omit_sections=()):  # type: ignore[override]
+    async def do_inspect(
+        self, code: Any, cursor_pos: Any, detail_level: Any = 0, omit_sections: Any = ()
+    ) -> dict[str, Any]:
         from .outputs import sanitize_bundle
 
         problem = (
@@ -440,7 +448,7 @@ class SandboxKernel(Kernel, EngineSettings):
         clean = sanitize_bundle(reply.get("data") or {}, {}, trusted=False, private=self.engine.private)
         return {"status": "ok", "found": found, "data": clean.data if found else {}, "metadata": {}}
 
-    async def do_is_complete(self, code):  # type: ignore[override]
+    async def do_is_complete(self, code: Any) -> dict[str, Any]:
         problem = requests.text_problem(code, "code", self.max_code_bytes)
         if problem:
             return requests.error_reply(problem)
@@ -451,8 +459,17 @@ class SandboxKernel(Kernel, EngineSettings):
         return reply
 
     async def do_history(
-        self, hist_access_type, output, raw, session=None, start=None, stop=None, n=None, pattern=None, unique=False
-    ):  # type: ignore[override]
+        self,
+        hist_access_type: Any,
+        output: Any,
+        raw: Any,
+        session: Any = None,
+        start: Any = None,
+        stop: Any = None,
+        n: Any = None,
+        pattern: Any = None,
+        unique: Any = False,
+    ) -> dict[str, Any]:
         problem = requests.history_problem(hist_access_type, n, start, stop, session, pattern)
         if problem:
             return requests.error_reply(problem, history=[])
@@ -468,7 +485,12 @@ class SandboxKernel(Kernel, EngineSettings):
             entries = [e for e in entries if fnmatch.fnmatchcase(e[2], glob)]
             if unique:
                 seen: set[str] = set()
-                entries = [e for e in reversed(entries) if not (e[2] in seen or seen.add(e[2]))][::-1]
+                kept = []
+                for entry in reversed(entries):  # the latest of each distinct input
+                    if entry[2] not in seen:
+                        seen.add(entry[2])
+                        kept.append(entry)
+                entries = kept[::-1]
             if n:
                 entries = entries[-n:]
         else:
@@ -478,7 +500,7 @@ class SandboxKernel(Kernel, EngineSettings):
         return {"status": "ok", "history": entries}
 
     # ---- interrupt and shutdown (control thread) ----------------------------------------
-    def _on_sigint(self, signum, frame) -> None:
+    def _on_sigint(self, signum: int, frame: Any) -> None:
         self._send_interrupt_children()
 
     def _send_interrupt_children(self) -> None:
@@ -486,7 +508,7 @@ class SandboxKernel(Kernel, EngineSettings):
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self.engine.interrupt)
 
-    async def do_shutdown(self, restart):  # type: ignore[override]
+    async def do_shutdown(self, restart: Any) -> dict[str, Any]:
         if getattr(self, "_privacy_poll", None) is not None:
             self._privacy_poll.stop()
         # The status comm is left open on purpose: a comm_close from the kernel

@@ -25,6 +25,7 @@ Rules this module keeps:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -437,9 +438,7 @@ class StatusComm:
             return
         self._tasks.add(task)
         task.add_done_callback(
-            lambda t, _comm=comm, _before=before, _level=request.level: self._mark_private_done(
-                t, _comm, _before, _level
-            )
+            functools.partial(self._mark_private_done, comm=comm, before=before, level=request.level)
         )
 
     def _mark_private_done(self, task: asyncio.Future[Any], comm: Any, before: dict[str, Any], level: str) -> None:

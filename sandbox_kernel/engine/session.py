@@ -679,8 +679,8 @@ class Session:
             if name in ("stdout", "stderr") and isinstance(text, str):
                 emit("stream", {"name": name, "text": text})
         elif kind in (Msg.DISPLAY_DATA, Msg.UPDATE_DISPLAY_DATA, Msg.EXECUTE_RESULT):
-            transient = msg.get("transient") if isinstance(msg.get("transient"), dict) else {}
-            display_id = transient.get("display_id")
+            transient = msg.get("transient")
+            display_id = transient.get("display_id") if isinstance(transient, dict) else None
             content: dict[str, Any] = {"data": msg.get("data"), "metadata": msg.get("metadata")}
             if kind == Msg.EXECUTE_RESULT:
                 count = msg.get("execution_count")
@@ -722,8 +722,11 @@ class Session:
                 data = content.get("data")
                 if isinstance(data, Mapping) and not limiter.admit_bundle(data):
                     return  # over budget: dropped uncleaned, counted for the truncation note
-                clean = sanitize_bundle(
-                    data, content.get("metadata"), trusted=self.config.trust_outputs, private=private
+                clean = sanitize_bundle(  # a non-mapping is named in clean.removed, never trusted
+                    data,  # type: ignore[arg-type]
+                    content.get("metadata"),
+                    trusted=self.config.trust_outputs,
+                    private=private,
                 )
                 for note in clean.removed:
                     if note not in notes:

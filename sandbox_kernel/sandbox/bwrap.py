@@ -11,6 +11,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from . import cgroups, seccomp
 from .base import Sandbox, SandboxProcess, SandboxSpec, spawn
@@ -233,7 +234,7 @@ class BubblewrapSandbox(Sandbox):
         return SandboxProcess(process, self.name, helpers)
 
 
-def _read_info(fd: int) -> dict:
+def _read_info(fd: int) -> dict[str, Any]:
     data = b""
     while True:
         chunk = os.read(fd, 4096)
@@ -241,6 +242,7 @@ def _read_info(fd: int) -> dict:
             raise RuntimeError("bwrap exited before reporting its namespaces")
         data += chunk
         try:
-            return json.loads(data)
+            info: dict[str, Any] = json.loads(data)
         except ValueError:
             continue
+        return info

@@ -78,7 +78,7 @@ def get_sandbox(backend: str = "auto", parent: Any = None) -> Sandbox:
     get ``parent``, so ``--DockerSandbox.x=`` reaches them."""
     cls = load_backend(resolve_name(backend))
     if parent is not None and issubclass(cls, Configurable):
-        return cls(parent=parent)  # type: ignore[call-arg]  # a Configurable's constructor takes its parent
+        return cls(parent=parent)  # a Configurable's constructor takes its parent
     return cls()
 
 

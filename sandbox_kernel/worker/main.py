@@ -110,7 +110,7 @@ class Holder:
                         "traceback": [],
                     }
                 )
-            elif op in (Op.EXECUTE, Op.RESTORE):
+            elif op in (Op.EXECUTE, Op.RESTORE) and self.standby is not None:
                 child, self.standby = self.standby, None
                 try:
                     child.ctl.send(msg)
@@ -201,7 +201,7 @@ class Holder:
                     capture.stop()
         except BaseException as exc:
             result = {"status": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": []}
-        sys.stdout = sys.stderr = _Sink()  # type: ignore[assignment]
+        sys.stdout = sys.stderr = _Sink()
         self._finish_child(result, takeover=True)
         return None
 
@@ -437,8 +437,8 @@ def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, ou
             raise EOFError
         return value
 
-    builtins.input = lambda prompt="": ask(prompt)  # type: ignore[assignment]
-    getpass.getpass = lambda prompt="Password: ", stream=None: ask(prompt, password=True)  # type: ignore[assignment]
+    builtins.input = lambda prompt="": ask(prompt)
+    getpass.getpass = lambda prompt="Password: ", stream=None: ask(prompt, password=True)
 
     def ratchet(payload: dict[str, Any]) -> dict[str, Any]:
         out.flush()
@@ -469,7 +469,7 @@ def main() -> None:
     from . import private
 
     private.install(shell)
-    sys.stdout = sys.stderr = _Sink()  # type: ignore[assignment]
+    sys.stdout = sys.stderr = _Sink()
     _set_subreaper()
     channel.send(
         {

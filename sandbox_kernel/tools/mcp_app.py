@@ -11,13 +11,11 @@ way the kernel's traits become the engine's ``EngineConfig``.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 from jupyter_core.paths import jupyter_config_path
@@ -28,10 +26,9 @@ from traitlets.config.application import Application, boolean_flag
 from traitlets.config.loader import ArgumentError, KVArgParseConfigLoader
 
 from ..app import CONFIG_FILE
-from ..privacy import validate_id
-from ..sandbox.limit_traits import LimitTraits
+from ..engine.settings import EngineSettings
 from .mcp_server import build_server
-from .sessions import SESSION_ENV, USER_ENV, SessionRegistry, ToolsConfig
+from .sessions import SessionRegistry, ToolsConfig
 
 log = logging.getLogger("sandbox_kernel.tools.mcp")
 
@@ -91,7 +88,7 @@ class LogLevel(Enum):
         return super().validate(obj, value)
 
 
-class MCPServerApp(Application, LimitTraits):
+class MCPServerApp(Application, EngineSettings):
     """``sandbox-kernel mcp``: the agent tools over MCP, configured with traitlets.
 
     Every option is a trait: ``--MCPServerApp.<name>=<value>`` on the command
@@ -154,15 +151,6 @@ class MCPServerApp(Application, LimitTraits):
     ).tag(config=True)
 
     # -- which session ------------------------------------------------------
-    user_id = Unicode(
-        "",
-        help=f"User id of the session the tools act on. Empty (the default): ${USER_ENV}, else the OS user name.",
-    ).tag(config=True)
-    session_id = Unicode(
-        "",
-        help=f"Session id the tools act on (fixed per server: the model cannot switch to a fresh "
-        f"session to escape the private-data ratchet). Empty (the default): ${SESSION_ENV}, else a new mcp-<random> id.",
-    ).tag(config=True)
     identity_headers = Bool(
         False,
         help="HTTP only: take the user and session per request from the X-Sandbox-User-Id / "
@@ -171,12 +159,6 @@ class MCPServerApp(Application, LimitTraits):
     ).tag(config=True)
 
     # -- sandboxes ----------------------------------------------------------
-    backend = Enum(
-        ["auto", "bwrap", "docker", "subprocess"],
-        default_value=_DEFAULTS.backend,
-        help="Sandbox of the notebook cells: 'bwrap', 'docker', or 'subprocess' (development only: "
-        "isolates nothing); 'auto' picks bwrap, else subprocess.",
-    ).tag(config=True)
     shell_backend = Enum(
         ["sandbox", "docker"],
         default_value=_DEFAULTS.shell_backend,
@@ -197,14 +179,6 @@ class MCPServerApp(Application, LimitTraits):
         {},
         help="Docker shell: extra read-only mounts {host path: container path}.",
     ).tag(config=True)
-    network = Enum(
-        ["user", "host"],
-        default_value=_DEFAULTS.network,
-        help="Network of public sessions' sandboxes: 'user' (a user-mode network: internet, but not the "
-        "host's loopback) or 'host' (the HOST's network namespace: exposes every service listening on the "
-        "host's loopback, this server included, and the host's abstract unix sockets to the agent's code). "
-        "Private sessions never get network either way.",
-    ).tag(config=True)
 
     # -- sessions and outputs -----------------------------------------------
     idle_timeout = Float(
@@ -212,30 +186,12 @@ class MCPServerApp(Application, LimitTraits):
         help="Seconds before an idle session is checkpointed and its sandbox stopped (resumed on the next "
         "call; 0: never).",
     ).tag(config=True)
-    data_dir = Unicode(
-        "",
-        help="Where notebooks, workspaces and the privacy store live (a relative path is taken from the "
-        "current directory). Empty (the default): $SANDBOX_KERNEL_DATA_DIR, else <jupyter data dir>/sandbox_kernel.",
-    ).tag(config=True)
     max_cells = Int(_DEFAULTS.max_cells, help="Most cells a notebook may hold.").tag(config=True)
-    max_output_bytes = Int(
-        _DEFAULTS.max_output_bytes,
-        help="Output a single cell may produce before it is truncated, in bytes.",
-    ).tag(config=True)
-    trust_outputs = Bool(
-        _DEFAULTS.trust_outputs,
-        help="Keep HTML, SVG and JavaScript outputs unsanitised. Outputs come from untrusted code: only for "
-        "code you trust.",
-    ).tag(config=True)
-    private_datasets = Dict(
-        {},
-        help="Private datasets mounted read-only at /private/<name>, only into sandboxes without network: "
-        "{name: {'source': host path, 'sensitivity': 'INTERNAL'|'CONFIDENTIAL'|'SECRET'}} (sensitivity "
-        "defaults to CONFIDENTIAL; on the command line: name=<JSON object> or name=<path>). Using one "
-        "raises the session's ratchet.",
-    ).tag(config=True)
 
     # -- validation ---------------------------------------------------------
+    def _trait_error(self, name: str, message: str) -> TraitError:
+        return _bad(name, message)  # names the flag too: "--data-dir (MCPServerApp.data_dir)"
+
     @validate("port")
     def _check_port(self, proposal: Bunch) -> int:
         if not 1 <= proposal.value <= 65535:
@@ -255,41 +211,17 @@ class MCPServerApp(Application, LimitTraits):
             raise _bad("path", f"must start with '/' and contain no spaces, got {proposal.value!r}")
         return proposal.value
 
-    @validate("user_id", "session_id")
-    def _check_id(self, proposal: Bunch) -> str:
-        name = proposal.trait.name
-        if proposal.value == "":
-            return ""  # the default: environment, OS user / random id
-        try:
-            return validate_id(proposal.value, name)
-        except ValueError as exc:
-            raise _bad(name, str(exc)) from None
-
     @validate("idle_timeout")
     def _check_idle_timeout(self, proposal: Bunch) -> float:
         if not proposal.value >= 0 or proposal.value == float("inf"):  # NaN fails too
             raise _bad("idle_timeout", f"must be a number of seconds >= 0 (0: never), got {proposal.value}")
         return proposal.value
 
-    @validate("memory_limit", "max_processes", "max_file_size", "max_open_files")
-    def _check_limit(self, proposal: Bunch) -> int:
-        if proposal.value < 0:
-            raise _bad(proposal.trait.name, f"must be >= 0 (0: no limit), got {proposal.value}")
-        return proposal.value
-
-    @validate("max_cells", "max_output_bytes")
+    @validate("max_cells")
     def _check_positive(self, proposal: Bunch) -> int:
         if proposal.value < 1:
             raise _bad(proposal.trait.name, f"must be >= 1, got {proposal.value}")
         return proposal.value
-
-    @validate("data_dir")
-    def _check_data_dir(self, proposal: Bunch) -> str:
-        if not proposal.value:
-            return ""
-        if "\0" in proposal.value:
-            raise _bad("data_dir", "must be a path")
-        return str(Path(proposal.value).expanduser().absolute())
 
     @validate("docker_image")
     def _check_docker_image(self, proposal: Bunch) -> str:
@@ -305,28 +237,6 @@ class MCPServerApp(Application, LimitTraits):
             return check_read_only_mounts({str(k): str(v) for k, v in proposal.value.items()})
         except ValueError as exc:
             raise _bad("docker_read_only_mounts", str(exc)) from None
-
-    @validate("private_datasets")
-    def _check_private_datasets(self, proposal: Bunch) -> dict[str, dict[str, str]]:
-        from ..engine.ratchet import PrivateMount
-
-        result: dict[str, dict[str, str]] = {}
-        for name, spec in proposal.value.items():
-            if isinstance(spec, str):  # from the command line: name=<JSON object> or name=<path>
-                if spec.lstrip().startswith("{"):
-                    try:
-                        spec = json.loads(spec)
-                    except json.JSONDecodeError as exc:
-                        raise _bad("private_datasets", f"private dataset {name!r}: invalid JSON ({exc})") from None
-                else:
-                    spec = {"source": spec}
-            try:
-                mount = PrivateMount.parse(str(name), spec)
-            except ValueError as exc:
-                raise _bad("private_datasets", str(exc)) from None
-            # the checked, absolute form: the sessions resolve nothing relative later
-            result[mount.name] = {"source": str(mount.source), "sensitivity": mount.sensitivity.name}
-        return result
 
     # -- life cycle ---------------------------------------------------------
     def _create_loader(self, argv: Any, aliases: Any, flags: Any, classes: Any) -> KVArgParseConfigLoader:
@@ -391,11 +301,14 @@ class MCPServerApp(Application, LimitTraits):
             shell_backend=self.shell_backend,
             idle_timeout=self.idle_timeout,
             max_cells=self.max_cells,
-            data_dir=Path(self.data_dir) if self.data_dir else None,
+            data_dir=self.data_root(),
             limits=self.resource_limits(),
             network=self.network,
             trust_outputs=self.trust_outputs,
             max_output_bytes=self.max_output_bytes,
+            tmp_size=self.tmp_size,
+            interrupt_grace=self.interrupt_grace,
+            sandbox_uid=None if self.sandbox_uid < 0 else self.sandbox_uid,
             private_datasets={name: dict(spec) for name, spec in self.private_datasets.items()},
             docker_read_only_mounts=dict(self.docker_read_only_mounts),
             docker_config=docker_config,

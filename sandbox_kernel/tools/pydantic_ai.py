@@ -43,6 +43,7 @@ try:  # tool_error_behavior="failed" (newer pydantic-ai)
 except ImportError:  # pragma: no cover - depends on the pydantic-ai version
     _TOOL_ERRORS = (ModelRetry,)
 
+from ..engine.launch import sandbox_env
 from ..privacy import PrivacyStore, session_has_private_data
 from ..sandbox.base import BindMount, SandboxSpec
 from ..sandbox.bwrap import SYSTEM_DIRS, BubblewrapSandbox, python_roots
@@ -400,13 +401,8 @@ def private_data_mcp_stdio(
             f"the working directory {inside_cwd} is not visible inside the isolated instance's sandbox: "
             "bind-mount it or pass isolated_cwd"
         )
-    inside_env = {
-        "HOME": "/tmp",
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-        **env,
-        **dict(isolated_env or {}),
-    }
+    # the same clean environment as every sandbox (engine/launch.py), plus the caller's
+    inside_env = sandbox_env("/tmp", {**env, **dict(isolated_env or {})})
     argv = isolated_sandbox.build_argv(
         SandboxSpec(
             command=[resolved, *args],

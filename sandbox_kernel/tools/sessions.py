@@ -76,6 +76,10 @@ class ToolsConfig:
     network: str = "user"
     trust_outputs: bool = False
     max_output_bytes: int = 10 * 1024 * 1024
+    tmp_size: int = 1 << 30
+    interrupt_grace: float = 5.0
+    #: host uid of the sandboxes when root (None: 65534; 0: root, unsafe)
+    sandbox_uid: int | None = None
     #: {name: {"source": path, "sensitivity": level}} mounted at /private/<name> once private
     private_datasets: Mapping[str, Any] = field(default_factory=dict)
     #: {host_path: container_path} read-only mounts for the Docker shell
@@ -121,13 +125,11 @@ class ToolSession:
     def key(self) -> tuple[str, str]:
         return (self.user_id, self.session_id)
 
-    async def ensure_engine(self) -> Session:
-        """The live engine; started (or resumed from the checkpoint) if needed.
-        Raises ``SandboxUnavailable`` when no sandbox can be started."""
-        if self.engine is not None:
-            return self.engine
+    def new_engine(self) -> Session:
+        """An engine session of this tool session, not started: ``ensure_engine``
+        starts it; the shell tool runs one command through it when no engine is live."""
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        engine = Session(
+        return Session(
             EngineConfig(
                 backend=self.config.backend,
                 workspace=self.workspace,
@@ -136,10 +138,20 @@ class ToolSession:
                 trust_outputs=self.config.trust_outputs,
                 max_output_bytes=self.config.max_output_bytes,
                 network=self.config.network,
+                tmp_size=self.config.tmp_size,
+                interrupt_grace=self.config.interrupt_grace,
+                sandbox_uid=self.config.sandbox_uid,
             ),
             log=log,
             ratchet=self.ratchet,
         )
+
+    async def ensure_engine(self) -> Session:
+        """The live engine; started (or resumed from the checkpoint) if needed.
+        Raises ``SandboxUnavailable`` when no sandbox can be started."""
+        if self.engine is not None:
+            return self.engine
+        engine = self.new_engine()
         # definitions and imports of earlier cells are replayed, not pickled
         engine.replay = ReplayLog.from_json(self.notebook.replay)
         engine._last_done_count = self.notebook.execution_count

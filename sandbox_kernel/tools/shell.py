@@ -1,27 +1,23 @@
 """``sandbox_execute``: a shell command in the session's sandbox.
 
-Default: the engine's sandbox backend (bubblewrap when installed) through
-``Sandbox.run``, with the session's workspace mounted at /workspace and the
-network decided by the session's ratchet (no network once private; private
-dataset mounts only then). With ``ToolsConfig.shell_backend = "docker"`` the
+Default: a fresh sandbox of the session's engine (``Session.run_command``:
+the same launch as the cells', see engine/launch.py), with the workspace at
+/workspace and the network decided by the session's ratchet (no network once
+private; private dataset mounts only then). With ``ToolsConfig.shell_backend = "docker"`` the
 command runs in a Docker container through ``SandboxManager``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import shutil
-import sys
 from pathlib import Path
 
-from ..engine.workspace_policy import WorkspaceRefused, apply_policy
-from ..sandbox import BindMount, get_sandbox
+from ..engine.session import SandboxUnavailable
 from .errors import ToolFatalError
 from .render import ToolResult, truncate
 from .repl import _tool, _with_notices, session_for
 from .sessions import SessionRegistry, ToolSession
-from .workspace import IN_WORKSPACE
 
 log = logging.getLogger("sandbox_kernel.tools")
 MAX_SHELL_OUTPUT = 8000
@@ -33,58 +29,31 @@ def _shell() -> str:
 
 
 async def _run_local(session: ToolSession, command: str, timeout: float) -> tuple[int, str, bool]:
-    sandbox = get_sandbox(session.config.backend)
-    isolated = not session.ratchet.network_allowed
-    mounts: list[BindMount] = []
-    if sandbox.isolates:
-        # the same workspace policy as the cells' sandboxes (engine/workspace_policy.py)
-        try:
-            mounts, _ = await asyncio.to_thread(
-                apply_policy,
-                session.workspace,
-                IN_WORKSPACE,
-                [session.store.root],
-                [session.config.root() / "workspaces"],
-            )
-        except WorkspaceRefused as exc:
-            raise ToolFatalError(f"workspace refused: {exc}") from exc
-        if isolated:
-            mounts += session.ratchet.bind_mounts()
-        cwd = IN_WORKSPACE
-        home = "/tmp"
-    else:
-        mounts = []
-        cwd = str(session.workspace)
-        home = str(session.workspace)
-    bindir = str(Path(sys.executable).parent)
-    env = {
-        "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
-        "HOME": home,
-        "TMPDIR": "/tmp",
-        "LANG": "C.UTF-8",
-        "USER": "sandbox",
-    }
-    for attempt in range(2):
-        try:
-            result = await sandbox.run(
-                [_shell(), "-c", command],
-                bind_mounts=mounts,
-                timeout=timeout,
-                isolate_network=isolated,
-                network=session.config.network,
-                cwd=cwd,
-                env=env,
-                limits=session.config.limits,
-            )
-            break
-        except BrokenPipeError as exc:
-            # bwrap died while its user-mode network was being set up, before the
-            # command ran (seen under load): starting again is safe
-            if attempt:
-                raise ToolFatalError(f"could not start the {sandbox.name} sandbox: {exc}") from exc
-            log.warning("the %s sandbox died while starting (%s): retrying once", sandbox.name, exc)
-        except (OSError, RuntimeError) as exc:
-            raise ToolFatalError(f"could not start the {sandbox.name} sandbox: {exc}") from exc
+    """One command in a fresh sandbox of the session's engine (``Session.run_command``):
+    the cells' launch (workspace policy, environment, limits), network decided by
+    the ratchet now, private mounts only without network."""
+    engine = session.engine
+    transient = engine is None
+    if engine is None:
+        engine = session.new_engine()
+    try:
+        for attempt in range(2):
+            try:
+                result = await engine.run_command([_shell(), "-c", command], timeout=timeout)
+                break
+            except SandboxUnavailable as exc:  # a refused workspace, a missing backend
+                raise ToolFatalError(str(exc)) from exc
+            except BrokenPipeError as exc:
+                # bwrap died while its user-mode network was being set up, before the
+                # command ran (seen under load): starting again is safe
+                if attempt:
+                    raise ToolFatalError(f"could not start the {engine.backend} sandbox: {exc}") from exc
+                log.warning("the %s sandbox died while starting (%s): retrying once", engine.backend, exc)
+            except (OSError, RuntimeError) as exc:
+                raise ToolFatalError(f"could not start the {engine.backend} sandbox: {exc}") from exc
+    finally:
+        if transient:
+            await engine.shutdown()
     out = result.stdout.decode("utf-8", "replace")
     err = result.stderr.decode("utf-8", "replace")
     text = out + (("\n" if out and not out.endswith("\n") else "") + err if err else "")

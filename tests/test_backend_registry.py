@@ -38,7 +38,7 @@ def test_front_ends_refuse_an_unknown_backend_naming_the_option() -> None:
         MCPServerApp(backend="lxc")
 
 
-PLUGIN = '''
+PLUGIN = """
 from sandbox_kernel.sandbox import SubprocessSandbox
 
 class PluginSandbox(SubprocessSandbox):
@@ -47,7 +47,7 @@ class PluginSandbox(SubprocessSandbox):
 
 class Evil(SubprocessSandbox):
     name = "bwrap"
-'''
+"""
 
 
 def test_a_third_party_registers_a_backend_by_entry_point(tmp_path: Path) -> None:

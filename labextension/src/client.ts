@@ -42,11 +42,7 @@ export function isSandboxKernelName(name: string | null | undefined): boolean {
  *   or speaks another protocol version.
  */
 export type Phase =
-  | 'inactive'
-  | 'unsandboxed'
-  | 'connecting'
-  | 'ready'
-  | 'unavailable';
+  'inactive' | 'unsandboxed' | 'connecting' | 'ready' | 'unavailable';
 
 export interface ILevelRaised {
   from: Level;
@@ -162,7 +158,9 @@ export class StatusClient implements IDisposable {
     const comm = this._comm;
     if (!comm || comm.isDisposed) {
       return Promise.reject(
-        new Error('The sandbox kernel is not connected; try again when it is idle.')
+        new Error(
+          'The sandbox kernel is not connected; try again when it is idle.'
+        )
       );
     }
     return new Promise<IState>((resolve, reject) => {
@@ -201,7 +199,11 @@ export class StatusClient implements IDisposable {
   }
 
   private _onStatusChanged(_: ISessionContext, status: Kernel.Status): void {
-    if (!this._kernel || this._phase === 'inactive' || this._phase === 'unsandboxed') {
+    if (
+      !this._kernel ||
+      this._phase === 'inactive' ||
+      this._phase === 'unsandboxed'
+    ) {
       return;
     }
     if (
@@ -240,9 +242,16 @@ export class StatusClient implements IDisposable {
    * `restart: true` (no 'restarting' status): treat it as one, so the comm
    * is re-opened with the new kernel process.
    */
-  private _onIopubMessage(_: ISessionContext, msg: { header: { msg_type: string }; content: unknown }): void {
+  private _onIopubMessage(
+    _: ISessionContext,
+    msg: { header: { msg_type: string }; content: unknown }
+  ): void {
     const content = msg.content as { restart?: unknown } | null;
-    if (msg.header.msg_type === 'shutdown_reply' && content && content.restart === true) {
+    if (
+      msg.header.msg_type === 'shutdown_reply' &&
+      content &&
+      content.restart === true
+    ) {
       this._onStatusChanged(this.sessionContext, 'restarting');
     }
   }
@@ -342,7 +351,10 @@ export class StatusClient implements IDisposable {
       comm.send(data as unknown as JSONObject).done.catch(() => undefined);
       return true;
     } catch (err) {
-      console.warn('sandbox-kernel-status: cannot send on the status comm', err);
+      console.warn(
+        'sandbox-kernel-status: cannot send on the status comm',
+        err
+      );
       return false;
     }
   }
@@ -390,7 +402,10 @@ export class StatusClient implements IDisposable {
     // A rise is news when the kernel says so, or when a state we already knew
     // (kept across a restart) is below the new one: a rise that happened while
     // the comm was being re-opened must still be notified.
-    if ((parsed.changed || previous !== null) && levelRank(parsed.state.level) > levelRank(from)) {
+    if (
+      (parsed.changed || previous !== null) &&
+      levelRank(parsed.state.level) > levelRank(from)
+    ) {
       this._levelRaised.emit({
         from,
         to: parsed.state.level,

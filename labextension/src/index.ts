@@ -94,7 +94,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
       void showStatusDialog(client);
     };
 
-    const addToolbarItem = (panel: NotebookPanel, client: StatusClient): void => {
+    const addToolbarItem = (
+      panel: NotebookPanel,
+      client: StatusClient
+    ): void => {
       const item = new StatusItem({
         client,
         hideWhenInactive: true,

@@ -70,8 +70,12 @@ export function markPrivateMessage(
   level: Level,
   reason?: string
 ): { version: 1; type: 'mark_private'; level: Level; reason?: string } {
-  const msg: { version: 1; type: 'mark_private'; level: Level; reason?: string } =
-    { version: PROTOCOL_VERSION, type: 'mark_private', level };
+  const msg: {
+    version: 1;
+    type: 'mark_private';
+    level: Level;
+    reason?: string;
+  } = { version: PROTOCOL_VERSION, type: 'mark_private', level };
   if (reason) {
     msg.reason = reason;
   }
@@ -83,7 +87,10 @@ export function levelRank(level: Level): number {
 }
 
 export function isLevel(value: unknown): value is Level {
-  return typeof value === 'string' && (LEVELS as ReadonlyArray<string>).includes(value);
+  return (
+    typeof value === 'string' &&
+    (LEVELS as ReadonlyArray<string>).includes(value)
+  );
 }
 
 function isStringArray(value: unknown): value is string[] {
@@ -102,7 +109,8 @@ function parseDataset(value: unknown): IDataset | null {
     name: d.name,
     level: d.level,
     source: typeof d.source === 'string' ? d.source : String(d.source ?? ''),
-    added_at: typeof d.added_at === 'string' ? d.added_at : String(d.added_at ?? '')
+    added_at:
+      typeof d.added_at === 'string' ? d.added_at : String(d.added_at ?? '')
   };
 }
 

@@ -136,7 +136,11 @@ export class StatusItem extends Widget {
     this._flag = el('span', 'sk-status-flag');
     // A real button, so that the switch is one click from the item (the rest
     // of the item opens the popup that explains why).
-    this._switch = el('button', 'sk-switch-kernel jp-mod-styled jp-mod-warn', 'Switch to sandboxed');
+    this._switch = el(
+      'button',
+      'sk-switch-kernel jp-mod-styled jp-mod-warn',
+      'Switch to sandboxed'
+    );
     this._switch.type = 'button';
     this._switch.title = SWITCH_LABEL;
     this._switch.setAttribute('aria-label', SWITCH_LABEL);
@@ -196,7 +200,8 @@ export class StatusItem extends Widget {
     node.dataset.backend = state ? state.backend : '';
     this._label.textContent = itemLabel(client);
     const unsandboxed = !!client && client.isUnsandboxed;
-    const problem = !!state && (state.error !== null || state.warnings.length > 0);
+    const problem =
+      !!state && (state.error !== null || state.warnings.length > 0);
     this._flag.textContent = problem || unsandboxed ? '⚠' : '';
     this.toggleClass('sk-mod-unsandboxed', unsandboxed);
     this._switch.hidden = !unsandboxed;
@@ -302,7 +307,9 @@ class StatusBody extends Widget {
     node.appendChild(summary);
     if (client.isUnsandboxed) {
       node.dataset.network = 'unknown';
-      node.appendChild(el('p', 'sk-status-unsandboxed', unsandboxedExplanation(client)));
+      node.appendChild(
+        el('p', 'sk-status-unsandboxed', unsandboxedExplanation(client))
+      );
       return;
     }
     if (!state) {
@@ -473,11 +480,16 @@ interface IMarkChoice {
   reason: string;
 }
 
-class MarkPrivateBody extends Widget implements Dialog.IBodyWidget<IMarkChoice> {
+class MarkPrivateBody
+  extends Widget
+  implements Dialog.IBodyWidget<IMarkChoice>
+{
   constructor(current: Level) {
     super();
     this.addClass('sk-mark-private-body');
-    const choices = MARKABLE_LEVELS.filter(l => levelRank(l) > levelRank(current));
+    const choices = MARKABLE_LEVELS.filter(
+      l => levelRank(l) > levelRank(current)
+    );
     this.node.append(
       el(
         'p',
@@ -499,7 +511,11 @@ class MarkPrivateBody extends Widget implements Dialog.IBodyWidget<IMarkChoice> 
       : choices[0];
     this._select.value = preferred;
     levelLabel.append(this._select);
-    const reasonLabel = el('label', 'sk-mark-private-field', 'Reason (optional) ');
+    const reasonLabel = el(
+      'label',
+      'sk-mark-private-field',
+      'Reason (optional) '
+    );
     this._reason = el('input', 'sk-mark-private-reason');
     this._reason.type = 'text';
     this._reason.maxLength = 1000;
@@ -518,7 +534,10 @@ class MarkPrivateBody extends Widget implements Dialog.IBodyWidget<IMarkChoice> 
   }
 
   getValue(): IMarkChoice {
-    return { level: this._select.value as Level, reason: this._reason.value.trim() };
+    return {
+      level: this._select.value as Level,
+      reason: this._reason.value.trim()
+    };
   }
 
   private _select: HTMLSelectElement;
@@ -526,7 +545,9 @@ class MarkPrivateBody extends Widget implements Dialog.IBodyWidget<IMarkChoice> 
 }
 
 /** Ask for a level and a confirmation, then send mark_private. */
-export async function showMarkPrivateDialog(client: StatusClient): Promise<void> {
+export async function showMarkPrivateDialog(
+  client: StatusClient
+): Promise<void> {
   const current = client.state?.level ?? 'PUBLIC';
   if (levelRank(current) >= levelRank('SECRET')) {
     return;
@@ -551,7 +572,10 @@ export async function showMarkPrivateDialog(client: StatusClient): Promise<void>
     return;
   }
   try {
-    await client.markPrivate(result.value.level, result.value.reason || undefined);
+    await client.markPrivate(
+      result.value.level,
+      result.value.reason || undefined
+    );
   } catch (err) {
     await showErrorMessage(
       'Could not mark the session private',

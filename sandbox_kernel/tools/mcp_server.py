@@ -1,7 +1,6 @@
 """The agent tools as an MCP server (official ``mcp`` SDK, ``MCPServer``).
 
-    python -m sandbox_kernel mcp [--transport stdio|streamable-http] ...
-    python -m sandbox_kernel.tools.mcp_server ...      (the same)
+    python -I -m sandbox_kernel mcp [--transport stdio|streamable-http] ...
 
 Configuration and start-up: :mod:`sandbox_kernel.tools.mcp_app`
 (``MCPServerApp``, traitlets like the kernel's).
@@ -23,9 +22,9 @@ private-data ratchet by starting a fresh one). Over HTTP, with
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
-import sys
 import uuid
 from typing import Any
 
@@ -33,7 +32,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, ImageContent, TextContent
 
 from ..privacy import default_user_id, validate_id
-from . import repl, shell
+from .catalog import CATALOG, ToolSpec, call_tool
 from .errors import ToolFatalError, ToolRetryError, classify
 from .render import ToolResult
 from .sessions import SESSION_ENV, USER_ENV, SessionRegistry
@@ -90,62 +89,18 @@ def build_server(
             s = validate_id(lowered.get("x-sandbox-session-id", s), "session_id")
         return {"user_id": u, "session_id": s, "registry": reg}
 
-    async def call(fn: Any, ctx: Context | None, *args: Any, **kwargs: Any) -> CallToolResult:
+    async def call(spec: ToolSpec, arguments: dict[str, Any]) -> CallToolResult:
+        ctx = arguments.pop("ctx", None)
         try:
-            return _content(await fn(*args, **kwargs, **ids(ctx)))
+            return _content(await call_tool(spec, arguments, ids(ctx)))
         except Exception as exc:
             return _error(exc)
 
-    async def repl_execute_cell(code: str, timeout: float = 30, ctx: Context | None = None) -> CallToolResult:
-        """Append a Python cell to the notebook and run it in the sandbox. Variables, imports
-        and functions persist across cells. Returns the outputs (long ones truncated) and figures as images."""
-        return await call(repl.repl_execute_cell, ctx, code, timeout)
-
-    async def repl_rerun_cell(cell_number: int, timeout: float = 30, ctx: Context | None = None) -> CallToolResult:
-        """Run an existing cell (0-based number from repl_show_notebook) again; its outputs are replaced."""
-        return await call(repl.repl_rerun_cell, ctx, cell_number, timeout)
-
-    async def repl_show_notebook(ctx: Context | None = None) -> CallToolResult:
-        """List the notebook's cells: number, state, first lines of code and an output summary."""
-        return await call(repl.repl_show_notebook, ctx)
-
-    async def repl_show_cell(cell_number: int, full: bool = False, ctx: Context | None = None) -> CallToolResult:
-        """Show one cell's code and outputs; full=true shows outputs without truncation."""
-        return await call(repl.repl_show_cell, ctx, cell_number, full)
-
-    async def repl_delete_cell(cell_number: int, ctx: Context | None = None) -> CallToolResult:
-        """Delete a cell (variables it defined stay in the session); later cells are renumbered."""
-        return await call(repl.repl_delete_cell, ctx, cell_number)
-
-    async def repl_clear_notebook(ctx: Context | None = None) -> CallToolResult:
-        """Remove every cell from the notebook (variables already defined stay available)."""
-        return await call(repl.repl_clear_notebook, ctx)
-
-    async def repl_export_ipynb(path: str = "notebook.ipynb", ctx: Context | None = None) -> CallToolResult:
-        """Save the notebook as a Jupyter .ipynb file in /workspace (a path relative to /workspace)."""
-        return await call(repl.repl_export_ipynb, ctx, path)
-
-    async def sandbox_execute(command: str, timeout: float = 60, ctx: Context | None = None) -> CallToolResult:
-        """Run a bash command in the session's sandbox, in /workspace (shared with the notebook).
-        Returns the exit code and the output."""
-        return await call(shell.sandbox_execute, ctx, command, timeout)
-
-    for fn in (
-        repl_execute_cell,
-        repl_rerun_cell,
-        repl_show_notebook,
-        repl_show_cell,
-        repl_delete_cell,
-        repl_clear_notebook,
-        repl_export_ipynb,
-        sandbox_execute,
-    ):
-        server.add_tool(fn)
+    # the SDK injects the request context into a parameter annotated with Context
+    ctx_param = inspect.Parameter(
+        "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=Context | None
+    )
+    for spec in CATALOG:
+        server.add_tool(spec.bind(call, [ctx_param]))
     server.registry = reg  # type: ignore[attr-defined]
     return server
-
-
-if __name__ == "__main__":
-    from .mcp_app import main
-
-    sys.exit(main())

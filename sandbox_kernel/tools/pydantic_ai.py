@@ -47,7 +47,7 @@ from ..engine.launch import sandbox_env
 from ..privacy import PrivacyStore, session_has_private_data
 from ..sandbox.base import BindMount, SandboxSpec
 from ..sandbox.bwrap import SYSTEM_DIRS, BubblewrapSandbox, python_roots
-from . import repl, shell
+from .catalog import CATALOG, ToolSpec, call_tool
 from .errors import FATAL_PREFIX, ToolRetryError
 from .render import ToolResult
 from .sessions import SessionRegistry, current_identity
@@ -64,87 +64,17 @@ def _out(result: ToolResult) -> Any:
 def get_all_tools(
     user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None
 ) -> list[Tool]:
-    """The seven REPL tools and sandbox_execute, bound to one session."""
+    """Every tool of the catalog (the seven REPL tools and sandbox_execute), bound to one session."""
     user, session = current_identity(user_id, session_id)
-    bound = {"user_id": user, "session_id": session, "registry": registry}
+    identity = {"user_id": user, "session_id": session, "registry": registry}
 
-    async def run(fn: Any, *args: Any) -> Any:
+    async def call(spec: ToolSpec, arguments: dict[str, Any]) -> Any:
         try:
-            return _out(await fn(*args, **bound))
+            return _out(await call_tool(spec, arguments, identity))
         except ToolRetryError as exc:
             raise ModelRetry(str(exc)) from exc
 
-    async def repl_execute_cell(code: str, timeout: float = 30) -> Any:
-        """Append a Python cell to the notebook and run it in the sandbox; variables, imports and functions persist across cells.
-
-        Args:
-            code: Python source of the cell.
-            timeout: seconds before the cell is killed (its changes are discarded).
-        """
-        return await run(repl.repl_execute_cell, code, timeout)
-
-    async def repl_rerun_cell(cell_number: int, timeout: float = 30) -> Any:
-        """Run an existing cell again (0-based number from repl_show_notebook).
-
-        Args:
-            cell_number: the cell's number.
-            timeout: seconds before the cell is killed.
-        """
-        return await run(repl.repl_rerun_cell, cell_number, timeout)
-
-    async def repl_show_notebook() -> Any:
-        """List the notebook's cells with their state and an output summary."""
-        return await run(repl.repl_show_notebook)
-
-    async def repl_show_cell(cell_number: int, full: bool = False) -> Any:
-        """Show one cell's code and outputs.
-
-        Args:
-            cell_number: the cell's number.
-            full: show outputs without truncation.
-        """
-        return await run(repl.repl_show_cell, cell_number, full)
-
-    async def repl_delete_cell(cell_number: int) -> Any:
-        """Delete a cell; later cells are renumbered.
-
-        Args:
-            cell_number: the cell's number.
-        """
-        return await run(repl.repl_delete_cell, cell_number)
-
-    async def repl_clear_notebook() -> Any:
-        """Remove every cell (variables already defined stay)."""
-        return await run(repl.repl_clear_notebook)
-
-    async def repl_export_ipynb(path: str = "notebook.ipynb") -> Any:
-        """Save the notebook as a Jupyter .ipynb file in /workspace.
-
-        Args:
-            path: file path inside /workspace, ending in .ipynb.
-        """
-        return await run(repl.repl_export_ipynb, path)
-
-    async def sandbox_execute(command: str, timeout: float = 60) -> Any:
-        """Run a bash command in the session's sandbox, in /workspace.
-
-        Args:
-            command: the shell command.
-            timeout: seconds before the command is killed.
-        """
-        return await run(shell.sandbox_execute, command, timeout)
-
-    fns = [
-        repl_execute_cell,
-        repl_rerun_cell,
-        repl_show_notebook,
-        repl_show_cell,
-        repl_delete_cell,
-        repl_clear_notebook,
-        repl_export_ipynb,
-        sandbox_execute,
-    ]
-    return [Tool(fn, takes_ctx=False, max_retries=3) for fn in fns]
+    return [Tool(spec.bind(call), takes_ctx=False, max_retries=3) for spec in CATALOG]
 
 
 def get_toolset(

@@ -11,67 +11,14 @@ When the session turned private during a call, the text starts with the
 from __future__ import annotations
 
 import asyncio
-import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from typing import Any, TypeVar
 
-from .errors import classify
+from .calls import session_for, tool_errors, with_notices
 from .render import ToolResult, render_cell, render_notebook
-from .sessions import SessionRegistry, ToolSession, current_identity, get_registry
+from .sessions import SessionRegistry
 from .workspace import agent_view, resolve_agent_path
 
-T = TypeVar("T")
 
-
-def _tool(fn: Callable[..., Awaitable[ToolResult]]) -> Callable[..., Awaitable[ToolResult]]:
-    @functools.wraps(fn)
-    async def wrapper(*args: Any, **kwargs: Any) -> ToolResult:
-        try:
-            return await fn(*args, **kwargs)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            mapped = classify(exc)
-            if mapped is exc:
-                raise
-            raise mapped from exc
-
-    return wrapper
-
-
-@asynccontextmanager
-async def session_for(
-    user_id: str | None, session_id: str | None, registry: SessionRegistry | None, *, engine: bool
-) -> AsyncIterator[tuple[ToolSession, list[str]]]:
-    """The session held exclusively; yields (session, notices) where notices gets
-    the [SYSTEM] notice if the ratchet rose during the call."""
-    user, session_id = current_identity(user_id, session_id)
-    reg = registry or get_registry()
-    async with reg.use(user, session_id) as session:
-        before = session.ratchet.network_allowed
-        notices: list[str] = []
-        if engine:
-            await session.ensure_engine()
-        try:
-            yield session, notices
-        finally:
-            if session.engine is not None:
-                try:
-                    await session.engine.refresh_privacy()
-                except Exception:
-                    pass
-            if before and not session.ratchet.network_allowed:
-                notices.insert(0, session.ratchet.notice())
-
-
-def _with_notices(result: ToolResult, notices: list[str]) -> ToolResult:
-    if notices:
-        result.text = "\n".join(notices) + "\n\n" + result.text
-    return result
-
-
-@_tool
+@tool_errors
 async def repl_execute_cell(
     code: str,
     timeout: float = 30,
@@ -88,10 +35,10 @@ async def repl_execute_cell(
     async with session_for(user_id, session_id, registry, engine=True) as (session, notices):
         cell = await session.notebook.add_cell(code, execute=True, timeout=timeout)
         number = session.notebook.index_of(cell)
-    return _with_notices(render_cell(cell, number, show_code=False), notices)
+    return with_notices(render_cell(cell, number, show_code=False), notices)
 
 
-@_tool
+@tool_errors
 async def repl_rerun_cell(
     cell_number: int,
     timeout: float = 30,
@@ -105,10 +52,10 @@ async def repl_rerun_cell(
         session.notebook.get_cell(cell_number)  # a bad number is reported before any sandbox starts
         await session.ensure_engine()
         cell = await session.notebook.rerun_cell(cell_number, timeout=timeout)
-    return _with_notices(render_cell(cell, cell_number, show_code=False), notices)
+    return with_notices(render_cell(cell, cell_number, show_code=False), notices)
 
 
-@_tool
+@tool_errors
 async def repl_show_notebook(
     *, user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None
 ) -> ToolResult:
@@ -118,10 +65,10 @@ async def repl_show_notebook(
         p = session.privacy()
         if p.get("private"):
             text += f"\nSession privacy: {p['level']} (network: {p['network']})"
-    return _with_notices(ToolResult(text), notices)
+    return with_notices(ToolResult(text), notices)
 
 
-@_tool
+@tool_errors
 async def repl_show_cell(
     cell_number: int,
     full: bool = False,
@@ -134,10 +81,10 @@ async def repl_show_cell(
     async with session_for(user_id, session_id, registry, engine=False) as (session, notices):
         cell = session.notebook.get_cell(cell_number)
         result = render_cell(cell, cell_number, full=bool(full))
-    return _with_notices(result, notices)
+    return with_notices(result, notices)
 
 
-@_tool
+@tool_errors
 async def repl_delete_cell(
     cell_number: int,
     *,
@@ -150,26 +97,26 @@ async def repl_delete_cell(
         cell = await asyncio.to_thread(session.notebook.delete_cell, cell_number)
         left = len(session.notebook.cells)
     first = (cell.code.splitlines() or [""])[0][:80]
-    return _with_notices(
+    return with_notices(
         ToolResult(f"Deleted cell {cell_number} ({first!r}); {left} cell(s) left. Later cells were renumbered."),
         notices,
     )
 
 
-@_tool
+@tool_errors
 async def repl_clear_notebook(
     *, user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None
 ) -> ToolResult:
     """Remove every cell. Variables already defined stay in the session."""
     async with session_for(user_id, session_id, registry, engine=False) as (session, notices):
         n = await asyncio.to_thread(session.notebook.clear)
-    return _with_notices(
+    return with_notices(
         ToolResult(f"Cleared the notebook ({n} cell(s) removed). Variables already defined are still available."),
         notices,
     )
 
 
-@_tool
+@tool_errors
 async def repl_export_ipynb(
     path: str = "notebook.ipynb",
     *,
@@ -187,7 +134,7 @@ async def repl_export_ipynb(
         await asyncio.to_thread(session.notebook.save_as_ipynb, target, session.privacy())
         shown = agent_view(session.workspace, target)
         n = len(session.notebook.cells)
-    return _with_notices(ToolResult(f"Saved {n} cell(s) to {shown}"), notices)
+    return with_notices(ToolResult(f"Saved {n} cell(s) to {shown}"), notices)
 
 
 REPL_TOOLS = [

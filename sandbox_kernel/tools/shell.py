@@ -14,9 +14,9 @@ import shutil
 from pathlib import Path
 
 from ..engine.session import SandboxUnavailable
+from .calls import session_for, tool_errors, with_notices
 from .errors import ToolFatalError
 from .render import ToolResult, truncate
-from .repl import _tool, _with_notices, session_for
 from .sessions import SessionRegistry, ToolSession
 
 log = logging.getLogger("sandbox_kernel.tools")
@@ -62,7 +62,7 @@ async def _run_local(session: ToolSession, command: str, timeout: float) -> tupl
     return result.exit_code, text, False
 
 
-@_tool
+@tool_errors
 async def sandbox_execute(
     command: str,
     timeout: float = 60,
@@ -102,4 +102,4 @@ async def sandbox_execute(
     body = truncate(
         text.rstrip("\n"), MAX_SHELL_OUTPUT, "redirect the output to a file in /workspace and read parts of it"
     )
-    return _with_notices(ToolResult(f"Exit code: {code}\n{body}" if body else f"Exit code: {code}"), notices)
+    return with_notices(ToolResult(f"Exit code: {code}\n{body}" if body else f"Exit code: {code}"), notices)

@@ -1,4 +1,4 @@
-"""A real MCP client session over stdio against `python -m sandbox_kernel.tools.mcp_server`."""
+"""A real MCP client session over stdio against `python -I -m sandbox_kernel mcp`."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ def server(data_dir: Path, session: str = "mcp1") -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
         args=[
+            "-I",
             "-m",
-            "sandbox_kernel.tools.mcp_server",
+            "sandbox_kernel",
+            "mcp",
             "--user-id",
             "agent",
             "--session-id",
@@ -114,7 +116,7 @@ async def test_invalid_session_id_is_refused(data_dir: Path) -> None:
     import subprocess
 
     proc = subprocess.run(
-        [sys.executable, "-m", "sandbox_kernel.tools.mcp_server", "--session-id", "../x"],
+        [sys.executable, "-I", "-m", "sandbox_kernel", "mcp", "--session-id", "../x"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -13,11 +13,12 @@ Docker call is made. See docs/docker.md.
 
 from typing import Any
 
+from ..privacy.identity import validate_id
 from .config import PRESETS, ContainerConfig, ResourcePreset
 from .hardening import build_container_kwargs, check_read_only_mounts, docker_network, resolve_user
 from .image import TEST_IMAGE, ensure_test_image, offline_config, remove_test_image
 from .manager import TIMEOUT_EXIT_CODE, ContainerGone, NetworkModeChanged, SandboxManager
-from .names import container_name, validate_id
+from .names import container_name
 from .session import SandboxSession
 
 __all__ = [

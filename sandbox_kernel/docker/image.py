@@ -87,7 +87,8 @@ def _image_id(client: Any, tag: str) -> str | None:
         return None
     if (image.labels or {}).get(IMAGE_LABEL) != IMAGE_LABEL_VALUE:
         raise RuntimeError(f"image {tag!r} exists but was not built by sandbox_kernel; pick another tag")
-    return image.id
+    image_id: str = image.id
+    return image_id
 
 
 def build_test_image(client: Any, tag: str = TEST_IMAGE) -> str:

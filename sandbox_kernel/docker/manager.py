@@ -355,7 +355,8 @@ class SandboxManager:
         except BaseException:
             self._remove_container(container.id)
             raise
-        return container.id
+        container_id: str = container.id
+        return container_id
 
     def _remove_stale(self, name: str) -> bool:
         """Remove a same-named container left by a dead owner; refuse a live one's."""

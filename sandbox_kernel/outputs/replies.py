@@ -68,7 +68,7 @@ def clean_payloads(payloads: Any, *, private: bool, defang: Defang = _identity) 
             continue
         source = payload.get("source")
         if source == "page":
-            clean = sanitize_bundle(payload.get("data"), {}, trusted=False, private=private)
+            clean = sanitize_bundle(payload.get("data"), {}, trusted=False, private=private)  # type: ignore[arg-type]  # bad shapes are named in clean.removed
             if not clean.data:
                 continue
             start = payload.get("start")
@@ -101,7 +101,7 @@ def clean_user_expressions(
         if not isinstance(value, Mapping):
             continue
         if value.get("status") == "ok":
-            clean = sanitize_bundle(value.get("data"), value.get("metadata"), trusted=False, private=private)
+            clean = sanitize_bundle(value.get("data"), value.get("metadata"), trusted=False, private=private)  # type: ignore[arg-type]  # bad shapes are named in clean.removed
             out[name] = {"status": "ok", "data": clean.data, "metadata": clean.metadata}
         else:
             tb = value.get("traceback")

@@ -19,6 +19,7 @@ import os
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from .identity import validate_id
 from .sensitivity import Sensitivity
@@ -75,7 +76,7 @@ class EnforcementRecord:
         self._last = None
 
 
-def _holders(store_root: Path) -> list[tuple[str, str, Path, dict]]:
+def _holders(store_root: Path) -> list[tuple[str, str, Path, dict[str, Any]]]:
     """Every readable, live holder: (user_id, session_id, file, entry)."""
     root = _root(store_root)
     found = []
@@ -126,7 +127,7 @@ def pending_holders(store_root: Path, user_id: str, session_id: str, level: Sens
     validate_id(session_id, "session_id")
     holders = _holders(store_root)
     own = [h for h in holders if h[0] == user_id and h[1] == session_id]
-    folders = {h[3].get("workspace") for h in own if isinstance(h[3].get("workspace"), str)}
+    folders = {str(h[3]["workspace"]) for h in own if isinstance(h[3].get("workspace"), str)}
     pending = []
     for user, session, path, entry in holders:
         mine = user == user_id and session == session_id

@@ -27,6 +27,9 @@ class PrivateData:
     """
 
     __slots__ = ("_session_id", "_store", "_user_id")
+    _user_id: str
+    _session_id: str
+    _store: PrivacyStore
 
     def __init__(self, user_id: str, session_id: str, store: PrivacyStore | None = None) -> None:
         validate_id(user_id, "user_id")

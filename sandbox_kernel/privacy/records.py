@@ -30,7 +30,8 @@ def validate_timestamp(value: object, what: str = "added_at") -> str:
         parsed = datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith("Z") else value)
     except ValueError:
         raise ValueError(f"{what} {value!r} is not an ISO 8601 timestamp") from None
-    if parsed.utcoffset() is None or parsed.utcoffset().total_seconds() != 0:
+    offset = parsed.utcoffset()
+    if offset is None or offset.total_seconds() != 0:
         raise ValueError(f"{what} {value!r} is not in UTC")
     if len(value) == 24 and value.endswith("Z") and value[19] == ".":
         return value  # already canonical (the common case: cheap)
@@ -128,7 +129,7 @@ class Dataset:
         cls, name: str, sensitivity: Sensitivity | str = Sensitivity.CONFIDENTIAL, source: str = "api"
     ) -> Dataset:
         """A dataset added now."""
-        return cls(name=name, sensitivity=sensitivity, added_at=utc_now_iso(), source=source)
+        return cls(name=name, sensitivity=_level(sensitivity, "sensitivity"), added_at=utc_now_iso(), source=source)
 
     def to_json(self) -> dict[str, str]:
         return {
@@ -165,7 +166,7 @@ class SessionMark:
 
     @classmethod
     def create(cls, sensitivity: Sensitivity | str, source: str, reason: str) -> SessionMark:
-        return cls(sensitivity=sensitivity, source=source, reason=reason, added_at=utc_now_iso())
+        return cls(sensitivity=_level(sensitivity, "sensitivity"), source=source, reason=reason, added_at=utc_now_iso())
 
     def to_json(self) -> dict[str, str]:
         return {

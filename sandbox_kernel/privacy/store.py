@@ -158,6 +158,8 @@ class PrivacyStore:
     """
 
     __slots__ = ("_resolved", "_root")
+    _root: Path
+    _resolved: str
 
     def __init__(self, root: Path | str) -> None:
         root = Path(root).expanduser().absolute()
@@ -481,7 +483,7 @@ class PrivacyStore:
                 floor = state if floor is None or state.covers(floor) else merge(floor, state)
                 _floors[key] = floor
             result = state if state.covers(floor) else merge(state, floor)
-            if not _settled(stat_key):
+            if stat_key is None or not _settled(stat_key):
                 _cache.pop(key, None)
             else:
                 _cache[key] = (stat_key, state, floor, result)

@@ -172,7 +172,11 @@ class SandboxProcess:
         """Kill the whole sandbox: it leads its own session, so its group goes too."""
         await self._stop_helpers()
         if self.process.returncode is None:
-            for target in (lambda: os.killpg(self.process.pid, signal.SIGKILL), self.process.kill):
+            targets: tuple[Callable[[], None], ...] = (
+                lambda: os.killpg(self.process.pid, signal.SIGKILL),
+                self.process.kill,
+            )
+            for target in targets:
                 try:
                     target()
                     break

@@ -40,6 +40,7 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "RULES",
@@ -276,7 +277,7 @@ def refused_syscalls() -> list[str]:
 # ----------------------------------------------------------------------- BPF
 
 
-def _load_pyseccomp():
+def _load_pyseccomp() -> Any:
     try:
         import pyseccomp
     except (ImportError, RuntimeError, OSError) as exc:
@@ -339,7 +340,7 @@ def bpf_fd() -> int:
 # -------------------------------------------------------------------- Docker
 
 
-def docker_profile() -> dict:
+def docker_profile() -> dict[str, Any]:
     """The same rules as a Docker seccomp profile.
 
     ``defaultAction`` is ALLOW: a profile passed to Docker *replaces* Docker's
@@ -351,8 +352,8 @@ def docker_profile() -> dict:
     runc then builds the filter for the daemon's native ABI only, so other ABIs
     hit the bad-architecture action.
     """
-    entries: list[dict] = []
-    index: dict[tuple, dict] = {}
+    entries: list[dict[str, Any]] = []
+    index: dict[tuple[Any, ...], dict[str, Any]] = {}
     for rule in RULES:
         args = [
             {"index": c.index, "value": c.mask, "valueTwo": c.value, "op": "SCMP_CMP_MASKED_EQ"}

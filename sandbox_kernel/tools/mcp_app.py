@@ -16,7 +16,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from jupyter_core.paths import jupyter_config_path
 from mcp.server.mcpserver import MCPServer
@@ -79,7 +79,7 @@ def _config_error(exc: BaseException) -> ConfigError:
     return ConfigError(text)
 
 
-class LogLevel(Enum):
+class LogLevel(Enum):  # type: ignore[type-arg]  # traitlets' Enum of Any
     """Application's log-level Enum, also accepting WARNING and lower case (as the argparse CLI did)."""
 
     def validate(self, obj: Any, value: Any) -> Any:
@@ -113,8 +113,8 @@ class MCPServerApp(Application, EngineSettings):
         "python -m sandbox_kernel mcp --transport streamable-http --port 8000\n"
         "python -m sandbox_kernel mcp --MCPServerApp.network=host --MCPServerApp.max_cells=200"
     )
-    aliases: ClassVar[dict[Any, Any]] = {**Application.aliases, **ALIASES}
-    flags: ClassVar[dict[Any, Any]] = {
+    aliases = {**Application.aliases, **ALIASES}  # noqa: RUF012 - traitlets declares them per instance
+    flags = {  # noqa: RUF012 - traitlets declares them per instance
         **Application.flags,
         **boolean_flag(
             "identity-headers",
@@ -196,11 +196,11 @@ class MCPServerApp(Application, EngineSettings):
     def _check_port(self, proposal: Bunch) -> int:
         if not 1 <= proposal.value <= 65535:
             raise _bad("port", f"must be between 1 and 65535, got {proposal.value}")
-        return proposal.value
+        return int(proposal.value)
 
     @validate("host")
     def _check_host(self, proposal: Bunch) -> str:
-        value = proposal.value.strip()
+        value = str(proposal.value).strip()
         if not value or any(c.isspace() for c in value):
             raise _bad("host", f"must be a host name or address, got {proposal.value!r}")
         return value
@@ -209,25 +209,25 @@ class MCPServerApp(Application, EngineSettings):
     def _check_path(self, proposal: Bunch) -> str:
         if not proposal.value.startswith("/") or any(c.isspace() for c in proposal.value):
             raise _bad("path", f"must start with '/' and contain no spaces, got {proposal.value!r}")
-        return proposal.value
+        return str(proposal.value)
 
     @validate("idle_timeout")
     def _check_idle_timeout(self, proposal: Bunch) -> float:
         if not proposal.value >= 0 or proposal.value == float("inf"):  # NaN fails too
             raise _bad("idle_timeout", f"must be a number of seconds >= 0 (0: never), got {proposal.value}")
-        return proposal.value
+        return float(proposal.value)
 
     @validate("max_cells")
     def _check_positive(self, proposal: Bunch) -> int:
         if proposal.value < 1:
             raise _bad(proposal.trait.name, f"must be >= 1, got {proposal.value}")
-        return proposal.value
+        return int(proposal.value)
 
     @validate("docker_image")
     def _check_docker_image(self, proposal: Bunch) -> str:
         if proposal.value and (not proposal.value.strip() or any(c.isspace() for c in proposal.value)):
             raise _bad("docker_image", f"{proposal.value!r} is not an image reference (no spaces allowed)")
-        return proposal.value
+        return str(proposal.value)
 
     @validate("docker_read_only_mounts")
     def _check_mounts(self, proposal: Bunch) -> dict[str, str]:
@@ -244,13 +244,13 @@ class MCPServerApp(Application, EngineSettings):
             argv, aliases, flags, classes=classes, log=self.log, subcommands=self.subcommands, prog="sandbox-kernel mcp"
         )
 
-    def parse_command_line(self, argv: Sequence[str] | None = None) -> None:  # type: ignore[override]
+    def parse_command_line(self, argv: Sequence[str] | None = None) -> None:
         """Application's, but a bad value raises (``TraitError``) instead of being
         logged as CRITICAL with exit status 1 (``catch_config_error``)."""
         parse = getattr(Application.parse_command_line, "__wrapped__", Application.parse_command_line)
         parse(self, list(argv) if argv is not None else None)
 
-    def initialize(self, argv: Sequence[str] | None = None) -> None:  # type: ignore[override]
+    def initialize(self, argv: Sequence[str] | None = None) -> None:
         """Parse the command line, then read the config files (the command line wins).
         Raises :class:`ConfigError` on a bad value (``SystemExit`` for ``--help``
         and argument syntax errors, as argparse does)."""

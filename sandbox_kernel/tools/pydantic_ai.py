@@ -106,7 +106,7 @@ class PrivateDataMCPToolset(WrapperToolset):
     :func:`private_data_mcp_stdio` / :func:`private_data_mcp_http`.
     """
 
-    isolated: AbstractToolset = field(default=None)  # type: ignore[assignment]
+    isolated: AbstractToolset[Any] = field(default=None)  # type: ignore[arg-type]  # required: checked in __post_init__
     user_id: str = ""
     session_id: str = ""
     store: PrivacyStore | None = None
@@ -189,8 +189,9 @@ class PrivateDataMCPToolset(WrapperToolset):
         try:
             result = await target.call_tool(name, tool_args, ctx, tool)
         except _TOOL_ERRORS as exc:
-            if _fatal(exc.message):
-                raise RuntimeError(exc.message) from exc
+            message = getattr(exc, "message", None)  # both ModelRetry and ToolFailed carry it
+            if _fatal(message):
+                raise RuntimeError(message) from exc
             raise
         if _fatal(result):
             raise RuntimeError(result)

@@ -12,6 +12,7 @@ import html
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from .notebook import Cell, CellOutput, CellState, Notebook, OutputType
 
@@ -48,13 +49,13 @@ def truncate(text: str, limit: int, hint: str = "") -> str:
     return head + note + tail
 
 
-def bundle_text(data: dict | None) -> str:
+def bundle_text(data: dict[str, Any] | None) -> str:
     """The best text form of a MIME bundle."""
     data = data or {}
-    if isinstance(data.get("text/plain"), str):
-        return data["text/plain"]
-    if isinstance(data.get("text/markdown"), str):
-        return data["text/markdown"]
+    for mime in ("text/plain", "text/markdown"):
+        text = data.get(mime)
+        if isinstance(text, str):
+            return text
     if isinstance(data.get("text/html"), str):
         return html.unescape(_TAGS.sub("", data["text/html"])).strip()
     if "application/json" in data:

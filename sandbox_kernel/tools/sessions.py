@@ -43,12 +43,12 @@ _identity: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextV
 )
 
 
-def set_identity(user_id: str, session_id: str) -> contextvars.Token:
+def set_identity(user_id: str, session_id: str) -> contextvars.Token[tuple[str, str] | None]:
     """Bind the session the tools act on for the current context (task)."""
     return _identity.set((validate_id(user_id, "user_id"), validate_id(session_id, "session_id")))
 
 
-def reset_identity(token: contextvars.Token) -> None:
+def reset_identity(token: contextvars.Token[tuple[str, str] | None]) -> None:
     _identity.reset(token)
 
 
@@ -199,8 +199,8 @@ class SessionRegistry:
         self.config = config or ToolsConfig()
         self._sessions: dict[tuple[str, str], ToolSession] = {}
         self._lock = asyncio.Lock()
-        self._reaper: asyncio.Task | None = None
-        self._watcher: asyncio.Task | None = None
+        self._reaper: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self._docker: Any = None
         self._shell_records: dict[tuple[str, str, str], Any] = {}
 

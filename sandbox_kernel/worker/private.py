@@ -53,7 +53,7 @@ def dataset_path(name: str) -> str:
     return path
 
 
-def open_dataset(name: str, mode: str = "r", **kwargs: Any):
+def open_dataset(name: str, mode: str = "r", **kwargs: Any) -> Any:
     """Open a configured private dataset file (read-only)."""
     if any(flag in mode for flag in "wax+"):
         raise ValueError("private datasets are read-only")
@@ -78,8 +78,8 @@ def install(shell: Any) -> None:
     package = sys.modules.get("sandbox_kernel")
     if package is None:
         package = types.ModuleType("sandbox_kernel", "sandbox_kernel as seen from inside the sandbox")
-        package.__path__ = []  # type: ignore[attr-defined]
+        package.__path__ = []
         sys.modules["sandbox_kernel"] = package
-    package.private = module  # type: ignore[attr-defined]
+    package.private = module  # type: ignore[attr-defined,unused-ignore]  # a ModuleType, set on purpose
     sys.modules["sandbox_kernel.private"] = module
     shell.register_magic_function(private_magic, "line", "private")

@@ -17,10 +17,11 @@ from IPython.core import page
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.utils.process import system
+from IPython.utils.process import system  # type: ignore[attr-defined]  # re-exported per platform
 from traitlets.config import Config
 
 from .channel import Channel
+from .protocol import Msg
 
 
 def _flush_std() -> None:
@@ -34,7 +35,16 @@ def _flush_std() -> None:
 class ChannelDisplayPublisher(DisplayPublisher):
     channel: Channel | None = None
 
-    def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs) -> None:  # type: ignore[override]
+    def publish(
+        self,
+        data: Any,
+        metadata: Any = None,
+        source: Any = None,
+        *,
+        transient: Any = None,
+        update: bool = False,
+        **kwargs: Any,
+    ) -> None:
         _flush_std()
         msg_type = "update_display_data" if update else "display_data"
         if self.channel is not None and self.channel.enabled:
@@ -45,7 +55,7 @@ class ChannelDisplayPublisher(DisplayPublisher):
     def clear_output(self, wait: bool = False) -> None:
         _flush_std()
         if self.channel is not None and self.channel.enabled:
-            self.channel.send({"type": "clear_output", "wait": bool(wait)})
+            self.channel.send({"type": Msg.CLEAR_OUTPUT, "wait": bool(wait)})
 
 
 class ChannelDisplayHook(DisplayHook):
@@ -58,7 +68,7 @@ class ChannelDisplayHook(DisplayHook):
     def write_output_prompt(self) -> None:
         pass
 
-    def write_format_data(self, format_dict, md_dict=None) -> None:
+    def write_format_data(self, format_dict: Any, md_dict: Any = None) -> None:
         assert self.msg is not None
         self.msg["data"] = format_dict
         self.msg["metadata"] = md_dict or {}
@@ -66,7 +76,7 @@ class ChannelDisplayHook(DisplayHook):
     def finish_displayhook(self) -> None:
         _flush_std()
         if self.msg is not None and self.msg["data"] and self.channel is not None and self.channel.enabled:
-            self.channel.send({"type": "execute_result", "execution_count": self.prompt_count, **self.msg})
+            self.channel.send({"type": Msg.EXECUTE_RESULT, "execution_count": self.prompt_count, **self.msg})
         self.msg = None
 
 
@@ -87,8 +97,10 @@ def _refuse_gui(gui: str) -> None:
 class SandboxShell(InteractiveShell):
     """InteractiveShell whose outputs go to the host channel."""
 
-    displayhook_class = ChannelDisplayHook  # type: ignore[assignment]
-    display_pub_class = ChannelDisplayPublisher  # type: ignore[assignment]
+    displayhook_class = ChannelDisplayHook
+    #: the last error of the running cell (the worker reports it in the cell's reply)
+    _last_error: dict[str, Any] | None = None
+    display_pub_class = ChannelDisplayPublisher
     channel: Channel | None = None
 
     def init_environment(self) -> None:
@@ -105,12 +117,12 @@ class SandboxShell(InteractiveShell):
         super().init_hooks()
         self.set_hook("show_in_pager", page.as_hook(self._page_payload), 99)
 
-    def _page_payload(self, strg, start=0, screen_lines=0, pager_cmd=None) -> None:
+    def _page_payload(self, strg: Any, start: int = 0, screen_lines: int = 0, pager_cmd: Any = None) -> None:
         data = strg if isinstance(strg, dict) else {"text/plain": strg}
         assert self.payload_manager is not None
         self.payload_manager.write_payload({"source": "page", "data": data, "start": max(0, start)})
 
-    def set_next_input(self, text, replace=False) -> None:
+    def set_next_input(self, text: str, replace: bool = False) -> None:
         assert self.payload_manager is not None
         self.payload_manager.write_payload({"source": "set_next_input", "text": text, "replace": replace})
 
@@ -118,7 +130,7 @@ class SandboxShell(InteractiveShell):
         assert self.payload_manager is not None
         self.payload_manager.write_payload({"source": "ask_exit", "keepkernel": False})
 
-    def enable_matplotlib(self, gui: str | None = None):  # type: ignore[no-untyped-def]
+    def enable_matplotlib(self, gui: str | None = None) -> Any:
         """Refuse GUI backends before matplotlib tries to import their toolkit
         (which would fail with a confusing import error instead)."""
         if gui is not None:
@@ -135,18 +147,18 @@ class SandboxShell(InteractiveShell):
             _refuse_gui(gui)
         self.active_eventloop = None if gui in (None, "", "none") else gui
 
-    def _showtraceback(self, etype, evalue, stb) -> None:
+    def _showtraceback(self, etype: Any, evalue: Any, stb: Any) -> None:
         _flush_std()
         self._last_error = {"ename": str(etype.__name__), "evalue": str(evalue), "traceback": list(stb)}
         if self.channel is not None and self.channel.enabled:
-            self.channel.send({"type": "error", **self._last_error})
+            self.channel.send({"type": Msg.ERROR, **self._last_error})
 
-    def system_piped(self, cmd: str) -> None:  # type: ignore[override]
+    def system_piped(self, cmd: str) -> None:
         if cmd.rstrip().endswith("&"):
             raise OSError("Background processes not supported.")
         self.user_ns["_exit_code"] = system(self.var_expand(cmd, depth=1))
 
-    system = system_piped  # type: ignore[assignment]
+    system = system_piped
 
 
 def make_shell(channel: Channel) -> SandboxShell:

@@ -67,13 +67,15 @@ def _dumps(value: Any) -> bytes:
         and isinstance(value, (type, types.FunctionType))
         and getattr(value, "__module__", None) == "__main__"
     ):
-        return cloudpickle.dumps(value, protocol=5)
+        data: bytes = cloudpickle.dumps(value, protocol=5)
+        return data
     try:
         return pickle.dumps(value, protocol=5)
     except Exception:
         if cloudpickle is None:
             raise
-        return cloudpickle.dumps(value, protocol=5)
+        data = cloudpickle.dumps(value, protocol=5)
+        return data
 
 
 def write_checkpoint(shell: Any, directory: str, cell: int, def_names: list[str]) -> dict[str, Any]:
@@ -118,7 +120,8 @@ def write_checkpoint(shell: Any, directory: str, cell: int, def_names: list[str]
 def _read_manifest(directory: str) -> dict[str, Any] | None:
     try:
         with open(os.path.join(directory, "checkpoint.json"), "rb") as fh:
-            return json.loads(fh.read(1 << 20))
+            manifest: dict[str, Any] | None = json.loads(fh.read(1 << 20))
+            return manifest
     except (OSError, ValueError):
         return None
 

@@ -15,6 +15,7 @@ import threading
 import time
 
 from .channel import Channel
+from .protocol import Msg
 
 FLUSH_INTERVAL = 0.05
 #: characters per stream message (at most 1 MiB of UTF-8)
@@ -51,7 +52,7 @@ class OutStream(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, text: str) -> int:  # type: ignore[override]
+    def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         if not text:
@@ -85,7 +86,7 @@ class OutStream(io.TextIOBase):
             if self.channel.output_exhausted:
                 self.channel.dropped_output += len(text) - start
                 return
-            self.channel.send({"type": "stream", "name": self.name, "text": text[start : start + CHUNK_CHARS]})
+            self.channel.send({"type": Msg.STREAM, "name": self.name, "text": text[start : start + CHUNK_CHARS]})
 
 
 class FdCapture:

@@ -1,0 +1,223 @@
+"""Which connections leave: domain allow/deny lists and the addresses never reached.
+
+Rules, in order (the first that applies decides):
+
+1. A name in ``deny`` is refused (deny wins over allow).
+2. A name not in ``allow`` is refused (the default ``allow`` is ``*``: the
+   public internet).
+3. Every address the name resolves to must be public: loopback, private
+   (RFC 1918, ULA), link-local, cloud metadata, CGNAT, multicast, reserved
+   and unspecified addresses, their IPv4-mapped, NAT64 and 6to4 forms, and
+   ``extra_refused`` (the Jupyter server's addresses) are refused unless the
+   exact address is in ``allow_addresses``. One refused address refuses the
+   name (DNS rebinding: an allowed name pointing inside is refused), and the
+   proxy connects only to the addresses it checked.
+
+Patterns: ``pypi.org`` is that name exactly; ``*.pypi.org`` is any name
+below it (``files.pypi.org``, ``a.b.pypi.org``) but not ``pypi.org``
+itself, as in TLS certificates but at any depth; ``*`` is every name.
+IP literals are checked as addresses only (``*`` lets a public one through).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: addresses no sandbox reaches unless one is allowed by address, with the reason shown
+REFUSED_NETWORKS: tuple[tuple[str, str], ...] = (
+    ("169.254.169.254/32", "cloud metadata address"),
+    ("100.100.100.200/32", "cloud metadata address"),
+    ("fd00:ec2::254/128", "cloud metadata address"),
+    ("0.0.0.0/8", "unspecified/this-network address"),
+    ("10.0.0.0/8", "private address (RFC 1918)"),
+    ("100.64.0.0/10", "shared address space (CGNAT)"),
+    ("127.0.0.0/8", "loopback address"),
+    ("169.254.0.0/16", "link-local address"),
+    ("172.16.0.0/12", "private address (RFC 1918)"),
+    ("192.0.0.0/24", "IETF protocol assignment"),
+    ("192.0.2.0/24", "documentation address"),
+    ("192.168.0.0/16", "private address (RFC 1918)"),
+    ("198.18.0.0/15", "benchmarking address"),
+    ("198.51.100.0/24", "documentation address"),
+    ("203.0.113.0/24", "documentation address"),
+    ("224.0.0.0/4", "multicast address"),
+    ("240.0.0.0/4", "reserved address"),
+    ("::/128", "unspecified address"),
+    ("::1/128", "loopback address"),
+    ("fc00::/7", "private address (unique local)"),
+    ("fe80::/10", "link-local address"),
+    ("ff00::/8", "multicast address"),
+    ("2001:db8::/32", "documentation address"),
+)
+_REFUSED = tuple((ipaddress.ip_network(net), why) for net, why in REFUSED_NETWORKS)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?\Z")
+_6TO4 = ipaddress.ip_network("2002::/16")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether a connection may go, and the rule that said so (shown to the user)."""
+
+    allowed: bool
+    rule: str
+
+
+def normalise_name(name: str) -> str:
+    """Lower case, no trailing dot, IDNA (ASCII) form; ValueError naming a bad name."""
+    text = name.strip().rstrip(".").lower()
+    if not text or len(text) > 253:
+        raise ValueError(f"{name!r} is not a host name")
+    try:
+        text = text.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise ValueError(f"{name!r} is not a valid host name") from None
+    if any(not _LABEL.match(label) for label in text.split(".")):
+        raise ValueError(f"{name!r} is not a valid host name")
+    return text
+
+
+def _pattern(raw: str) -> str:
+    if not isinstance(raw, str):
+        raise ValueError(f"domain pattern {raw!r} must be a string")
+    text = raw.strip()
+    if text == "*":
+        return text
+    wildcard = text.startswith("*.")
+    if "*" in (text[2:] if wildcard else text):
+        raise ValueError(f"domain pattern {raw!r}: '*' is only allowed as the first label")
+    try:
+        name = normalise_name(text[2:] if wildcard else text)
+    except ValueError:
+        raise ValueError(f"domain pattern {raw!r} is not a name, '*.<name>' or '*'") from None
+    return f"*.{name}" if wildcard else name
+
+
+def matches(pattern: str, name: str) -> bool:
+    """Whether a normalised name matches a normalised pattern."""
+    if pattern == "*":
+        return True
+    if pattern.startswith("*."):
+        return name.endswith(pattern[1:])
+    return name == pattern
+
+
+def parse_address(host: str) -> IPAddress | None:
+    """The address a host string is, if it is an IP literal (``[::1]`` included)."""
+    text = host.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        return ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        return None
+
+
+def _embedded(address: IPAddress) -> list[IPAddress]:
+    """The IPv4 addresses an IPv6 address stands for (mapped, NAT64, 6to4)."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return []
+    out: list[IPAddress] = []
+    if address.ipv4_mapped is not None:
+        out.append(address.ipv4_mapped)
+    if address in _NAT64:
+        out.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    if address.sixtofour is not None:
+        out.append(address.sixtofour)
+    return out
+
+
+@dataclass
+class EgressPolicy:
+    """The rules of one session's proxy (see the module docstring)."""
+
+    allow: Sequence[str] = ("*",)
+    deny: Sequence[str] = ()
+    #: exact addresses or networks allowed although refused by class (e.g. a local mirror)
+    allow_addresses: Sequence[str] = ()
+    #: further addresses or networks always refused (the Jupyter server's)
+    extra_refused: Sequence[str] = ()
+    _allow: tuple[str, ...] = field(init=False, repr=False)
+    _deny: tuple[str, ...] = field(init=False, repr=False)
+    _allowed_nets: tuple[IPNetwork, ...] = field(init=False, repr=False)
+    _extra_nets: tuple[IPNetwork, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._allow = tuple(_pattern(p) for p in _strings(self.allow, "allow"))
+        self._deny = tuple(_pattern(p) for p in _strings(self.deny, "deny"))
+        self._allowed_nets = tuple(
+            _network(a, "allow_addresses") for a in _strings(self.allow_addresses, "allow_addresses")
+        )
+        self._extra_nets = tuple(_network(a, "extra_refused") for a in _strings(self.extra_refused, "extra_refused"))
+
+    def check_name(self, name: str) -> Decision:
+        """The domain rules for a (normalised) name."""
+        for pattern in self._deny:
+            if matches(pattern, name):
+                return Decision(False, f"deny list: {pattern}")
+        for pattern in self._allow:
+            if matches(pattern, name):
+                return Decision(True, f"allow list: {pattern}")
+        return Decision(False, f"not in the allow list ({', '.join(self._allow) or 'empty'})")
+
+    def check_address(self, address: IPAddress) -> Decision:
+        """The address rules for one address a connection would go to."""
+        if any(address in net for net in self._allowed_nets):
+            return Decision(True, f"address {address} allowed explicitly")
+        for candidate in (address, *_embedded(address)):
+            if any(candidate in net for net in self._extra_nets):
+                return Decision(False, f"address {address} is refused (the Jupyter server or another protected host)")
+            for net, why in _REFUSED:
+                if candidate.version == net.version and candidate in net:
+                    return Decision(False, f"{why} {address} is never reached from a sandbox")
+        return Decision(True, "public address")
+
+    def check(self, host: str, addresses: Iterable[IPAddress]) -> Decision:
+        """The whole decision for ``host`` resolved to ``addresses`` (all must pass)."""
+        literal = parse_address(host)
+        if literal is None:
+            decision = self.check_name(normalise_name(host))
+            if not decision.allowed:
+                return decision
+        else:
+            decision = Decision(True, "IP literal")
+        checked = list(addresses)
+        if not checked:
+            return Decision(False, f"{host} has no address")
+        for address in checked:
+            verdict = self.check_address(address)
+            if not verdict.allowed:
+                if literal is None:
+                    return Decision(False, f"{host} resolves to a refused address: {verdict.rule}")
+                return verdict
+        return decision
+
+    def describe(self) -> dict[str, list[str]]:
+        """The rules in force, for the widget and the agent tools."""
+        return {
+            "allow": list(self._allow),
+            "deny": list(self._deny),
+            "allow_addresses": [str(n) for n in self._allowed_nets],
+        }
+
+
+def _strings(values: Sequence[str] | str, what: str) -> list[str]:
+    if isinstance(values, str):
+        raise ValueError(f"{what} must be a list of strings, not a single string {values!r}")
+    return list(values)
+
+
+def _network(text: str, what: str) -> IPNetwork:
+    try:
+        return ipaddress.ip_network(str(text).strip(), strict=False)
+    except ValueError:
+        raise ValueError(f"{what}: {text!r} is not an IP address or network") from None
+
+
+__all__ = ["REFUSED_NETWORKS", "Decision", "EgressPolicy", "matches", "normalise_name", "parse_address"]

@@ -1,0 +1,424 @@
+"""The host-side egress proxy of a PROXIED sandbox: HTTP CONNECT and plain HTTP forwarding.
+
+It listens on a unix socket only (bind-mounted into the sandbox; never a TCP
+port of the host), resolves names itself (the sandbox has no DNS), decides
+each connection with an :class:`~.egress_rules.EgressPolicy`, connects only
+to the addresses it checked (no second resolution a rebinding DNS could
+answer differently), pumps bytes, and logs every connection.
+
+``cut()`` is the ratchet's instant, lossless cut: every open tunnel and
+forward is aborted at once and every later request is refused with 403;
+the sandbox and every object in it stay as they were. There is no way back.
+
+A small asyncio proxy rather than a library: proxy.py and mitmproxy listen
+on TCP, bring plug-in systems and TLS interception we must not have, and
+would still need this policy, pinning and cut; aiohttp is not a dependency.
+Plain HTTP requests are forwarded with ``Connection: close`` toward the
+origin (one request per proxy connection: clients see the close and open a
+new connection, which keeps the parser small and every request logged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from .egress_log import EgressEntry, EgressLog, now_iso
+from .egress_rules import Decision, EgressPolicy, IPAddress, normalise_name, parse_address
+
+log = logging.getLogger("sandbox_kernel.network")
+
+Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
+
+MAX_HEADER = 64 * 1024
+CHUNK = 256 * 1024
+#: dropped toward the origin (the body is passed through unchanged, so
+#: Transfer-Encoding stays: its chunks are still the client's)
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "upgrade"}
+)
+CUT_RULE = "the session holds private data: no network"
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+async def system_resolver(host: str, port: int) -> list[IPAddress]:
+    """Every address the system resolver gives for ``host`` (TCP)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    out: list[IPAddress] = []
+    for info in infos:
+        address = parse_address(str(info[4][0]))
+        if address is not None and address not in out:
+            out.append(address)
+    return out
+
+
+class _Connection:
+    """One client connection and, once connected, its upstream."""
+
+    def __init__(self, client: asyncio.StreamWriter) -> None:
+        self.client = client
+        self.upstream: asyncio.StreamWriter | None = None
+
+    def abort(self) -> None:
+        for writer in (self.client, self.upstream):
+            if writer is not None:
+                writer.transport.abort()
+
+
+class EgressProxy:
+    """One session's proxy (see the module docstring)."""
+
+    def __init__(
+        self,
+        socket_path: Path,
+        policy: EgressPolicy | None = None,
+        egress_log: EgressLog | None = None,
+        *,
+        resolver: Resolver | None = None,
+        name_overrides: Mapping[str, Sequence[str]] | None = None,
+        connect_timeout: float = 10.0,
+        header_timeout: float = 30.0,
+        socket_mode: int = 0o666,
+    ) -> None:
+        self.socket_path = Path(socket_path)
+        self.policy = policy or EgressPolicy()
+        self.log = egress_log or EgressLog()
+        self._resolver = resolver or system_resolver
+        #: fixed answers for names (tests point names at 127.0.0.1 servers; a
+        #: deployment may pin a mirror); the policy still checks them
+        self.name_overrides = {k.lower().rstrip("."): list(v) for k, v in (name_overrides or {}).items()}
+        self.connect_timeout = connect_timeout
+        self.header_timeout = header_timeout
+        self.socket_mode = socket_mode
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[_Connection] = set()
+        self._cut = False
+        self.cut_at: float | None = None
+
+    # ---- life cycle ------------------------------------------------------------------
+    async def start(self) -> None:
+        if self.socket_path.exists() or self.socket_path.is_symlink():
+            self.socket_path.unlink()
+        self._server = await asyncio.start_unix_server(self._handle, path=str(self.socket_path), limit=MAX_HEADER)
+        os.chmod(self.socket_path, self.socket_mode)  # the sandbox's uid connects to it
+
+    async def stop(self) -> None:
+        """Close the listener and every connection (the session ends)."""
+        for conn in list(self._connections):
+            conn.abort()
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+            self._server = None
+        with contextlib.suppress(OSError):
+            self.socket_path.unlink()
+
+    @property
+    def is_cut(self) -> bool:
+        return self._cut
+
+    def cut(self) -> int:
+        """Abort every open connection now and refuse every later one; the
+        number of connections closed. One-way: nothing re-opens the proxy."""
+        self._cut = True
+        if self.cut_at is None:
+            self.cut_at = time.monotonic()
+        connections = list(self._connections)
+        for conn in connections:
+            conn.abort()
+        return len(connections)
+
+    def update_policy(self, policy: EgressPolicy) -> None:
+        self.policy = policy
+
+    def stats(self) -> dict[str, Any]:
+        return {"open": len(self._connections), "cut": self._cut, **self.log.summary()}
+
+    # ---- one connection -------------------------------------------------------------
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = _Connection(writer)
+        self._connections.add(conn)
+        entry = EgressEntry(time=now_iso(), method="?", host="", port=0, allowed=False, rule="")
+        started = time.monotonic()
+        try:
+            await self._serve(conn, reader, writer, entry)
+        except _BadRequest as exc:
+            entry.rule = entry.rule or str(exc)
+            await self._respond(writer, exc.status, str(exc), entry.rule)
+        except (ConnectionError, asyncio.IncompleteReadError, OSError):
+            pass  # either side went away (or cut() aborted it)
+        except Exception:  # never let one connection take the proxy down
+            log.exception("egress proxy: connection failed")
+        finally:
+            self._connections.discard(conn)
+            if self._cut:
+                conn.abort()
+            else:
+                self._close(conn)
+            entry.duration = round(time.monotonic() - started, 4)
+            if entry.method != "?" or entry.rule:
+                self.log.record(entry)
+
+    @staticmethod
+    def _close(conn: _Connection) -> None:
+        for w in (conn.client, conn.upstream):
+            if w is not None:
+                with contextlib.suppress(Exception):
+                    w.close()
+
+    async def _serve(
+        self, conn: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, entry: EgressEntry
+    ) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.header_timeout)
+        except asyncio.LimitOverrunError:
+            raise _BadRequest(431, f"request headers larger than {MAX_HEADER} bytes") from None
+        except asyncio.TimeoutError:
+            raise _BadRequest(408, f"no complete request within {self.header_timeout:g} s") from None
+        except asyncio.IncompleteReadError as exc:
+            if not exc.partial:
+                return  # connected and left
+            raise _BadRequest(400, "the request ended before its headers did") from None
+        method, target, version, headers = _parse_head(head)
+        entry.method = method
+        if method == "CONNECT":
+            host, port = _split_authority(target, None)
+        else:
+            url = urlsplit(target)
+            if url.scheme.lower() != "http" or not url.hostname:
+                raise _BadRequest(
+                    400,
+                    "only absolute http:// URLs (plain HTTP) and CONNECT (HTTPS and other TLS) go through this proxy",
+                )
+            host, port = url.hostname, url.port or 80
+        entry.host, entry.port = host, port
+        if self._cut:
+            entry.rule = CUT_RULE
+            await self._respond(writer, 403, CUT_RULE, CUT_RULE)
+            return
+        decision, addresses = await self._decide(host, port)
+        entry.allowed, entry.rule = decision.allowed, decision.rule
+        if not decision.allowed:
+            await self._respond(writer, 403, f"connection to {host}:{port} refused: {decision.rule}", decision.rule)
+            return
+        upstream_reader, upstream_writer = await self._connect(addresses, port, entry)
+        if self._cut:  # the ratchet rose while we connected
+            upstream_writer.transport.abort()
+            entry.allowed, entry.rule = False, CUT_RULE
+            await self._respond(writer, 403, CUT_RULE, CUT_RULE)
+            return
+        conn.upstream = upstream_writer
+        if method == "CONNECT":
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            entry.status = "200"
+            await writer.drain()
+            await self._pump(reader, writer, upstream_reader, upstream_writer, entry)
+        else:
+            upstream_writer.write(_origin_request(method, target, version, headers))
+
+            async def head() -> None:
+                await self._relay_response_head(upstream_reader, writer, entry)
+
+            await self._pump(reader, writer, upstream_reader, upstream_writer, entry, before_down=head)
+
+    async def _relay_response_head(
+        self, upstream: asyncio.StreamReader, writer: asyncio.StreamWriter, entry: EgressEntry
+    ) -> None:
+        """Pass the origin's response head on with ``Connection: close``, so the
+        client does not send a second request on this (one-request) connection."""
+        try:
+            head = await asyncio.wait_for(upstream.readuntil(b"\r\n\r\n"), self.header_timeout)
+        except asyncio.LimitOverrunError:
+            raise _BadRequest(502, f"the origin's response headers exceed {CHUNK} bytes") from None
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError):
+            raise _BadRequest(502, f"{entry.host} sent no complete response") from None
+        lines = head.decode("latin-1").split("\r\n")
+        entry.status = lines[0].split(" ")[1] if lines[0].count(" ") >= 1 else ""
+        kept = [
+            line for line in lines[1:] if line and line.split(":", 1)[0].strip().lower() not in HOP_BY_HOP - {"upgrade"}
+        ]
+        out = "\r\n".join([lines[0], *kept, "Connection: close", "", ""]).encode("latin-1")
+        entry.bytes_down += len(head)
+        writer.write(out)
+
+    async def _decide(self, host: str, port: int) -> tuple[Decision, list[IPAddress]]:
+        literal = parse_address(host)
+        if literal is not None:
+            addresses = [literal]
+        else:
+            try:  # a refused name is never even resolved
+                by_name = self.policy.check_name(normalise_name(host))
+            except ValueError as exc:
+                raise _BadRequest(400, str(exc)) from None
+            if not by_name.allowed:
+                return by_name, []
+            try:
+                addresses = await self._resolve(host, port)
+            except (OSError, UnicodeError, ValueError) as exc:
+                raise _BadRequest(502, f"cannot resolve {host}: {exc}") from None
+        try:
+            return self.policy.check(host, addresses), addresses
+        except ValueError as exc:
+            raise _BadRequest(400, str(exc)) from None
+
+    async def _resolve(self, host: str, port: int) -> list[IPAddress]:
+        override = self.name_overrides.get(host.lower().rstrip("."))
+        if override is not None:
+            return [a for a in (parse_address(x) for x in override) if a is not None]
+        return await asyncio.wait_for(self._resolver(host, port), self.connect_timeout)
+
+    async def _connect(
+        self, addresses: list[IPAddress], port: int, entry: EgressEntry
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        last: BaseException | None = None
+        for address in addresses:  # only addresses the policy checked
+            try:
+                r, w = await asyncio.wait_for(
+                    asyncio.open_connection(str(address), port, limit=CHUNK), self.connect_timeout
+                )
+            except asyncio.TimeoutError:
+                last = TimeoutError(f"no answer within {self.connect_timeout:g} s")
+                continue
+            except OSError as exc:
+                last = exc
+                continue
+            entry.address = str(address)
+            return r, w
+        status = 504 if isinstance(last, TimeoutError) else 502
+        raise _BadRequest(status, f"cannot connect to {entry.host}:{port}: {last}")
+
+    @staticmethod
+    async def _pump(
+        client_r: asyncio.StreamReader,
+        client_w: asyncio.StreamWriter,
+        up_r: asyncio.StreamReader,
+        up_w: asyncio.StreamWriter,
+        entry: EgressEntry,
+        before_down: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        for w in (client_w, up_w):
+            w.transport.set_write_buffer_limits(high=4 * CHUNK)
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, up: bool) -> None:
+            try:
+                if not up and before_down is not None:
+                    await before_down()
+                while True:
+                    data = await src.read(CHUNK)
+                    if not data:
+                        break
+                    dst.write(data)
+                    if up:
+                        entry.bytes_up += len(data)
+                    else:
+                        entry.bytes_down += len(data)
+                    await dst.drain()
+            finally:
+                with contextlib.suppress(Exception):
+                    if dst.can_write_eof():
+                        dst.write_eof()
+
+        up = asyncio.ensure_future(pipe(client_r, up_w, True))
+        down = asyncio.ensure_future(pipe(up_r, client_w, False))
+        try:
+            # The origin finishing ends the exchange; the client finishing
+            # sending (a half-close) still waits for the origin's answer.
+            done, _ = await asyncio.wait([up, down], return_when=asyncio.FIRST_COMPLETED)
+            if down not in done:
+                await asyncio.wait([down])
+            error = down.exception() if not down.cancelled() else None
+            if isinstance(error, _BadRequest):
+                raise error
+        finally:
+            for task in (up, down):
+                task.cancel()
+
+    @staticmethod
+    async def _respond(writer: asyncio.StreamWriter, status: int, message: str, rule: str) -> None:
+        reasons = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 431: "Request Header Fields Too Large"}
+        reasons.update({502: "Bad Gateway", 504: "Gateway Timeout"})
+        body = f"sandbox_kernel egress proxy: {message}\n".encode()
+        head = (
+            f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\n"
+            "Content-Type: text/plain; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\n"
+            f"X-Sandbox-Egress-Rule: {_header_safe(rule)}\r\n"
+            "Connection: close\r\n\r\n"
+        ).encode()
+        with contextlib.suppress(Exception):
+            writer.write(head + body)
+            await writer.drain()
+
+
+def _header_safe(text: str) -> str:
+    return "".join(c if 32 <= ord(c) < 127 else "?" for c in text)[:300]
+
+
+def _parse_head(head: bytes) -> tuple[str, str, str, list[tuple[str, str]]]:
+    try:
+        text = head.decode("latin-1")
+    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes everything
+        raise _BadRequest(400, "the request is not text") from None
+    lines = text.split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise _BadRequest(400, f"malformed request line {lines[0][:100]!r}")
+    method, target, version = parts
+    if not method.isalpha() or not method.isupper():
+        raise _BadRequest(400, f"malformed method {method[:20]!r}")
+    headers: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise _BadRequest(400, f"malformed header line {line[:100]!r}")
+        headers.append((name, value.strip()))
+    return method, target, version, headers
+
+
+def _split_authority(target: str, default_port: int | None) -> tuple[str, int]:
+    host, sep, port_text = target.rpartition(":")
+    if not sep:
+        host, port_text = target, ""
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not port_text and default_port is None:
+        raise _BadRequest(400, f"CONNECT needs host:port, got {target[:100]!r}")
+    try:
+        port = int(port_text) if port_text else int(default_port or 0)
+    except ValueError:
+        raise _BadRequest(400, f"bad port in {target[:100]!r}") from None
+    if not host or not 0 < port < 65536:
+        raise _BadRequest(400, f"bad host or port in {target[:100]!r}")
+    return host, port
+
+
+def _origin_request(method: str, target: str, version: str, headers: list[tuple[str, str]]) -> bytes:
+    url = urlsplit(target)
+    path = url.path or "/"
+    if url.query:
+        path += "?" + url.query
+    kept = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP and not k.lower().startswith("proxy-")]
+    if not any(k.lower() == "host" for k, _ in kept):
+        kept.insert(0, ("Host", url.netloc))
+    lines = [f"{method} {path} {version}", *(f"{k}: {v}" for k, v in kept), "Connection: close", "", ""]
+    return "\r\n".join(lines).encode("latin-1")
+
+
+__all__ = ["CUT_RULE", "EgressProxy", "system_resolver"]

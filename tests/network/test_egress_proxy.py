@@ -1,0 +1,215 @@
+"""The egress proxy against origins on 127.0.0.1: what goes, what is refused, the log, the cut.
+
+Refused addresses (10.x, 169.254.169.254...) are refused before any connect,
+so no test ever sends a packet beyond loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from proxy_helpers import Forwarder, OriginServer, ProxyThread, iter_setup, raw_request
+
+from sandbox_kernel.network.proxy import CUT_RULE
+
+Setup = tuple[OriginServer, ProxyThread, Forwarder]
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[Setup]:
+    yield from iter_setup(tmp_path)
+
+
+def opener(forwarder: Forwarder) -> urllib.request.OpenerDirector:
+    return urllib.request.build_opener(urllib.request.ProxyHandler({"http": forwarder.url, "https": forwarder.url}))
+
+
+def get(forwarder: Forwarder, url: str) -> tuple[int, bytes, str]:
+    try:
+        with opener(forwarder).open(url, timeout=10) as response:
+            return response.status, response.read(), ""
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), exc.headers.get("X-Sandbox-Egress-Rule", "")
+
+
+def test_allowed_name_through_forwarder_and_proxy(setup: Setup) -> None:
+    origin, proxy, fwd = setup
+    status, body, _ = get(fwd, f"http://files.example:{origin.port}/small")
+    assert status == 200 and body == b"hello from the origin"
+    status, body, _ = get(fwd, f"http://pkgs.test:{origin.port}/small?x=1")
+    assert status == 200
+    # a POST body goes through unchanged
+    request = urllib.request.Request(f"http://files.example:{origin.port}/echo", data=b"abc123", method="POST")
+    with opener(fwd).open(request, timeout=10) as response:
+        assert response.read() == b"321cba"
+
+
+def test_connect_tunnel_carries_bytes(setup: Setup) -> None:
+    origin, _, fwd = setup
+    request = (
+        f"CONNECT files.example:{origin.port} HTTP/1.1\r\nHost: files.example\r\n\r\n"
+        f"GET /small HTTP/1.1\r\nHost: files.example\r\nConnection: close\r\n\r\n"
+    ).encode()
+    reply = raw_request(fwd.port, request)
+    assert reply.startswith(b"HTTP/1.1 200 Connection established\r\n\r\nHTTP/1.")
+    assert reply.endswith(b"hello from the origin")
+
+
+def test_requests_library_uses_the_proxy(setup: Setup) -> None:
+    requests = pytest.importorskip("requests")
+    origin, _, fwd = setup
+    session = requests.Session()
+    session.trust_env = False
+    proxies = {"http": fwd.url, "https": fwd.url}
+    r = session.get(f"http://files.example:{origin.port}/small", proxies=proxies, timeout=10)
+    assert r.status_code == 200 and r.text == "hello from the origin"
+    r = session.get(f"http://blocked.test:{origin.port}/small", proxies=proxies, timeout=10)
+    assert r.status_code == 403 and r.headers["X-Sandbox-Egress-Rule"] == "deny list: blocked.test"
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_curl_uses_the_proxy(setup: Setup) -> None:
+    origin, _, fwd = setup
+    env = {"PATH": "/usr/bin:/bin", "http_proxy": fwd.url, "HTTPS_PROXY": fwd.url}
+    out = subprocess.run(
+        ["curl", "-sS", "--max-time", "10", f"http://files.example:{origin.port}/small"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=20,
+    )
+    assert out.stdout == "hello from the origin", out.stderr
+    out = subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "10",
+            f"http://meta.test:{origin.port}/",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=20,
+    )
+    assert out.stdout == "403"
+
+
+@pytest.mark.parametrize(
+    ("host", "rule"),
+    [
+        ("blocked.test", "deny list: blocked.test"),
+        ("other.example", "not in the allow list"),
+        ("localhost", "not in the allow list"),
+        ("meta.test", "cloud metadata address 169.254.169.254"),
+        ("rebind.test", "resolves to a refused address: private address (RFC 1918) 10.1.2.3"),
+        ("127.0.0.2", "loopback address 127.0.0.2"),
+        ("[::1]", "loopback address ::1"),
+        ("10.0.0.1", "private address (RFC 1918) 10.0.0.1"),
+        ("169.254.169.254", "cloud metadata address"),
+        ("[::ffff:127.0.0.1]", "loopback address ::ffff:7f00:1"),
+        ("0.0.0.0", "unspecified"),
+    ],
+)
+def test_refused_with_a_clear_rule_never_a_hang(setup: Setup, host: str, rule: str) -> None:
+    origin, proxy, fwd = setup
+    started = time.monotonic()
+    status, body, header = get(fwd, f"http://{host}:{origin.port}/small")
+    assert status == 403 and rule in header and rule in body.decode()
+    assert time.monotonic() - started < 5
+    # the same through CONNECT (HTTPS)
+    reply = raw_request(fwd.port, f"CONNECT {host}:443 HTTP/1.1\r\n\r\n".encode())
+    assert reply.startswith(b"HTTP/1.1 403 ") and rule.encode() in reply
+    entry = proxy.log.tail(1)[0]
+    assert entry["allowed"] is False and rule in entry["rule"]
+
+
+def test_unresolvable_malformed_and_oversized(setup: Setup) -> None:
+    origin, _, fwd = setup
+    status, body, _ = get(fwd, f"http://nowhere.test:{origin.port}/")
+    assert status == 502 and b"cannot resolve nowhere.test" in body
+    assert raw_request(fwd.port, b"HELLO\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    assert raw_request(fwd.port, b"GET /relative HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    assert raw_request(fwd.port, b"CONNECT files.example HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    flood = b"GET http://files.example/ HTTP/1.1\r\n" + b"X-A: " + b"a" * 100_000 + b"\r\n\r\n"
+    assert raw_request(fwd.port, flood).startswith(b"HTTP/1.1 431 ")
+
+
+def test_every_connection_is_logged_with_bytes(setup: Setup, tmp_path: Path) -> None:
+    origin, proxy, fwd = setup
+    get(fwd, f"http://files.example:{origin.port}/big?size=3000000")
+    get(fwd, f"http://blocked.test:{origin.port}/small")
+    allowed, refused = proxy.log.tail(2)
+    assert allowed["allowed"] and allowed["host"] == "files.example" and allowed["address"] == "127.0.0.1"
+    assert allowed["bytes_down"] >= 3_000_000 and allowed["bytes_up"] == 0 and allowed["method"] == "GET"
+    assert not refused["allowed"] and refused["rule"] == "deny list: blocked.test"
+    summary = proxy.log.summary()
+    assert summary["allowed"] == 1 and summary["refused"] == 1 and summary["domains"] == ["files.example"]
+    lines = (tmp_path / "egress.jsonl").read_text().splitlines()
+    assert [json.loads(line)["host"] for line in lines] == ["files.example", "blocked.test"]
+    assert (tmp_path / "egress.jsonl").stat().st_mode & 0o777 == 0o600
+
+
+def test_cut_stops_a_download_midway_and_refuses_new_connections(setup: Setup) -> None:
+    origin, proxy, fwd = setup
+    received: list[int] = []
+    ended = threading.Event()
+    error: list[BaseException] = []
+
+    def download() -> None:
+        try:
+            with opener(fwd).open(f"http://files.example:{origin.port}/slow", timeout=20) as response:
+                while True:
+                    data = response.read(65536)
+                    if not data:
+                        break
+                    received.append(len(data))
+        except Exception as exc:  # the cut shows as an incomplete read
+            error.append(exc)
+        finally:
+            ended.set()
+
+    thread = threading.Thread(target=download)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while sum(received) < 5 * 65536 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sum(received) >= 5 * 65536
+    cut_at = time.monotonic()
+    assert proxy.cut() == 1
+    assert ended.wait(5)
+    elapsed = time.monotonic() - cut_at
+    thread.join(5)
+    assert sum(received) < 100 * 65536, "the download finished despite the cut"
+    assert elapsed < 1.0
+    status, _, rule = get(fwd, f"http://files.example:{origin.port}/small")
+    assert status == 403 and rule == CUT_RULE
+    assert proxy.proxy.is_cut
+
+
+def test_many_concurrent_connections(setup: Setup) -> None:
+    origin, _, fwd = setup
+    results: list[int] = []
+
+    def one() -> None:
+        results.append(get(fwd, f"http://files.example:{origin.port}/big?size=200000")[0])
+
+    threads = [threading.Thread(target=one) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert results == [200] * 20

@@ -138,11 +138,12 @@ class SandboxKernel(Kernel, EngineSettings):
             ]
         return {
             **state,
-            "network": "full" if self.engine.network_allowed else "none",
+            "network": self.engine.network_mode,
             "backend": self.engine.backend,
             "warnings": self.engine.warnings,
             "user_id": self.ratchet.user_id,
             "session_id": self.ratchet.session_id,
+            **({"egress": egress} if (egress := self.engine.egress()) is not None else {}),
         }
 
     async def mark_private(self, level: str, reason: str) -> None:

@@ -55,7 +55,10 @@ TARGET = "sandbox_kernel.status"
 LEVELS: tuple[str, ...] = ("PUBLIC", "INTERNAL", "CONFIDENTIAL", "SECRET")
 #: Levels a ``mark_private`` request may ask for.
 MARKABLE_LEVELS: tuple[str, ...] = LEVELS[1:]
-NETWORKS: tuple[str, ...] = ("full", "none")
+NETWORKS: tuple[str, ...] = ("proxied", "full", "none")
+#: at most this many egress log entries and domains cross to the widget
+MAX_EGRESS_RECENT = 10
+MAX_EGRESS_DOMAINS = 50
 
 #: Request types and the fields each may carry (besides ``version`` and ``type``).
 REQUEST_FIELDS: dict[str, frozenset[str]] = {
@@ -185,6 +188,44 @@ def error_message(message: str, request: str | None = None) -> dict[str, Any]:
     return msg
 
 
+def _egress(value: Any) -> dict[str, Any] | None:
+    """The egress summary (PROXIED mode), trimmed: hosts and rules come from what
+    a sandbox asked for, so they are plain bounded strings (the widget shows text)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("state.egress must be an object")
+    counts = {}
+    for key in ("allowed", "refused", "bytes_up", "bytes_down"):
+        n = value.get(key, 0)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"state.egress.{key} must be a count")
+        counts[key] = n
+    domains = value.get("domains", [])
+    if not isinstance(domains, list):
+        raise ValueError("state.egress.domains must be a list")
+    recent = []
+    for entry in list(value.get("recent", []))[-MAX_EGRESS_RECENT:]:
+        if not isinstance(entry, dict):
+            raise ValueError("state.egress.recent entries must be objects")
+        recent.append(
+            {
+                "time": str(entry.get("time", ""))[:40],
+                "host": str(entry.get("host", ""))[:253],
+                "port": entry.get("port") if isinstance(entry.get("port"), int) else 0,
+                "allowed": entry.get("allowed") is True,
+                "rule": str(entry.get("rule", ""))[:300],
+                "bytes_down": entry.get("bytes_down") if isinstance(entry.get("bytes_down"), int) else 0,
+            }
+        )
+    return {
+        **counts,
+        "cut": value.get("cut") is True,
+        "domains": [str(d)[:253] for d in domains[:MAX_EGRESS_DOMAINS]],
+        "recent": recent,
+    }
+
+
 def validate_state(state: object) -> dict[str, Any]:
     """Check a provider's state object against the contract; return a clean copy.
 
@@ -214,7 +255,7 @@ def validate_state(state: object) -> dict[str, Any]:
     if state["level"] not in LEVELS:
         raise ValueError(f"state.level {_short(state['level'])} is not one of {', '.join(LEVELS)}")
     if state["network"] not in NETWORKS:
-        raise ValueError(f"state.network {_short(state['network'])} is not 'full' or 'none'")
+        raise ValueError(f"state.network {_short(state['network'])} is not one of {', '.join(NETWORKS)}")
     if state["backend"] not in backend_names():
         raise ValueError(f"state.backend {_short(state['backend'])} is not one of {', '.join(backend_names())}")
     if state["error"] is not None and not isinstance(state["error"], str):
@@ -251,7 +292,9 @@ def validate_state(state: object) -> dict[str, Any]:
         raise ValueError(f"state.private={state['private']} contradicts state.level={state['level']}")
     if state["private"] and state["network"] != "none":
         raise ValueError("state says private but network is not 'none'")
+    egress = _egress(state.get("egress"))
     return {
+        **({"egress": egress} if egress is not None else {}),
         "private": state["private"],
         "level": state["level"],
         "network": state["network"],

@@ -32,7 +32,9 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxKernelHa
     root = tmp_path_factory.mktemp("kernel")
     (root / "ws").mkdir()
     (root / "tmp").mkdir()
-    handle = SandboxKernelHandle(root / "ws", root / "tmp", extra_args=["--SandboxKernel.backend=bwrap"])
+    handle = SandboxKernelHandle(
+        root / "ws", root / "tmp", extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.network=full"]
+    )
     yield handle
     handle.shutdown()
 
@@ -42,6 +44,8 @@ def fresh_kernel(tmp_path: Path) -> Iterator[SandboxKernelHandle]:
     require_bwrap()
     (tmp_path / "ws").mkdir()
     (tmp_path / "tmp").mkdir()
-    handle = SandboxKernelHandle(tmp_path / "ws", tmp_path / "tmp", extra_args=["--SandboxKernel.backend=bwrap"])
+    handle = SandboxKernelHandle(
+        tmp_path / "ws", tmp_path / "tmp", extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.network=full"]
+    )
     yield handle
     handle.shutdown()

@@ -18,7 +18,10 @@ def new_kernel(tmp_path: Path, *args: str, env: dict[str, str] | None = None, na
     require_bwrap()
     (tmp_path / f"{name}-ws").mkdir(exist_ok=True)
     (tmp_path / f"{name}-tmp").mkdir(exist_ok=True)
-    return SandboxKernelHandle(tmp_path / f"{name}-ws", tmp_path / f"{name}-tmp", extra_args=list(args), env=env)
+    # FULL mode: these tests are about the replacement path (PROXIED: tests/test_proxied_kernel.py)
+    return SandboxKernelHandle(
+        tmp_path / f"{name}-ws", tmp_path / f"{name}-tmp", extra_args=["--SandboxKernel.network=full", *args], env=env
+    )
 
 
 def test_cell_raising_the_ratchet_is_stopped_there(fresh_kernel: SandboxKernelHandle) -> None:

@@ -23,7 +23,9 @@ def _kernel(tmp_path: Path, name: str = "k") -> SandboxKernelHandle:
     (tmp_path / f"{name}-ws").mkdir()
     (tmp_path / f"{name}-tmp").mkdir()
     return SandboxKernelHandle(
-        tmp_path / f"{name}-ws", tmp_path / f"{name}-tmp", extra_args=["--SandboxKernel.backend=bwrap"]
+        tmp_path / f"{name}-ws",
+        tmp_path / f"{name}-tmp",
+        extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.network=full"],
     )
 
 
@@ -131,7 +133,7 @@ def _kernel_in(workspace: Path, tmp: Path) -> SandboxKernelHandle:
     return SandboxKernelHandle(
         workspace,
         tmp,
-        extra_args=["--SandboxKernel.backend=bwrap"],
+        extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.network=full"],
         env={"SANDBOX_KERNEL_DATA_DIR": str(tmp.parent / "shared-data")},
     )
 

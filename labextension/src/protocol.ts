@@ -18,7 +18,7 @@ export const MARKABLE_LEVELS: ReadonlyArray<Level> = [
   'SECRET'
 ];
 
-export type Network = 'full' | 'none';
+export type Network = 'proxied' | 'full' | 'none';
 export type Backend = 'bwrap' | 'docker' | 'subprocess';
 
 export interface IDataset {
@@ -28,7 +28,27 @@ export interface IDataset {
   added_at: string;
 }
 
+/** One connection through the egress proxy (PROXIED mode). */
+export interface IEgressEntry {
+  time: string;
+  host: string;
+  port: number;
+  allowed: boolean;
+  rule: string;
+  bytes_down: number;
+}
+
+/** The egress log's summary (PROXIED mode only). */
+export interface IEgress {
+  allowed: number;
+  refused: number;
+  cut: boolean;
+  domains: string[];
+  recent: IEgressEntry[];
+}
+
 export interface IState {
+  egress?: IEgress;
   private: boolean;
   level: Level;
   network: Network;
@@ -114,6 +134,42 @@ function parseDataset(value: unknown): IDataset | null {
   };
 }
 
+function count(value: unknown): number {
+  return typeof value === 'number' && Number.isFinite(value) && value >= 0
+    ? Math.floor(value)
+    : 0;
+}
+
+/** The egress summary, or undefined when absent or malformed (never trusted as markup). */
+function parseEgress(value: unknown): IEgress | undefined {
+  if (!value || typeof value !== 'object' || Array.isArray(value)) {
+    return undefined;
+  }
+  const e = value as Record<string, unknown>;
+  const recent: IEgressEntry[] = [];
+  for (const item of Array.isArray(e.recent) ? e.recent.slice(-10) : []) {
+    if (!item || typeof item !== 'object') {
+      continue;
+    }
+    const r = item as Record<string, unknown>;
+    recent.push({
+      time: String(r.time ?? '').slice(0, 40),
+      host: String(r.host ?? '').slice(0, 253),
+      port: count(r.port),
+      allowed: r.allowed === true,
+      rule: String(r.rule ?? '').slice(0, 300),
+      bytes_down: count(r.bytes_down)
+    });
+  }
+  return {
+    allowed: count(e.allowed),
+    refused: count(e.refused),
+    cut: e.cut === true,
+    domains: isStringArray(e.domains) ? e.domains.slice(0, 50) : [],
+    recent
+  };
+}
+
 /** Check a state object; return null if it does not fit the contract. */
 export function parseState(value: unknown): IState | null {
   if (!value || typeof value !== 'object' || Array.isArray(value)) {
@@ -123,7 +179,7 @@ export function parseState(value: unknown): IState | null {
   if (
     typeof s.private !== 'boolean' ||
     !isLevel(s.level) ||
-    (s.network !== 'full' && s.network !== 'none') ||
+    (s.network !== 'proxied' && s.network !== 'full' && s.network !== 'none') ||
     !Array.isArray(s.datasets) ||
     !(s.error === null || typeof s.error === 'string') ||
     typeof s.backend !== 'string' ||
@@ -141,7 +197,9 @@ export function parseState(value: unknown): IState | null {
     }
     datasets.push(ds);
   }
+  const egress = parseEgress(s.egress);
   return {
+    ...(egress ? { egress } : {}),
     private: s.private,
     level: s.level,
     network: s.network,

@@ -71,6 +71,10 @@ export function itemLabel(client: StatusClient | null): string {
   if (state.network === 'full') {
     return 'Network on';
   }
+  if (state.network === 'proxied') {
+    const n = state.egress?.domains.length ?? 0;
+    return `Network: proxied · ${n} ${n === 1 ? 'domain' : 'domains'}`;
+  }
   return state.private ? `Network off · ${state.level}` : 'Network off';
 }
 
@@ -85,9 +89,11 @@ function itemTitle(client: StatusClient | null): string {
   const lines = [
     state.network === 'full'
       ? `Sandbox (${state.backend}): the notebook's code can reach the network.`
-      : state.private
-        ? `Sandbox (${state.backend}): private data (${state.level}) entered this session; no network, for good.`
-        : `Sandbox (${state.backend}): no network.`
+      : state.network === 'proxied'
+        ? `Sandbox (${state.backend}): web traffic only, through the egress proxy (rules and a log).`
+        : state.private
+          ? `Sandbox (${state.backend}): private data (${state.level}) entered this session; no network, for good.`
+          : `Sandbox (${state.backend}): no network.`
   ];
   if (state.error) {
     lines.push(`Error: ${state.error}`);
@@ -340,9 +346,11 @@ class StatusBody extends Widget {
       'Network',
       state.network === 'full'
         ? 'on: the code can reach the network'
-        : state.private
-          ? 'off, for good (private data entered this session)'
-          : 'off',
+        : state.network === 'proxied'
+          ? 'proxied: HTTP(S) through the egress proxy, nothing else'
+          : state.private
+            ? 'off, for good (private data entered this session)'
+            : 'off',
       'network'
     );
     row('Sandbox', state.backend, 'backend');
@@ -359,6 +367,34 @@ class StatusBody extends Widget {
             'lose every external URL and the browser cannot send the data anywhere.'
         )
       );
+    }
+
+    if (state.egress) {
+      const egress = state.egress;
+      node.appendChild(el('h3', undefined, 'Egress'));
+      node.appendChild(
+        el(
+          'p',
+          'sk-status-egress-summary',
+          `${egress.allowed} allowed, ${egress.refused} refused` +
+            (egress.domains.length ? ` · ${egress.domains.join(', ')}` : '') +
+            (egress.cut ? ' · cut: the session is private' : '')
+        )
+      );
+      if (egress.recent.length) {
+        const table = el('table', 'sk-status-egress');
+        for (const entry of egress.recent.slice().reverse()) {
+          const tr = el('tr', 'sk-status-egress-entry');
+          tr.dataset.allowed = String(entry.allowed);
+          tr.append(
+            el('td', undefined, entry.allowed ? 'allowed' : 'refused'),
+            el('td', undefined, `${entry.host}:${entry.port}`),
+            el('td', undefined, entry.rule)
+          );
+          table.append(tr);
+        }
+        node.appendChild(table);
+      }
     }
 
     node.appendChild(el('h3', undefined, 'Private data'));

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..network import EgressPolicy
 from ..sandbox import ResourceLimits
 
 
@@ -23,10 +24,19 @@ class EngineConfig:
     #: seconds of idleness before a background checkpoint is taken
     checkpoint_delay: float = 0.5
     extra_env: dict[str, str] = field(default_factory=dict)
-    #: how a sandbox with network gets it: "user" (user-mode, no host loopback)
-    #: or "host" (shares the host's network: its loopback services and abstract
-    #: unix sockets become reachable from cells)
-    network: str = "user"
+    #: how a public sandbox reaches the network: "proxied" (no interface; an
+    #: egress proxy with allow/deny rules and a log, cut in place by the
+    #: ratchet), "user" (a user-mode network: full, no host loopback), "host"
+    #: (the host's network namespace: its loopback services and abstract unix
+    #: sockets become reachable from cells) or "none"
+    network: str = "proxied"
+    #: the egress rules of PROXIED sandboxes (None: all public internet)
+    egress_policy: EgressPolicy | None = None
+    #: fixed addresses for names, checked by the rules like any answer (a
+    #: pinned mirror; the tests' loopback servers)
+    egress_name_overrides: dict[str, list[str]] = field(default_factory=dict)
+    #: the egress log's file (JSON lines); None: kept in memory only
+    egress_log: Path | None = None
     #: host uid of the sandboxes when the kernel runs as root (None: the
     #: unprivileged default; 0: root, unsafe)
     sandbox_uid: int | None = None

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 IN_WORKSPACE = "/workspace"
 IN_STATE = "/.sandbox_kernel/state"
 IN_LIB = "/.sandbox_kernel/lib"
+#: the folder holding the egress proxy's socket (PROXIED sandboxes only)
+IN_EGRESS = "/.sandbox_kernel/egress"
 #: the worker package's name inside sandboxes (never ``sandbox_kernel``: a cell
 #: must not be able to import the host package's modules by accident)
 WORKER_PACKAGE = "sandbox_kernel_worker"
@@ -72,12 +74,14 @@ def plan_launch(
     extra_mounts: Sequence[BindMount] = (),
     host_home: Path | None = None,
     env: Mapping[str, str] | None = None,
+    private_mounts: bool | None = None,
 ) -> Launch:
     """Decide a sandbox's launch from the session's configuration and privacy.
 
     Raises :class:`~sandbox_kernel.engine.workspace_policy.WorkspaceRefused`
     for a workspace no sandbox may mount. Private dataset mounts are added only
-    when ``isolate_network`` (ratchet before data). ``host_home`` is the
+    when ``isolate_network`` (ratchet before data) and ``private_mounts`` is not
+    False (a PROXIED sandbox has no interface but still a way out). ``host_home`` is the
     home/tmp of a sandbox that isolates nothing (the development fallback);
     ``extra_mounts`` are the caller's own (checkpoints, the worker's code).
     """
@@ -89,7 +93,7 @@ def plan_launch(
         mounts, plan = apply_policy(workspace, IN_WORKSPACE, store_dirs, allowed_roots)
         notes = plan.notes
         mounts += extra_mounts
-        if isolate_network and ratchet is not None:
+        if isolate_network and ratchet is not None and private_mounts is not False:
             mounts += ratchet.bind_mounts()
         cwd = inside = IN_WORKSPACE
         home = "/tmp"
@@ -112,6 +116,7 @@ def plan_launch(
 
 
 __all__ = [
+    "IN_EGRESS",
     "IN_LIB",
     "IN_STATE",
     "IN_WORKSPACE",

@@ -20,13 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..network import EgressLog, EgressPolicy, EgressProxy
 from ..outputs import OutputLimiter, sanitize_bundle
 from ..outputs.links import defang_text
 from ..privacy.enforcement import EnforcementRecord
 from ..sandbox import BindMount, Sandbox, SandboxResult, SandboxSpec, get_sandbox
+from ..worker import proxy_forward
 from ..worker.protocol import Msg, Op
 from .config import EngineConfig
-from .launch import IN_LIB, IN_STATE, WORKER_PACKAGE, WORKER_SOURCE, Launch, plan_launch
+from .launch import IN_EGRESS, IN_LIB, IN_STATE, WORKER_PACKAGE, WORKER_SOURCE, Launch, plan_launch
 from .ratchet import SYSTEM_NOTICE, Ratchet
 from .replay import ReplayLog
 from .safe_read import UnsafeFileError, read_json
@@ -38,6 +40,14 @@ AskInput = Callable[[str, bool], Awaitable[str]]
 
 READY_TIMEOUT = 60.0
 NOTICE = "[sandbox_kernel]"
+#: a one-off command of a PROXIED sandbox: start the forwarder, then exec the command
+FORWARDER_THEN_EXEC = (
+    "import os, sys; sys.path.insert(0, %r); import proxy_forward as f; "
+    "s = f.start_from_env(); f.serve(s, os.environ[f.SOCKET_ENV]); "
+    "pid = os.fork()\n"
+    "if pid == 0: os.execvp(sys.argv[1], sys.argv[1:])\n"
+    "_, status = os.waitpid(pid, 0); sys.exit(os.waitstatus_to_exitcode(status))"
+)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -75,6 +85,12 @@ class Session:
         self._last_privacy = ratchet.state.to_json() if ratchet else None
         self.replay = ReplayLog()
         self.isolate_network = True
+        #: the live sandbox reaches the network only through ``self.proxy`` (PROXIED mode)
+        self.sandbox_proxied = False
+        #: the session's egress proxy (PROXIED mode), started with the first proxied sandbox
+        self.proxy: EgressProxy | None = None
+        #: a cell asked for a private dataset the live sandbox does not mount
+        self._needs_mounts = False
         self._replace_reason: str | None = None
         self.history: list[tuple[int, str]] = []
         self.worker: WorkerHandle | None = None
@@ -123,14 +139,39 @@ class Session:
         return self.ratchet is not None and self.ratchet.network_allowed
 
     @property
+    def proxied_mode(self) -> bool:
+        """Public sandboxes get the egress proxy instead of an interface (``network="proxied"``)."""
+        return self.config.network == "proxied" and self.sandbox.isolates
+
+    @property
     def sandbox_has_network(self) -> bool:
-        """The live sandbox was started with network (it is replaced once private)."""
-        return self.worker is not None and self.worker.alive and not self.isolate_network
+        """The live sandbox has a way out: an interface (replaced once private)
+        or an egress proxy not cut yet (cut in place once private)."""
+        if self.worker is None or not self.worker.alive:
+            return False
+        if self.sandbox_proxied:
+            return self.proxy is not None and not self.proxy.is_cut
+        return not self.isolate_network
 
     @property
     def network_reachable(self) -> bool:
         """The live sandbox can still send: started with network, not cut since."""
+        if self.sandbox_proxied:
+            return self.sandbox_has_network
         return self.sandbox_has_network and self.worker is not None and not self.worker.process.network_cut
+
+    @property
+    def network_mode(self) -> str:
+        """What the live (or next) sandbox gets: "proxied", "full" or "none"."""
+        if not self.network_allowed or self.config.network == "none":
+            return "none"
+        return "proxied" if self.proxied_mode else "full"
+
+    def egress(self) -> dict[str, Any] | None:
+        """The egress log's summary and last entries (PROXIED mode), for the widget and the tools."""
+        if self.proxy is None:
+            return None
+        return {**self.proxy.stats(), "rules": self.proxy.policy.describe(), "recent": self.proxy.log.tail(10)}
 
     def _report_enforcement(self) -> None:
         if self._enforcement is None or self.ratchet is None:
@@ -158,6 +199,8 @@ class Session:
                 BindMount(self.state_dir, IN_STATE),
                 BindMount(WORKER_SOURCE, f"{IN_LIB}/{WORKER_PACKAGE}", readonly=True),
             ]
+            if self.sandbox_proxied and self.proxy is not None:
+                extra.append(BindMount(self.proxy.socket_path.parent, IN_EGRESS))
             lib_path = IN_LIB
         else:
             lib = self._runtime / "lib"
@@ -175,14 +218,28 @@ class Session:
             f"import {WORKER_PACKAGE}.main, {WORKER_PACKAGE}.shell; sys.path.insert(0, ''); import runpy; "
             f"runpy.run_module({WORKER_PACKAGE!r}, run_name='__main__')"
         )
-        launch = self._launch([sys.executable, "-I", "-u", "-c", bootstrap], self.isolate_network, extra)
+        launch = self._launch(
+            [sys.executable, "-I", "-u", "-c", bootstrap],
+            self.isolate_network,
+            extra,
+            proxied=self.sandbox_proxied,
+        )
         if launch.notes and not self._workspace_noted:
             self._workspace_noted = True
             self._pending_notices += [f"{NOTICE} {note}\n" for note in launch.notes]
         return launch.spec
 
-    def _launch(self, command: list[str], isolate_network: bool, extra_mounts: list[BindMount]) -> Launch:
+    def _launch(
+        self, command: list[str], isolate_network: bool, extra_mounts: list[BindMount], proxied: bool = False
+    ) -> Launch:
         state = self._visible(self.state_dir, IN_STATE)
+        egress_env: dict[str, str] = {}
+        if proxied and self.proxy is not None:
+            egress_env = {
+                proxy_forward.SOCKET_ENV: f"{IN_EGRESS}/{self.proxy.socket_path.name}",
+                proxy_forward.PORT_ENV: str(proxy_forward.DEFAULT_PORT),
+                **proxy_forward.proxy_env(proxy_forward.DEFAULT_PORT),
+            }
         home = self._runtime / "home"
         home.mkdir(exist_ok=True)
         try:
@@ -192,6 +249,7 @@ class Session:
                 command,
                 isolate_network=isolate_network,
                 ratchet=self.ratchet,
+                private_mounts=isolate_network and not proxied,
                 store_dirs=self._store_dirs(),
                 allowed_roots=self.config.allowed_roots,
                 extra_mounts=extra_mounts,
@@ -203,6 +261,8 @@ class Session:
                     "MPLCONFIGDIR": f"{state}/matplotlib",
                     "IPYTHONDIR": f"{self._visible(home, '/tmp')}/.ipython",
                     "SANDBOX_KERNEL_BACKEND": self.sandbox.name,
+                    "SANDBOX_KERNEL_PACKAGES": f"{state}/packages",
+                    **egress_env,
                 },
             )
         except WorkspaceRefused as exc:
@@ -213,8 +273,33 @@ class Session:
         (the shell tool): the same launch as the cells' sandbox, without the
         worker's checkpoints, network decided by the ratchet now."""
         await self.refresh_privacy()
-        launch = await asyncio.to_thread(self._launch, command, not self.network_allowed, [])
+        proxied = self.network_allowed and self.proxied_mode
+        isolate = not self.network_allowed or proxied or self.config.network == "none"
+        extra: list[BindMount] = []
+        if proxied:
+            proxy = await self._ensure_proxy()
+            extra = [
+                BindMount(proxy.socket_path.parent, IN_EGRESS),
+                BindMount(WORKER_SOURCE, f"{IN_LIB}/{WORKER_PACKAGE}", readonly=True),
+            ]
+            # a one-off command has no worker to run the forwarder: a small launcher does
+            command = [sys.executable, "-I", "-c", FORWARDER_THEN_EXEC % f"{IN_LIB}/{WORKER_PACKAGE}", *command]
+        launch = await asyncio.to_thread(self._launch, command, isolate, extra, proxied)
         return await self.sandbox.run_spec(launch.spec, timeout=timeout)
+
+    async def _ensure_proxy(self) -> EgressProxy:
+        """The session's egress proxy, started on first use (PROXIED mode)."""
+        if self.proxy is None:
+            # a unix socket path must stay under 108 bytes: a short private folder in /tmp
+            folder = Path(tempfile.mkdtemp(prefix="sk-egress-", dir="/tmp"))
+            self.proxy = EgressProxy(
+                folder / "proxy.sock",
+                self.config.egress_policy or EgressPolicy(),
+                EgressLog(self.config.egress_log),
+                name_overrides=self.config.egress_name_overrides,
+            )
+            await self.proxy.start()
+        return self.proxy
 
     async def start(self) -> None:
         """Start a sandbox now (the kernel calls this in the background)."""
@@ -237,7 +322,11 @@ class Session:
         if self.sandbox.warning:
             self.log.warning(self.sandbox.warning)
         # Ratchet before data: the network decision is taken for every new sandbox.
-        self.isolate_network = not self.network_allowed
+        self.sandbox_proxied = self.network_allowed and self.proxied_mode
+        self.isolate_network = not self.network_allowed or self.sandbox_proxied or self.config.network == "none"
+        self._needs_mounts = False
+        if self.sandbox_proxied:
+            await self._ensure_proxy()
         spec = self._spec()  # a refused workspace raises SandboxUnavailable with its reason
         try:
             process = await self.sandbox.start(spec)
@@ -334,6 +423,10 @@ class Session:
             except asyncio.TimeoutError:
                 pass
             await worker.kill()
+        if self.proxy is not None:
+            await self.proxy.stop()
+            self.proxy.log.close()
+            shutil.rmtree(self.proxy.socket_path.parent, ignore_errors=True)
         shutil.rmtree(self._runtime, ignore_errors=True)
         if self._enforcement is not None:
             self._enforcement.close()
@@ -379,6 +472,16 @@ class Session:
         self, emit: Emit | None, reason: str = "the session became private: its network was cut", rerun: bool = False
     ) -> None:
         """No sandbox with network may run once the session is private."""
+        if self._needs_mounts and self.worker is not None and self.worker.alive and not self.sandbox_has_network:
+            await self._replace("to mount the private datasets", emit)
+            notice = (
+                f"{NOTICE} The sandbox was replaced by one with the private datasets mounted (a sandbox "
+                "that had network never gets them); the state of earlier cells carried over."
+            )
+            notice += " Run this cell again.\n" if rerun else "\n"
+            if emit is not None:
+                emit("stream", {"name": "stderr", "text": notice})
+            return
         if self.sandbox_has_network and not self.network_allowed:
             await self._replace(reason, emit)
             cause = self.ratchet.notice() if self.ratchet is not None else SYSTEM_NOTICE
@@ -408,9 +511,15 @@ class Session:
         if self.sandbox_has_network and not self.network_allowed:
             # Cut first, carry state afterwards: the network goes within the
             # poll interval, however busy or uncooperative the sandbox is.
+            proxied = self.sandbox_proxied
             await self.cut_network()
             self._report_enforcement()
-            if self._running is not None and self.worker is not None:
+            if proxied:
+                # cut in place: the sandbox, its cell and every object in it go on
+                self._pending_notices.append(
+                    f"{self.ratchet.notice()}\nThe egress proxy was cut in place; the sandbox and its state are unchanged.\n"
+                )
+            elif self._running is not None and self.worker is not None:
                 if self._kill_reason is None:  # the cell's own rise may have stopped it already
                     self._kill_reason = (
                         "the session became private while this cell ran with network, so the cell was stopped"
@@ -425,6 +534,11 @@ class Session:
 
     async def cut_network(self) -> bool:
         """Take the network of the live sandbox away now (no-op without one)."""
+        if self.sandbox_proxied and self.proxy is not None:
+            if not self.proxy.is_cut:
+                closed = self.proxy.cut()
+                self.log.warning("egress proxy cut (%d connection(s) closed): the session became private", closed)
+            return True
         if self.worker is None or not self.worker.alive or self.isolate_network:
             return False
         if self.worker.process.network_cut:
@@ -622,7 +736,9 @@ class Session:
                     return {"type": DEAD, "status": "died", "reason": f"the sandbox died: {msg.get('reason')}"}
                 return msg
             if kind == Msg.RATCHET and self._running == rid:
-                self._on_ratchet_request(worker, msg)
+                notice = self._on_ratchet_request(worker, msg)
+                if notice and emit is not None:
+                    emit("stream", {"name": "stderr", "text": notice})
                 continue
             if kind == Msg.INPUT_REQUEST and emit is not None:
                 # The prompt is answered in the background while the worker is
@@ -651,12 +767,35 @@ class Session:
             req = msg.get("req")
             worker.send({"op": Op.INPUT_REPLY, "value": value, **({"req": req} if isinstance(req, int) else {})})
 
-    def _on_ratchet_request(self, worker: WorkerHandle, msg: dict[str, Any]) -> None:
+    def _on_ratchet_request(self, worker: WorkerHandle, msg: dict[str, Any]) -> str | None:
+        """Answer a cell's ratchet request; the notice to show in its output, if any."""
         if self.ratchet is None:
             worker.send({"op": Op.RATCHET_REPLY, "ok": False, "error": "this session has no private-data ratchet"})
-            return
+            return None
         reply = self.ratchet.handle_request(msg)
-        if reply.get("ok") and not self.isolate_network and not self.network_allowed:
+        notice = None
+        if reply.get("ok") and self.sandbox_proxied and not self.network_allowed and self.proxy is not None:
+            # Ratchet before data, in place: nothing leaves from now on, and
+            # the cell goes on with every object it holds.
+            if not self.proxy.is_cut:
+                closed = self.proxy.cut()
+                self.log.warning("egress proxy cut by a cell: private data entered the session")
+                notice = (
+                    f"{self.ratchet.notice()}\nThe egress proxy was cut in place ({closed} open connection(s) "
+                    "closed): this cell goes on, and every variable, open file and thread is still there.\n"
+                )
+            self._report_enforcement()
+        if reply.get("ok") and msg.get("kind") == "mount" and self.sandbox_proxied:
+            # The proxied sandbox never had the private mounts: a new one gets
+            # them (bwrap cannot add mounts to a running sandbox).
+            self._kill_reason = (
+                f"the private dataset {str(msg.get('name'))[:100]!r} is mounted only in a sandbox that never had "
+                "network, so a new one was started"
+            )
+            self._replace_reason = "to mount the private datasets"
+            self._needs_mounts = True
+            worker.send({"op": Op.KILL})
+        elif reply.get("ok") and not self.isolate_network and not self.network_allowed:
             # Ratchet before data: the cell stops right here, before it can use
             # what it just declared while the sandbox still has network.
             self._kill_reason = (
@@ -671,6 +810,7 @@ class Session:
             worker.send({"op": Op.RATCHET_REPLY, **reply})
         if reply.get("ok"):
             self._notify_privacy_change()
+        return notice
 
     def _forward(self, msg: dict[str, Any], emit: Emit) -> None:
         kind = msg.get("type")

@@ -15,9 +15,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from traitlets import Bool, Dict, Enum, Float, Int, TraitError, Unicode, observe, validate
+from traitlets import Bool, Dict, Enum, Float, Int, List, TraitError, Unicode, observe, validate
 from traitlets.utils.bunch import Bunch
 
+from ..network import EgressPolicy
+from ..network.egress_rules import parse_address
 from ..privacy import PrivacyStore, default_store, validate_id
 from ..sandbox.limit_traits import GiB, LimitTraits
 from ..sandbox.registry import backend_names, load_backend
@@ -34,12 +36,35 @@ class EngineSettings(LimitTraits):
         "'sandbox_kernel.backends' entry point. 'auto' picks bwrap, else subprocess.",
     ).tag(config=True)
     network = Enum(
-        ["user", "host"],
-        default_value="user",
-        help="Network of public sessions' sandboxes: 'user' (a user-mode network: internet, but not the "
-        "host's loopback) or 'host' (the HOST's network namespace: exposes every service listening on the "
-        "host's loopback, the Jupyter server included, and the host's abstract unix sockets to cell code). "
-        "Private sessions never get network either way.",
+        ["proxied", "full", "user", "host", "none"],
+        default_value="proxied",
+        help="Network of public sessions' sandboxes. 'proxied' (the default): no interface; HTTP(S) goes "
+        "through an egress proxy on the host that applies egress_allow/egress_deny, never reaches loopback, "
+        "private or metadata addresses, logs every connection, and is cut in place (no sandbox replacement) "
+        "when the session turns private. 'full' (or 'user'): a user-mode network with raw sockets, but not "
+        "the host's loopback; replaced by a network-less sandbox when private. 'host': the HOST's network "
+        "namespace (exposes every service on the host's loopback, the Jupyter server included, and its "
+        "abstract unix sockets). 'none': never any network. Private sessions never get network.",
+    ).tag(config=True)
+    egress_allow = List(
+        Unicode(),
+        ["*"],
+        help="PROXIED mode: domains the sandbox may reach ('pypi.org', '*.pythonhosted.org' for any name "
+        "below it, '*' for all). Default: the whole public internet.",
+    ).tag(config=True)
+    egress_deny = List(
+        Unicode(), [], help="PROXIED mode: domains never reached (deny wins over allow), same patterns."
+    ).tag(config=True)
+    egress_allow_addresses = List(
+        Unicode(),
+        [],
+        help="PROXIED mode: addresses or networks reached although loopback/private/link-local "
+        "(e.g. a package mirror on 10.0.0.5). Default: none.",
+    ).tag(config=True)
+    egress_name_overrides = Dict(
+        {},
+        help="PROXIED mode: fixed addresses for names {name: [address, ...]}, still checked by the rules "
+        "(pin a mirror; the tests point names at 127.0.0.1 servers).",
     ).tag(config=True)
     share_host_network = Bool(
         False,
@@ -184,6 +209,36 @@ class EngineSettings(LimitTraits):
         root = self.data_root()
         return PrivacyStore(root / "privacy") if root is not None else default_store()
 
+    def egress_policy(self) -> EgressPolicy:
+        """The PROXIED mode's rules (a bad pattern raises ValueError naming it)."""
+        return EgressPolicy(
+            allow=list(self.egress_allow),
+            deny=list(self.egress_deny),
+            allow_addresses=list(self.egress_allow_addresses),
+        )
+
+    @validate("egress_allow", "egress_deny", "egress_allow_addresses")
+    def _check_egress(self, proposal: Bunch) -> list[str]:
+        values = [str(v) for v in proposal.value]
+        key = {"egress_allow": "allow", "egress_deny": "deny", "egress_allow_addresses": "allow_addresses"}
+        try:
+            EgressPolicy(**{key[proposal.trait.name]: values})
+        except ValueError as exc:
+            raise self._trait_error(proposal.trait.name, str(exc)) from None
+        return values
+
+    @validate("egress_name_overrides")
+    def _check_overrides(self, proposal: Bunch) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for name, addresses in proposal.value.items():
+            values = [addresses] if isinstance(addresses, str) else list(addresses)
+            if not values or any(parse_address(str(a)) is None for a in values):
+                raise self._trait_error(
+                    "egress_name_overrides", f"{name!r}: {addresses!r} is not a list of IP addresses"
+                )
+            out[str(name).lower().rstrip(".")] = [str(a) for a in values]
+        return out
+
     def engine_config(self, workspace: Path, **overrides: Any) -> EngineConfig:
         """The plain engine settings these options describe, for one session's workspace."""
         values: dict[str, Any] = {
@@ -194,7 +249,9 @@ class EngineSettings(LimitTraits):
             "trust_outputs": self.trust_outputs,
             "max_output_bytes": self.max_output_bytes,
             "interrupt_grace": self.interrupt_grace,
-            "network": self.network,
+            "network": "user" if self.network == "full" else self.network,
+            "egress_policy": self.egress_policy(),
+            "egress_name_overrides": {str(k): [str(a) for a in v] for k, v in self.egress_name_overrides.items()},
             "sandbox_uid": None if self.sandbox_uid < 0 else self.sandbox_uid,
         }
         values.update(overrides)

@@ -45,7 +45,7 @@ CHUNK = 256 * 1024
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "upgrade"}
 )
-CUT_RULE = "the session holds private data: no network"
+CUT_RULE = "no network: the session holds private data"
 
 
 class _BadRequest(Exception):
@@ -231,10 +231,10 @@ class EgressProxy:
         else:
             upstream_writer.write(_origin_request(method, target, version, headers))
 
-            async def head() -> None:
+            async def relay_head() -> None:
                 await self._relay_response_head(upstream_reader, writer, entry)
 
-            await self._pump(reader, writer, upstream_reader, upstream_writer, entry, before_down=head)
+            await self._pump(reader, writer, upstream_reader, upstream_writer, entry, before_down=relay_head)
 
     async def _relay_response_head(
         self, upstream: asyncio.StreamReader, writer: asyncio.StreamWriter, entry: EgressEntry

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from . import proxy_forward
 from .channel import Channel, ChannelClosed
 from .protocol import LATE_OPS, Msg, Op
 
@@ -471,6 +472,9 @@ def main() -> None:
     private.install(shell)
     sys.stdout = sys.stderr = _Sink()
     _set_subreaper()
+    # PROXIED sandboxes: the forwarder's port is bound before the first cell
+    # can run, and served by the anchor (which never runs user code).
+    forwarder = proxy_forward.start_from_env()
     channel.send(
         {
             "type": Msg.READY,
@@ -481,10 +485,14 @@ def main() -> None:
     )
     pid = os.fork()
     if pid == 0:
+        if forwarder is not None:
+            forwarder.close()  # the anchor's; cells must not accept on it
         Holder(channel, shell).serve()
         os._exit(0)
     os.close(read_fd)
     os.close(write_fd)
+    if forwarder is not None:
+        proxy_forward.serve(forwarder, os.environ[proxy_forward.SOCKET_ENV])
     _anchor()
 
 

@@ -20,6 +20,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.process import system  # type: ignore[attr-defined]  # re-exported per platform
 from traitlets.config import Config
 
+from . import pip_magic
 from .channel import Channel
 from .protocol import Msg
 
@@ -175,4 +176,13 @@ def make_shell(channel: Channel) -> SandboxShell:
     SandboxShell.channel = channel
     shell = SandboxShell.instance(config=config)
     shell._last_error = None
+    # %pip installs into the session's package layer (site-packages are read-only)
+    pip_magic.packages_dir()
+    shell.magics_manager.register_function(_pip_line, magic_kind="line", magic_name="pip")
     return shell
+
+
+def _pip_line(line: str) -> None:
+    """``%pip ...`` (see worker/pip_magic.py); the exit code goes to ``_exit_code``, as for ``!cmd``."""
+    code = pip_magic.pip(line)
+    InteractiveShell.instance().user_ns["_exit_code"] = code

@@ -143,12 +143,17 @@ class EgressPolicy:
     allow_addresses: Sequence[str] = ()
     #: further addresses or networks always refused (the Jupyter server's)
     extra_refused: Sequence[str] = ()
-    _allow: tuple[str, ...] = field(init=False, repr=False)
-    _deny: tuple[str, ...] = field(init=False, repr=False)
-    _allowed_nets: tuple[IPNetwork, ...] = field(init=False, repr=False)
-    _extra_nets: tuple[IPNetwork, ...] = field(init=False, repr=False)
+    _allow: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _deny: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _allowed_nets: tuple[IPNetwork, ...] = field(init=False, repr=False, compare=False)
+    _extra_nets: tuple[IPNetwork, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # one form whatever was given (lists from traitlets, tuples here): equal rules compare equal
+        self.allow = tuple(_strings(self.allow, "allow"))
+        self.deny = tuple(_strings(self.deny, "deny"))
+        self.allow_addresses = tuple(_strings(self.allow_addresses, "allow_addresses"))
+        self.extra_refused = tuple(_strings(self.extra_refused, "extra_refused"))
         self._allow = tuple(_pattern(p) for p in _strings(self.allow, "allow"))
         self._deny = tuple(_pattern(p) for p in _strings(self.deny, "deny"))
         self._allowed_nets = tuple(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine import EngineConfig, Session
 from ..engine.ratchet import Ratchet
 from ..engine.replay import ReplayLog
+from ..network import EgressPolicy
 from ..privacy import PrivacyStore, default_user_id, validate_id
 from ..sandbox import ResourceLimits
 from ..sandbox.limit_traits import DEFAULT_LIMITS
@@ -73,7 +74,11 @@ class ToolsConfig:
     #: None: $SANDBOX_KERNEL_DATA_DIR or <jupyter data dir>/sandbox_kernel, read when used
     data_dir: Path | None = None
     limits: ResourceLimits = DEFAULT_LIMITS
-    network: str = "user"
+    #: public sandboxes' network: "proxied" (egress proxy), "user" (full), "host" or "none"
+    network: str = "proxied"
+    #: PROXIED mode: the egress rules (None: all public internet) and pinned names
+    egress_policy: EgressPolicy = field(default_factory=EgressPolicy)
+    egress_name_overrides: Mapping[str, list[str]] = field(default_factory=dict)
     trust_outputs: bool = False
     max_output_bytes: int = 10 * 1024 * 1024
     tmp_size: int = 1 << 30
@@ -138,6 +143,9 @@ class ToolSession:
                 trust_outputs=self.config.trust_outputs,
                 max_output_bytes=self.config.max_output_bytes,
                 network=self.config.network,
+                egress_policy=self.config.egress_policy,
+                egress_name_overrides=dict(self.config.egress_name_overrides),
+                egress_log=self.dir / "egress.jsonl",
                 tmp_size=self.config.tmp_size,
                 interrupt_grace=self.config.interrupt_grace,
                 sandbox_uid=self.config.sandbox_uid,

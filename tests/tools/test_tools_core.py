@@ -377,6 +377,7 @@ async def test_idle_agent_session_is_cut_without_a_tool_call(registry: SessionRe
     the poll interval, and ``wait=True`` returns only once that is done."""
     from sandbox_kernel.privacy import PrivacyStore, PrivateData
 
+    registry.config.network = "user"  # FULL mode: the cut kills the user-mode network (PROXIED: test_proxied_kernel.py)
     kw = ids(registry, "idle")
     r = await repl_execute_cell(
         "import subprocess, sys\n"

@@ -103,6 +103,7 @@ class SandboxKernel(Kernel, EngineSettings):
             on_privacy_change=self._on_privacy_change,
         )
         self.status_comm: StatusComm | None = None
+        self._egress_seen: tuple[int, int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._transformer = TransformerManager()
 
@@ -148,6 +149,15 @@ class SandboxKernel(Kernel, EngineSettings):
 
     async def mark_private(self, level: str, reason: str) -> None:
         await self.engine.mark_private(level, reason, source="widget")
+
+    def _push_egress_change(self) -> None:
+        """Tell the widget when the cell used the egress proxy (its label counts domains)."""
+        egress = self.engine.egress()
+        key = (egress["allowed"], egress["refused"]) if egress else None
+        if key != self._egress_seen:
+            self._egress_seen = key
+            if self.status_comm is not None:
+                self.status_comm.push()
 
     def _on_privacy_change(self, notice: str | None) -> None:
         if self.status_comm is not None:
@@ -344,6 +354,7 @@ class SandboxKernel(Kernel, EngineSettings):
             ask_input=ask_input if allow_stdin else None,
             timeout=self.cell_timeout or None,
         )
+        self._push_egress_change()
         reply: dict[str, Any] = {
             "status": "ok" if result.status == "ok" else "error",
             "execution_count": self.execution_count,

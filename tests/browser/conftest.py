@@ -22,8 +22,10 @@ from urllib.parse import urlsplit
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "network"))
 
 from lab_helpers import REPO, LabServer
+from proxy_helpers import OriginServer
 
 CHROMIUM = Path("/usr/bin/chromium")
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -70,10 +72,21 @@ def chromium_path() -> Path:
 def lab(chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[LabServer]:
     """One JupyterLab server for the module; every kernel it started is shut down after."""
     root = tmp_path_factory.mktemp("lab")
-    server = LabServer(root)
+    # The sandboxes' "internet": an origin on 127.0.0.1 that the egress proxy
+    # reaches as files.example (a test-only name override; nothing leaves loopback).
+    origin = OriginServer()
+    server = LabServer(
+        root,
+        kernel_config=(
+            "c.SandboxKernel.egress_name_overrides = {'files.example': ['127.0.0.1']}\n"
+            "c.SandboxKernel.egress_allow_addresses = ['127.0.0.1']\n"
+        ),
+    )
+    server.origin_port = origin.port  # type: ignore[attr-defined]
     try:
         yield server
     finally:
+        origin.close()
         leftovers = server.stop()
         shutil.copyfile(server.log_path, artifacts / "jupyter-lab.log")
         assert not leftovers, (

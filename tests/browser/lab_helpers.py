@@ -78,6 +78,7 @@ class LabServer:
         startup_timeout: float = 90.0,
         extra_args: Sequence[str] = (),
         extra_env: Mapping[str, str] | None = None,
+        kernel_config: str = "",
     ) -> None:
         self.root = root
         self.notebooks = root / "notebooks"
@@ -93,6 +94,8 @@ class LabServer:
             root / "tmp",
         ):
             path.mkdir(parents=True, exist_ok=True)
+        if kernel_config:  # read by every sandbox kernel this server starts
+            (jupyter_dir / "config" / "sandbox_kernel_config.py").write_text(kernel_config)
         # No "get Jupyter news?" toast (it would cover our notification and
         # offer a request to the internet): news fetching set to Never.
         news = jupyter_dir / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"

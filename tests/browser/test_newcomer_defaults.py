@@ -328,7 +328,7 @@ def test_launcher_first_tile_opens_a_sandboxed_notebook(page: Page, lab: LabServ
     path = new[0]["path"]
     lab.wait_kernel_idle(path, timeout=KERNEL_TIMEOUT / 1000)
     expect(item(page)).to_have_attribute("data-phase", "ready", timeout=KERNEL_TIMEOUT)
-    expect(item(page).locator(".sk-status-label")).to_have_text("Network on")
+    expect(item(page).locator(".sk-status-label")).to_have_text(re.compile(r"^Network: proxied · \d+ domains?$"))
     expect(page.locator(".jp-NotebookPanel:visible .jp-NotebookPanel-toolbar")).to_contain_text("Python 3 (sandboxed)")
     cell = run_cell(page, HOSTNAME_CELL)
     assert stdout_of(cell) == "sandbox", stdout_of(cell)
@@ -414,7 +414,7 @@ class TestStockKernelAskedBack:
         status.locator("button.sk-switch-kernel").click()
         wait_kernel_name(lab, "stock.ipynb", "sandbox-python", page)
         expect(status).to_have_attribute("data-phase", "ready", timeout=KERNEL_TIMEOUT)
-        expect(status.locator(".sk-status-label")).to_have_text("Network on")
+        expect(status.locator(".sk-status-label")).to_have_text(re.compile(r"^Network: proxied · \d+ domains?$"))
         expect(page.locator(".jp-NotebookPanel:visible .jp-NotebookPanel-toolbar")).to_contain_text(
             "Python 3 (sandboxed)"
         )
@@ -445,7 +445,7 @@ class TestStockKernelAskedBack:
         dialog.locator(".jp-Dialog-footer button.sk-switch-kernel").click()
         wait_kernel_name(lab, "stock-nb7.ipynb", "sandbox-python", page)
         expect(status).to_have_attribute("data-phase", "ready", timeout=KERNEL_TIMEOUT)
-        expect(status.locator(".sk-status-label")).to_have_text("Network on")
+        expect(status.locator(".sk-status-label")).to_have_text(re.compile(r"^Network: proxied · \d+ domains?$"))
         cell = run_cell(page, HOSTNAME_CELL)
         assert stdout_of(cell) == "sandbox", stdout_of(cell)
         shot(page, "nb7-switched")

@@ -26,6 +26,8 @@ pytestmark = pytest.mark.timeout(240)
 RATCHET_CELL = "import sandbox_kernel.private as p; p.add_dataset('patients', 'CONFIDENTIAL')"
 IFACES_CELL = "import socket; print([n for _, n in socket.if_nameindex()])"
 SYSTEM_NOTICE = "[SYSTEM] Network access has been restricted"
+#: the label of a public session in PROXIED mode (the default)
+PROXIED = re.compile(r"^Network: proxied · \d+ domains?$")
 
 APP_LOAD_TIMEOUT = 60_000  # JupyterLab's first load on a small machine
 KERNEL_TIMEOUT = 60_000  # a kernel start / sandbox replacement
@@ -157,13 +159,26 @@ def test_cell_raises_ratchet(page: Page, lab: LabServer, shot: Shots) -> None:
     item = open_notebook(page, lab, "a/nb1.ipynb")
     expect(item).to_be_visible()
     expect(item).to_have_class(re.compile(r"\bsk-status-statusbar-item\b"))
-    expect(item).to_have_attribute("data-network", "full")
+    expect(item).to_have_attribute("data-network", "proxied")
     expect(item).to_have_attribute("data-level", "PUBLIC")
-    expect(item.locator(".sk-status-label")).to_have_text("Network on")
-    # The sandbox really has network now (so "only lo" below means something).
-    before = interfaces_of(page)
-    assert "lo" in before and len(before) > 1, f"a public sandbox should have a non-lo interface: {before}"
-    shot(page, "nb1-network-on")
+    expect(item.locator(".sk-status-label")).to_have_text(PROXIED)
+    # The sandbox really reaches the web now, through the egress proxy only
+    # (so the cut below means something); the label counts the domain.
+    assert interfaces_of(page) == ["lo"]
+    cell, _ = run_cell(
+        page,
+        f"import urllib.request; print(urllib.request.urlopen('http://files.example:{lab.origin_port}/small').read())",
+    )
+    assert "hello from the origin" in stdout_text(cell), output_text(cell)
+    expect(item.locator(".sk-status-label")).to_have_text("Network: proxied · 1 domain")
+    item.click()
+    dialog = page.locator(".sk-status-dialog")
+    expect(dialog.locator(".sk-status-egress-entry")).to_have_count(1)
+    expect(dialog.locator(".sk-status-egress-entry")).to_contain_text("files.example")
+    shot(page, "nb1-egress-popup")
+    page.keyboard.press("Escape")
+    expect(dialog).to_have_count(0)
+    shot(page, "nb1-network-proxied")
 
     cell = make_private_from_cell(page)
     expect(item).to_have_attribute("data-level", "CONFIDENTIAL")
@@ -202,8 +217,8 @@ def test_widget_button_raises_ratchet(page: Page, lab: LabServer, shot: Shots) -
     lab.put_notebook("b/nb2.ipynb")
     item = open_notebook(page, lab, "b/nb2.ipynb")
     # Another notebook, another session: public, whatever happened to nb1.
-    expect(item).to_have_attribute("data-network", "full")
-    expect(item.locator(".sk-status-label")).to_have_text("Network on")
+    expect(item).to_have_attribute("data-network", "proxied")
+    expect(item.locator(".sk-status-label")).to_have_text(PROXIED)
     shot(page, "nb2-network-on")
 
     item.click()
@@ -223,7 +238,7 @@ def test_widget_button_raises_ratchet(page: Page, lab: LabServer, shot: Shots) -
     mark.locator("input.sk-mark-private-reason").fill("browser test: loaded the HR export")
     shot(page, "nb2-mark-private-dialog")
     # Nothing happens before the confirmation.
-    expect(item).to_have_attribute("data-network", "full")
+    expect(item).to_have_attribute("data-network", "proxied")
     mark.locator("button.sk-mark-private-confirm").click()
     expect(mark).to_have_count(0)
 
@@ -314,7 +329,7 @@ def test_ratchet_survives_restart_and_new_kernel(page: Page, lab: LabServer, sho
     expect(label).to_have_text("Network off · SECRET")
     assert lab.session_for("a/nb1.ipynb")["kernel"]["id"] == kernel_id  # type: ignore[index]
     labels = recorded_labels(page)
-    assert "Network on" not in labels, f"the item showed 'Network on' around a restart: {labels}"
+    assert not any(PROXIED.match(x) for x in labels), f"the item showed network around a restart: {labels}"
     shot(page, "nb1-after-rest-restart")
 
     # 3. A brand-new kernel on the same notebook (session deleted, notebook re-opened).
@@ -336,8 +351,8 @@ def test_notebook7_toolbar_item(page: Page, lab: LabServer, shot: Shots) -> None
     # Notebook 7 has no status bar: the item sits in the notebook toolbar, before the kernel name.
     expect(item).to_have_class(re.compile(r"\bsk-status-toolbar-item\b"))
     expect(page.locator(".jp-NotebookPanel-toolbar .sk-status-item")).to_be_visible()
-    expect(item.locator(".sk-status-label")).to_have_text("Network on")
-    expect(item).to_have_attribute("data-network", "full")
+    expect(item.locator(".sk-status-label")).to_have_text(PROXIED)
+    expect(item).to_have_attribute("data-network", "proxied")
     shot(page, "nb7-network-on")
 
     cell = make_private_from_cell(page)
@@ -389,7 +404,7 @@ def test_widget_follows_kernel_after_rest_restart(page: Page, lab: LabServer, sh
     lab.put_notebook("e/nb5.ipynb")
     item = open_notebook(page, lab, "e/nb5.ipynb")
     label = item.locator(".sk-status-label")
-    expect(label).to_have_text("Network on")
+    expect(label).to_have_text(PROXIED)
     # Let the kernel's sandbox finish starting first: a restart during that start
     # is another matter (today it leaks the sandbox's pasta helper, which the lab
     # fixture's leftover check reports).
@@ -397,7 +412,7 @@ def test_widget_follows_kernel_after_rest_restart(page: Page, lab: LabServer, sh
     kernel_id = lab.session_for("e/nb5.ipynb")["kernel"]["id"]  # type: ignore[index]
     lab.request("POST", f"/api/kernels/{kernel_id}/restart", timeout=KERNEL_TIMEOUT / 1000)
     wait_restarted(page, lab, "e/nb5.ipynb")
-    expect(label).to_have_text("Network on")
+    expect(label).to_have_text(PROXIED)
     cell = run_cell(page, RATCHET_CELL)[0]
     expect(cell.locator(".jp-OutputArea-output")).to_contain_text([SYSTEM_NOTICE])
     assert lab.session_for("e/nb5.ipynb")["kernel"]["id"] == kernel_id  # type: ignore[index]
@@ -429,7 +444,7 @@ def test_item_warns_on_other_kernels(page: Page, lab: LabServer, shot: Shots) ->
     shot(page, "plain-python3-not-sandboxed")
     item.locator("button.sk-switch-kernel").click()
     expect(item).to_have_attribute("data-phase", "ready", timeout=KERNEL_TIMEOUT)
-    expect(item.locator(".sk-status-label")).to_have_text("Network on")
+    expect(item.locator(".sk-status-label")).to_have_text(PROXIED)
     assert lab.session_for("f/plain.ipynb")["kernel"]["name"] == "sandbox-python"  # type: ignore[index]
     shot(page, "plain-switched-to-sandbox")
 

@@ -27,8 +27,12 @@ IFACES = "import os\nprint(sorted(os.listdir('/sys/class/net')))"
 
 
 def docker_args(image: str, *extra: str) -> list[str]:
+    # FULL mode (a bridge network, disconnected by the ratchet) unless a test says
+    # otherwise: PROXIED containers are tested in test_docker_proxied.py
+    network = [] if any(a.startswith("--SandboxKernel.network=") for a in extra) else ["--SandboxKernel.network=full"]
     return [
         "--SandboxKernel.backend=docker",
+        *network,
         f"--DockerSandbox.image={image}",
         '--DockerSandbox.read_only_mounts={"/usr": "/usr"}',
         f"--DockerSandbox.memory_limit={MEMORY}",

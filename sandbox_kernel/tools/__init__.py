@@ -6,6 +6,7 @@ only wrap them. See docs/tools.md.
 """
 
 from .errors import FATAL_PREFIX, ToolFatalError, ToolRetryError
+from .network import sandbox_network
 from .notebook import MAX_CELLS, Cell, CellOutput, CellState, Notebook, NotebookCorruptError, NotebookError, OutputType
 from .render import ToolResult
 from .repl import (
@@ -31,7 +32,7 @@ from .sessions import (
 from .shell import sandbox_execute
 from .workspace import WorkspacePathError, resolve_agent_path
 
-ALL_TOOLS = [*REPL_TOOLS, sandbox_execute]
+ALL_TOOLS = [*REPL_TOOLS, sandbox_execute, sandbox_network]
 
 __all__ = [
     "ALL_TOOLS",
@@ -64,6 +65,7 @@ __all__ = [
     "reset_identity",
     "resolve_agent_path",
     "sandbox_execute",
+    "sandbox_network",
     "set_identity",
     "set_registry",
 ]

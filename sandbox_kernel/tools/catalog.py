@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from . import repl, shell
+from . import network, repl, shell
 from .render import ToolResult
 
 _REQUIRED = inspect.Parameter.empty
@@ -156,6 +156,13 @@ CATALOG: tuple[ToolSpec, ...] = (
             Param("command", str, "the shell command"),
             Param("timeout", float, "seconds before the command is killed", 60),
         ),
+    ),
+    ToolSpec(
+        "sandbox_network",
+        network.sandbox_network,
+        "Show the session's network: its mode (proxied, full or none), the egress rules, and the last "
+        "connections its sandbox made or tried (allowed or refused, with the rule that decided).",
+        (Param("entries", int, "how many of the last connections to show (1-200)", 20),),
     ),
 )
 

@@ -64,7 +64,7 @@ def _out(result: ToolResult) -> Any:
 def get_all_tools(
     user_id: str | None = None, session_id: str | None = None, registry: SessionRegistry | None = None
 ) -> list[Tool]:
-    """Every tool of the catalog (the seven REPL tools and sandbox_execute), bound to one session."""
+    """Every tool of the catalog (tools/catalog.py), bound to one session."""
     user, session = current_identity(user_id, session_id)
     identity = {"user_id": user, "session_id": session, "registry": registry}
 

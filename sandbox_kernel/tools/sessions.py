@@ -197,7 +197,8 @@ class ToolSession:
         # A whole-session mark (widget, host API, a private session sharing the
         # folder) is provenance too: who raised it, why and when.
         mark = state.mark.to_json() if state.mark is not None else None
-        return {**state.to_json(), "mark": mark, "network": "full" if self.ratchet.network_allowed else "none"}
+        network = {"user": "full"}.get(self.config.network, self.config.network)
+        return {**state.to_json(), "mark": mark, "network": network if self.ratchet.network_allowed else "none"}
 
 
 class SessionRegistry:

@@ -1,0 +1,83 @@
+"""``sandbox_network``: what the session's sandbox may reach, and what it tried to.
+
+The egress log is written by the host's proxy (PROXIED mode) beside the
+session's notebook, where no sandbox can write; the tool reads its tail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .calls import session_for, tool_errors, with_notices
+from .render import ToolResult
+from .sessions import SessionRegistry, ToolSession
+
+MAX_ENTRIES = 200
+TAIL_BYTES = 1 << 20
+
+
+def _tail(path: Path, n: int) -> list[dict[str, Any]]:
+    """The last ``n`` entries of the session's egress log (never through a symlink)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return []
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        fh.seek(max(0, size - TAIL_BYTES))
+        lines = fh.read().splitlines()
+    if size > TAIL_BYTES:
+        lines = lines[1:]  # the first line may be cut
+    entries = []
+    for line in lines[-n:]:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
+
+
+def _mode(session: ToolSession) -> str:
+    if not session.ratchet.network_allowed:
+        return "none (the session holds private data)"
+    return {"user": "full", "host": "host (the host's network)"}.get(session.config.network, session.config.network)
+
+
+@tool_errors
+async def sandbox_network(
+    entries: int = 20,
+    *,
+    user_id: str | None = None,
+    session_id: str | None = None,
+    registry: SessionRegistry | None = None,
+) -> ToolResult:
+    """The session's network mode, the egress rules, and its last connections (allowed or refused, with the rule)."""
+    if isinstance(entries, bool) or not isinstance(entries, int) or not 1 <= entries <= MAX_ENTRIES:
+        raise ValueError(f"entries must be between 1 and {MAX_ENTRIES}, got {entries!r}")
+    async with session_for(user_id, session_id, registry, engine=False) as (session, notices):
+        rules = session.config.egress_policy.describe()
+        log = _tail(session.dir / "egress.jsonl", entries)
+        lines = [
+            f"Network: {_mode(session)}",
+            f"Egress rules: allow {', '.join(rules['allow']) or 'nothing'}; deny {', '.join(rules['deny']) or 'nothing'}",
+        ]
+        if not log:
+            lines.append("Egress log: no connection yet.")
+        else:
+            allowed = sum(1 for e in log if e.get("allowed") is True)
+            lines.append(f"Egress log (last {len(log)}): {allowed} allowed, {len(log) - allowed} refused")
+            for e in log:
+                verdict = "allowed" if e.get("allowed") is True else "refused"
+                lines.append(
+                    f"{e.get('time', '?')} {verdict} {e.get('method', '?')} {e.get('host', '?')}:{e.get('port', '?')}"
+                    f" ({e.get('rule', '')}; {e.get('bytes_down', 0)} B down, {e.get('bytes_up', 0)} B up)"
+                )
+    return with_notices(ToolResult("\n".join(lines)), notices)
+
+
+__all__ = ["sandbox_network"]

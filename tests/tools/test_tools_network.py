@@ -1,0 +1,93 @@
+"""Agent tools in PROXIED mode (the default): cells and shell commands go through
+the session's egress proxy, and ``sandbox_network`` shows the rules and the log."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from sandbox_kernel.network import EgressPolicy
+from sandbox_kernel.tools import (
+    SessionRegistry,
+    ToolRetryError,
+    ToolsConfig,
+    repl_execute_cell,
+    sandbox_execute,
+    sandbox_network,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "network"))
+from proxy_helpers import OriginServer
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture
+def origin() -> Iterator[OriginServer]:
+    server = OriginServer()
+    yield server
+    server.close()
+
+
+@pytest_asyncio.fixture
+async def proxied(data_dir: Path) -> AsyncIterator[SessionRegistry]:
+    reg = SessionRegistry(
+        ToolsConfig(
+            backend="bwrap",
+            idle_timeout=600,
+            network="proxied",
+            egress_policy=EgressPolicy(
+                allow=["files.example"], deny=["blocked.example"], allow_addresses=["127.0.0.1"]
+            ),
+            egress_name_overrides={"files.example": ["127.0.0.1"], "blocked.example": ["127.0.0.1"]},
+        )
+    )
+    try:
+        yield reg
+    finally:
+        await reg.aclose()
+
+
+async def test_cells_and_shell_go_through_the_proxy_and_the_log_shows_it(
+    proxied: SessionRegistry, origin: OriginServer
+) -> None:
+    kw = {"user_id": "alice", "session_id": "net", "registry": proxied}
+    r = await repl_execute_cell(
+        "import socket, urllib.request, urllib.error\n"
+        "print(sorted(n for _, n in socket.if_nameindex()))\n"
+        f"print(urllib.request.urlopen('http://files.example:{origin.port}/small', timeout=10).read())\n"
+        "try:\n"
+        f"    urllib.request.urlopen('http://blocked.example:{origin.port}/small', timeout=10)\n"
+        "except urllib.error.HTTPError as e:\n"
+        "    print(e.code)",
+        **kw,
+    )
+    assert "['lo']" in r.text and "hello from the origin" in r.text and "403" in r.text, r.text
+    r = await sandbox_execute(
+        f"python3 -c \"import urllib.request; print(urllib.request.urlopen('http://files.example:{origin.port}/small').read())\"",
+        **kw,
+    )
+    assert "Exit code: 0" in r.text and "hello from the origin" in r.text, r.text
+    r = await sandbox_network(**kw)
+    lines = r.text.splitlines()
+    assert lines[0] == "Network: proxied"
+    assert lines[1] == "Egress rules: allow files.example; deny blocked.example"
+    assert lines[2] == "Egress log (last 3): 2 allowed, 1 refused"
+    assert "allowed GET files.example" in lines[3] and "refused GET blocked.example" in lines[4]
+    assert "deny list: blocked.example" in lines[4] and "allowed GET files.example" in lines[5]
+    with pytest.raises(ToolRetryError, match="entries must be between 1 and 200"):
+        await sandbox_network(entries=0, **kw)
+    # private: no network for cells nor shell commands, and the tool says so
+    r = await repl_execute_cell("import sandbox_kernel.private as p\np.add_dataset('crm', 'SECRET')", **kw)
+    assert "[SYSTEM]" in r.text
+    r = await sandbox_execute(
+        f"python3 -c \"import urllib.request; urllib.request.urlopen('http://files.example:{origin.port}/small')\"",
+        **kw,
+    )
+    assert "Exit code: 1" in r.text
+    r = await sandbox_network(entries=1, **kw)
+    assert r.text.splitlines()[0] == "Network: none (the session holds private data)"

@@ -33,6 +33,7 @@ from .language import language_info
 from .outputs.links import defang_text
 from .outputs.replies import clean_completion_metadata, clean_payloads, clean_user_expressions, plain_text
 from .privacy import PrivacyStore, default_user_id, session_id_for_notebook, validate_id
+from .privacy.store import default_data_dir
 from .sandbox import get_sandbox
 from .status_comm import StatusComm
 
@@ -95,8 +96,10 @@ class SandboxKernel(Kernel, EngineSettings):
         store = PrivacyStore(Path(self.privacy_dir)) if self.privacy_dir else self.privacy_store()
         workspace = Path(self.workspace or Path.cwd())
         self.ratchet = Ratchet(self._user_id(), self._session_id(), store, self.private_datasets, workspace=workspace)
+        # the egress log is kept with the session's records, where no sandbox can write
+        egress_log = (self.data_root() or default_data_dir()) / "egress" / self.ratchet.user_id
         self.engine = Session(
-            self.engine_config(workspace),
+            self.engine_config(workspace, egress_log=egress_log / f"{self.ratchet.session_id}.jsonl"),
             log=self.log,
             sandbox=sandbox,
             ratchet=self.ratchet,

@@ -282,5 +282,9 @@ def test_status_reports_proxied_and_the_egress_log(tmp_path: Path, origin: Origi
         assert [e["allowed"] for e in egress["recent"]] == [True, False]
         assert egress["recent"][1]["rule"] == "deny list: blocked.test"
         json.dumps(state)
+        # kept with the session's records on the host, out of every sandbox's reach
+        (log,) = (k.data_dir / "egress").glob("*/*.jsonl")
+        hosts = [json.loads(line)["host"] for line in log.read_text().splitlines()]
+        assert hosts == ["files.example", "blocked.test"] and log.stat().st_mode & 0o777 == 0o600
     finally:
         k.shutdown()

@@ -9,6 +9,7 @@ inside the new sandbox, and every dropped name reported.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import shutil
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..network import EgressLog, EgressPolicy, EgressProxy
+from ..network.host_addresses import local_addresses
 from ..outputs import OutputLimiter, sanitize_bundle
 from ..outputs.links import defang_text
 from ..privacy.enforcement import EnforcementRecord
@@ -292,9 +294,12 @@ class Session:
         if self.proxy is None:
             # a unix socket path must stay under 108 bytes: a short private folder in /tmp
             folder = Path(tempfile.mkdtemp(prefix="sk-egress-", dir="/tmp"))
+            policy = self.config.egress_policy or EgressPolicy()
+            # the host's own addresses (the Jupyter server listens on one) are never reached
+            policy = dataclasses.replace(policy, extra_refused=(*policy.extra_refused, *local_addresses()))
             self.proxy = EgressProxy(
                 folder / "proxy.sock",
-                self.config.egress_policy or EgressPolicy(),
+                policy,
                 EgressLog(self.config.egress_log),
                 name_overrides=self.config.egress_name_overrides,
             )

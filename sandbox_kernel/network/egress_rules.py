@@ -177,7 +177,9 @@ class EgressPolicy:
             return Decision(True, f"address {address} allowed explicitly")
         for candidate in (address, *_embedded(address)):
             if any(candidate in net for net in self._extra_nets):
-                return Decision(False, f"address {address} is refused (the Jupyter server or another protected host)")
+                return Decision(
+                    False, f"address {address} is this host's own or protected (the Jupyter server listens there)"
+                )
             for net, why in _REFUSED:
                 if candidate.version == net.version and candidate in net:
                     return Decision(False, f"{why} {address} is never reached from a sandbox")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 
 import pytest
 
@@ -95,3 +96,19 @@ def test_no_address_is_refused() -> None:
 def test_bad_rules_are_named(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         EgressPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_the_hosts_own_addresses_are_found_and_refused(tmp_path: Path) -> None:
+    from sandbox_kernel.network.host_addresses import local_addresses
+
+    (tmp_path / "fib_trie").write_text(
+        "Main:\n  +-- 0.0.0.0/0 3 0 5\n     |-- 93.184.216.34\n        /32 host LOCAL\n"
+        "     |-- 93.184.216.0\n        /24 link UNICAST\n     |-- 127.0.0.1\n        /32 host LOCAL\n"
+    )
+    (tmp_path / "if_inet6").write_text("20010db8000000000000000000000001 02 40 00 80     eth0\n")
+    found = local_addresses(tmp_path)
+    assert found == ["93.184.216.34", "127.0.0.1", "2001:db8::1"]
+    policy = EgressPolicy(extra_refused=found)
+    verdict = policy.check("www.example", [A("93.184.216.34")])
+    assert not verdict.allowed and "this host's own" in verdict.rule
+    assert local_addresses(tmp_path / "missing") == []  # no /proc: nothing extra, the classes still hold

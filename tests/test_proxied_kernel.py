@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
+import signal
 import sys
 import threading
 import time
@@ -20,6 +22,7 @@ from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import psutil
 import pytest
 from kernel_helpers import SandboxKernelHandle, require_bwrap, status_of
 
@@ -286,5 +289,29 @@ def test_status_reports_proxied_and_the_egress_log(tmp_path: Path, origin: Origi
         (log,) = (k.data_dir / "egress").glob("*/*.jsonl")
         hosts = [json.loads(line)["host"] for line in log.read_text().splitlines()]
         assert hosts == ["files.example", "blocked.test"] and log.stat().st_mode & 0o777 == 0o600
+    finally:
+        k.shutdown()
+
+
+def test_a_killed_kernels_folders_are_collected_by_the_next(tmp_path: Path) -> None:
+    """SIGKILL leaves the runtime folder and the egress socket's folder behind;
+    the next kernel removes them (and nothing of a live kernel)."""
+    k = proxied_kernel(tmp_path)
+    try:
+        assert k.run("1").status == "ok"
+        pid = k.pid
+        runtime = list((tmp_path / "tmp").glob(f"sandbox-kernel-{pid}-*"))
+        egress = list(Path("/tmp").glob(f"sk-egress-{pid}-*"))
+        assert len(runtime) == 1 and len(egress) == 1
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        k.km.restart_kernel(now=True)
+        k.kc.wait_for_ready(timeout=60)
+        assert k.run("1").status == "ok"
+        assert not runtime[0].exists() and not egress[0].exists()
+        assert list((tmp_path / "tmp").glob(f"sandbox-kernel-{k.pid}-*"))  # the live one stays
     finally:
         k.shutdown()

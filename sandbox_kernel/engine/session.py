@@ -29,6 +29,7 @@ from ..privacy.enforcement import EnforcementRecord
 from ..sandbox import BindMount, Sandbox, SandboxResult, SandboxSpec, get_sandbox
 from ..worker import proxy_forward
 from ..worker.protocol import Msg, Op
+from . import owned_dirs
 from .config import EngineConfig
 from .launch import IN_EGRESS, IN_LIB, IN_STATE, WORKER_PACKAGE, WORKER_SOURCE, Launch, plan_launch
 from .ratchet import SYSTEM_NOTICE, Ratchet
@@ -96,7 +97,8 @@ class Session:
         self._replace_reason: str | None = None
         self.history: list[tuple[int, str]] = []
         self.worker: WorkerHandle | None = None
-        self._runtime = Path(tempfile.mkdtemp(prefix="sandbox-kernel-"))
+        owned_dirs.collect_stale("sandbox-kernel-", tempfile.gettempdir())  # left by killed kernels
+        self._runtime = owned_dirs.make("sandbox-kernel-")
         self.state_dir = self.config.state_dir or (self._runtime / "state")
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._lock = asyncio.Lock()
@@ -293,7 +295,8 @@ class Session:
         """The session's egress proxy, started on first use (PROXIED mode)."""
         if self.proxy is None:
             # a unix socket path must stay under 108 bytes: a short private folder in /tmp
-            folder = Path(tempfile.mkdtemp(prefix="sk-egress-", dir="/tmp"))
+            owned_dirs.collect_stale("sk-egress-", "/tmp")
+            folder = owned_dirs.make("sk-egress-", "/tmp")
             policy = self.config.egress_policy or EgressPolicy()
             # the host's own addresses (the Jupyter server listens on one) are never reached
             policy = dataclasses.replace(policy, extra_refused=(*policy.extra_refused, *local_addresses()))

@@ -97,9 +97,15 @@ class SandboxKernel(Kernel, EngineSettings):
         workspace = Path(self.workspace or Path.cwd())
         self.ratchet = Ratchet(self._user_id(), self._session_id(), store, self.private_datasets, workspace=workspace)
         # the egress log is kept with the session's records, where no sandbox can write
-        egress_log = (self.data_root() or default_data_dir()) / "egress" / self.ratchet.user_id
+        data = self.data_root() or default_data_dir()
+        user, session = self.ratchet.user_id, self.ratchet.session_id
         self.engine = Session(
-            self.engine_config(workspace, egress_log=egress_log / f"{self.ratchet.session_id}.jsonl"),
+            self.engine_config(
+                workspace,
+                egress_log=data / "egress" / user / f"{session}.jsonl",
+                # %pip's layer outlives kernels: restarts and new kernels on the notebook keep it
+                packages_dir=data / "packages" / user / session,
+            ),
             log=self.log,
             sandbox=sandbox,
             ratchet=self.ratchet,

@@ -245,9 +245,7 @@ def test_pip_installs_from_an_allowed_index_then_fails_clearly_once_private(tmp_
         install = f"%pip install --index-url http://pkgs.test:{port}/simple/ --trusted-host pkgs.test tinypkg"
         run = k.run(install, timeout=120)
         assert "Successfully installed tinypkg-1.0" in run.stdout, run.stdout + run.stderr
-        run = k.run(
-            "import tinypkg\nprint(tinypkg.VALUE, tinypkg.__file__.startswith('/.sandbox_kernel/state/packages/'))"
-        )
+        run = k.run("import tinypkg\nprint(tinypkg.VALUE, tinypkg.__file__.startswith('/.sandbox_kernel/packages/'))")
         assert run.stdout.strip() == "42 True"
         run = k.run(install.replace("pkgs.test", "blocked.test"), timeout=120)
         assert (
@@ -313,5 +311,44 @@ def test_a_killed_kernels_folders_are_collected_by_the_next(tmp_path: Path) -> N
         assert k.run("1").status == "ok"
         assert not runtime[0].exists() and not egress[0].exists()
         assert list((tmp_path / "tmp").glob(f"sandbox-kernel-{k.pid}-*"))  # the live one stays
+    finally:
+        k.shutdown()
+
+
+def test_pip_layer_from_a_local_wheel_survives_restarts(tmp_path: Path) -> None:
+    """%pip installs into the session's layer (site-packages are read-only), with
+    no network needed for a local wheel; the layer outlives kernel restarts."""
+    k = proxied_kernel(tmp_path)
+    (tmp_path / "ws" / "tinypkg-1.0-py3-none-any.whl").write_bytes(_wheel("tinypkg", "1.0"))
+    try:
+        k.run("import sandbox_kernel.private as p\np.add_dataset('ledger', 'SECRET')")  # no network at all
+        run = k.run("%pip install /workspace/tinypkg-1.0-py3-none-any.whl", timeout=120)
+        assert "Successfully installed tinypkg-1.0" in run.stdout, run.stdout + run.stderr
+        run = k.run("import tinypkg\nprint(tinypkg.VALUE, tinypkg.__file__)")
+        assert run.stdout.split()[0] == "42" and run.stdout.split()[1].startswith("/.sandbox_kernel/packages/")
+        assert "tinypkg" in k.run("%pip list", timeout=120).stdout
+        k.km.restart_kernel(now=False)
+        k.kc.wait_for_ready(timeout=60)
+        assert k.run("import tinypkg\nprint(tinypkg.VALUE)").stdout.strip() == "42"
+        run = k.run("%pip uninstall -y tinypkg", timeout=120)
+        assert "Successfully uninstalled tinypkg-1.0" in run.stdout, run.stdout + run.stderr
+        k.km.restart_kernel(now=False)
+        k.kc.wait_for_ready(timeout=60)
+        run = k.run("import tinypkg", stop_on_error=False)
+        assert run.status == "error" and run.reply["ename"] == "ModuleNotFoundError"
+        # the layer is the host's data dir, never the workspace nor a host import path
+        assert not list((tmp_path / "ws").glob("tinypkg*/"))
+        assert list((k.data_dir / "packages").glob("*/*"))
+    finally:
+        k.shutdown()
+
+
+def test_shell_pip_installs_into_the_layer_too(tmp_path: Path) -> None:
+    k = proxied_kernel(tmp_path)
+    (tmp_path / "ws" / "tinypkg-1.0-py3-none-any.whl").write_bytes(_wheel("tinypkg", "1.0"))
+    try:
+        run = k.run("!pip install --no-index /workspace/tinypkg-1.0-py3-none-any.whl", timeout=120)
+        assert "Successfully installed tinypkg-1.0" in run.stdout, run.stdout + run.stderr
+        assert k.run("import tinypkg\nprint(tinypkg.VALUE)").stdout.strip() == "42"
     finally:
         k.shutdown()

@@ -37,6 +37,9 @@ class EngineConfig:
     egress_name_overrides: dict[str, list[str]] = field(default_factory=dict)
     #: the egress log's file (JSON lines); None: kept in memory only
     egress_log: Path | None = None
+    #: the session's package layer (``%pip install``), mounted read-write into its
+    #: sandboxes and never on a host import path; None: a folder of the state dir
+    packages_dir: Path | None = None
     #: host uid of the sandboxes when the kernel runs as root (None: the
     #: unprivileged default; 0: root, unsafe)
     sandbox_uid: int | None = None

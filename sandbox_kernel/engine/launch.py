@@ -29,6 +29,8 @@ IN_STATE = "/.sandbox_kernel/state"
 IN_LIB = "/.sandbox_kernel/lib"
 #: the folder holding the egress proxy's socket (PROXIED sandboxes only)
 IN_EGRESS = "/.sandbox_kernel/egress"
+#: the session's package layer (``%pip install``), when it lives outside the state dir
+IN_PACKAGES = "/.sandbox_kernel/packages"
 #: the worker package's name inside sandboxes (never ``sandbox_kernel``: a cell
 #: must not be able to import the host package's modules by accident)
 WORKER_PACKAGE = "sandbox_kernel_worker"
@@ -118,6 +120,7 @@ def plan_launch(
 __all__ = [
     "IN_EGRESS",
     "IN_LIB",
+    "IN_PACKAGES",
     "IN_STATE",
     "IN_WORKSPACE",
     "WORKER_PACKAGE",

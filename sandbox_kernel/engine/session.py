@@ -31,7 +31,7 @@ from ..worker import proxy_forward
 from ..worker.protocol import Msg, Op
 from . import owned_dirs
 from .config import EngineConfig
-from .launch import IN_EGRESS, IN_LIB, IN_STATE, WORKER_PACKAGE, WORKER_SOURCE, Launch, plan_launch
+from .launch import IN_EGRESS, IN_LIB, IN_PACKAGES, IN_STATE, WORKER_PACKAGE, WORKER_SOURCE, Launch, plan_launch
 from .ratchet import SYSTEM_NOTICE, Ratchet
 from .replay import ReplayLog
 from .safe_read import UnsafeFileError, read_json
@@ -205,6 +205,9 @@ class Session:
             ]
             if self.sandbox_proxied and self.proxy is not None:
                 extra.append(BindMount(self.proxy.socket_path.parent, IN_EGRESS))
+            if self.config.packages_dir is not None:
+                self.config.packages_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+                extra.append(BindMount(self.config.packages_dir, IN_PACKAGES))
             lib_path = IN_LIB
         else:
             lib = self._runtime / "lib"
@@ -265,12 +268,19 @@ class Session:
                     "MPLCONFIGDIR": f"{state}/matplotlib",
                     "IPYTHONDIR": f"{self._visible(home, '/tmp')}/.ipython",
                     "SANDBOX_KERNEL_BACKEND": self.sandbox.name,
-                    "SANDBOX_KERNEL_PACKAGES": f"{state}/packages",
+                    "SANDBOX_KERNEL_PACKAGES": self._packages_path(state),
+                    "PIP_TARGET": self._packages_path(state),  # `!pip install` into the layer too
                     **egress_env,
                 },
             )
         except WorkspaceRefused as exc:
             raise SandboxUnavailable(f"workspace refused: {exc}") from exc
+
+    def _packages_path(self, state: str) -> str:
+        """Where the sandbox sees the package layer (``%pip install``)."""
+        if self.config.packages_dir is None:
+            return f"{state}/packages"
+        return self._visible(self.config.packages_dir, IN_PACKAGES)
 
     async def run_command(self, command: list[str], timeout: float | None = None) -> SandboxResult:
         """Run one command to completion in a fresh sandbox of this session

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import shlex
 import socket
 import subprocess
 import sys
+from importlib import metadata
 from urllib.parse import urlsplit
 
 PACKAGES_ENV = "SANDBOX_KERNEL_PACKAGES"
@@ -67,6 +69,57 @@ def network_problem(args: list[str]) -> str | None:
     return f"{host} cannot be reached through the egress proxy (HTTP {status or '?'})"
 
 
+def _uninstall(args: list[str], layer: str) -> int:
+    """``pip uninstall`` for the layer (pip refuses to touch a --target folder):
+    remove every file a distribution's RECORD lists, then its empty folders."""
+    names = [a for a in args if not a.startswith("-")]
+    if not names:
+        print("ERROR: You must give at least one requirement to uninstall", file=sys.stderr)
+        return 1
+    code = 0
+    root = os.path.realpath(layer)
+    for name in names:
+        wanted = _normalise(name)
+        dist = next((d for d in metadata.distributions(path=[layer]) if _normalise(d.metadata["Name"]) == wanted), None)
+        if dist is None:
+            print(f"WARNING: Skipping {name} as it is not installed in the package layer.", file=sys.stderr)
+            code = 1
+            continue
+        label = f"{dist.metadata['Name']}-{dist.version}"  # read before its METADATA goes
+        folders = set()
+        for file in dist.files or []:
+            path = os.path.realpath(os.path.join(layer, str(file)))
+            if not path.startswith(root + os.sep):
+                continue  # a RECORD naming files outside the layer is not followed
+            folders.add(os.path.dirname(path))
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        for folder in sorted(folders, key=len, reverse=True):
+            while folder.startswith(root + os.sep):
+                try:
+                    os.rmdir(folder)
+                except OSError:
+                    break
+                folder = os.path.dirname(folder)
+        print(f"Successfully uninstalled {label}")
+    importlib.invalidate_caches()
+    return code
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _all_local(args: list[str]) -> bool:
+    """Whether every requirement is a local file or folder (nothing to download)."""
+    if args[:1] != ["install"]:
+        return args[:1] in (["list"], ["uninstall"], ["show"], ["freeze"], ["check"])
+    reqs = [a for a in args[1:] if not a.startswith("-")]
+    return bool(reqs) and all(a.startswith(("/", "./", "../")) or a.endswith((".whl", ".tar.gz", ".zip")) for a in reqs)
+
+
 def pip(line: str) -> int:
     """Run ``pip`` like IPython's ``%pip``, into the package layer; the exit code."""
     try:
@@ -74,15 +127,20 @@ def pip(line: str) -> int:
     except ValueError as exc:
         print(f"{NOTICE} %pip: {exc}", file=sys.stderr)
         return 2
-    problem = network_problem(args)
+    problem = None if _all_local(args) else network_problem(args)
     if problem:
         print(f"{NOTICE} %pip cannot download: {problem}.", file=sys.stderr)
         return 1
     layer = packages_dir()
+    if args[:1] == ["uninstall"] and layer:
+        return _uninstall(args[1:], layer)
     if args[:1] == ["install"] and layer and not any(a.split("=")[0] in _OWN_TARGET for a in args):
         os.makedirs(layer, exist_ok=True)
         args[1:1] = ["--target", layer, "--upgrade"]
-    result = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
+    env = dict(os.environ)
+    if layer:  # pip sees (lists, uninstalls, upgrades) what the layer holds
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (layer, env.get("PYTHONPATH", "")) if p)
+    result = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, env=env)
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     importlib.invalidate_caches()

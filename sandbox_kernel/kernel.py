@@ -188,6 +188,8 @@ class SandboxKernel(Kernel, EngineSettings):
     async def _poll_privacy(self) -> None:
         try:
             await self.engine.refresh_privacy()
+            # a connection is logged when it closes, possibly just after its cell ended
+            self._push_egress_change()
         except Exception as exc:  # never let the poller die
             self.log.error("privacy poll failed: %s", exc)
 

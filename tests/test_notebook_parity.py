@@ -1,0 +1,124 @@
+"""Real-notebook parity: the same notebooks under stock ipykernel and the sandboxed
+kernel, through nbclient, give the same output structure in every code cell
+(output types, MIME keys, stream names, exception names, figure counts).
+
+The notebooks are the kind public notebooks are made of: a pandas tour, a
+matplotlib page (``%matplotlib inline`` first), rich display and magics, a
+progress bar, and errors. Differences that are on purpose are listed in
+``KNOWN_DIFFERENCES`` (and the README); today there are none.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from kernel_helpers import require_bwrap
+from nbclient import NotebookClient
+
+NOTEBOOKS: dict[str, list[str]] = {
+    "pandas_tour": [
+        "%matplotlib inline\nimport io\nimport pandas as pd\nimport numpy as np",
+        "csv = io.StringIO('city,year,sales\\nOslo,2020,10\\nOslo,2021,12\\nLima,2020,7\\nLima,2021,9\\n')\n"
+        "df = pd.read_csv(csv)\ndf.head()",
+        "df.describe()",
+        "df.groupby('city')['sales'].sum()",
+        "df.pivot(index='year', columns='city', values='sales').plot(kind='bar')",
+        "print(df.shape)\ndf.dtypes",
+        "df['missing']",
+        "df.style.highlight_max(axis=0)",
+    ],
+    "matplotlib_page": [
+        "%matplotlib inline\nimport matplotlib.pyplot as plt\nimport numpy as np",
+        "x = np.linspace(0, 2 * np.pi, 50)\nplt.plot(x, np.sin(x))\nplt.title('sine')\nplt.show()",
+        "fig, axes = plt.subplots(1, 2)\naxes[0].hist(np.random.default_rng(0).normal(size=100))\naxes[1].scatter(x, np.cos(x))",
+        "%config InlineBackend.figure_format = 'svg'\nplt.plot([1, 2, 3])",
+        "fig = plt.figure()\nplt.close(fig)\nprint('closed figures are not shown')",
+        "%matplotlib agg\nplt.plot([3, 2, 1])\nprint('agg: nothing displayed')",
+    ],
+    "display_and_magics": [
+        "from IPython.display import display, Markdown, HTML, JSON, Latex, clear_output",
+        "display(Markdown('# Title'), HTML('<b>bold</b>'), Latex('$x^2$'))",
+        "JSON({'a': [1, 2, {'b': None}]})",
+        "h = display(Markdown('first'), display_id=True)\nh.update(Markdown('second'))",
+        "print('gone')\nclear_output()\nprint('kept')",
+        "!echo from the shell",
+        "%timeit -n 1 -r 1 sum(range(100))",
+        "%%capture captured\nprint('hidden')",
+        "captured.stdout",
+        "import sys\nprint('out')\nprint('err', file=sys.stderr)\n42",
+        "from tqdm.auto import tqdm\nfor _ in tqdm(range(3), desc='steps'):\n    pass",
+    ],
+    "errors": [
+        "1 / 0",
+        "undefined_name",
+        "def f(:\n    pass",
+        "raise ValueError('bad value')",
+        "import this_module_does_not_exist",
+        "print('after the errors')",
+    ],
+}
+
+#: (notebook, cell index) -> why the sandboxed kernel differs on purpose
+KNOWN_DIFFERENCES: dict[tuple[str, int], str] = {}
+
+
+def structure(outputs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What must match: per output its type and stream name / MIME keys / exception name."""
+    out: list[tuple[Any, ...]] = []
+    for o in outputs:
+        kind = o["output_type"]
+        if kind == "stream":
+            item: tuple[Any, ...] = (kind, o["name"])
+            if out and out[-1] == item:
+                continue  # how a stream is split in chunks depends on timing
+            out.append(item)
+        elif kind in ("display_data", "execute_result"):
+            out.append((kind, tuple(sorted(o["data"]))))
+        elif kind == "error":
+            out.append((kind, o["ename"]))
+    return out
+
+
+def run(kernel: str, cells: list[str], folder: Path) -> list[list[tuple[Any, ...]]]:
+    folder.mkdir(parents=True)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
+    client = NotebookClient(
+        nb, kernel_name=kernel, timeout=120, allow_errors=True, resources={"metadata": {"path": str(folder)}}
+    )
+    client.execute()
+    return [structure(cell.outputs) for cell in nb.cells]
+
+
+@pytest.mark.parametrize("name", sorted(NOTEBOOKS))
+def test_same_output_structure_as_ipykernel(name: str, tmp_path: Path) -> None:
+    require_bwrap()
+    cells = NOTEBOOKS[name]
+    stock = run("python3", cells, tmp_path / "stock" / name)
+    sandboxed = run("sandbox-python", cells, tmp_path / "sandboxed" / name)
+    differences = [
+        (i, cells[i].splitlines()[0], stock[i], sandboxed[i])
+        for i in range(len(cells))
+        if stock[i] != sandboxed[i] and (name, i) not in KNOWN_DIFFERENCES
+    ]
+    assert not differences, "\n".join(
+        f"cell {i} ({head!r}): ipykernel {a} != sandbox {b}" for i, head, a, b in differences
+    )
+    # and the notebooks exercise what they claim to (a parity of empty outputs proves nothing)
+    flat = [item for cell in sandboxed for item in cell]
+    mimes = {m for kind, *rest in flat if kind in ("display_data", "execute_result") for m in rest[0]}
+    errors = [rest[0] for kind, *rest in flat if kind == "error"]
+    expected = {
+        "pandas_tour": lambda: {"text/html", "image/png"} <= mimes and errors == ["KeyError"],
+        "matplotlib_page": lambda: {"image/png", "image/svg+xml"} <= mimes,
+        "display_and_magics": lambda: (
+            {"text/markdown", "text/latex", "application/json"} <= mimes and ("stream", "stderr") in flat
+        ),
+        "errors": lambda: (
+            errors == ["ZeroDivisionError", "NameError", "SyntaxError", "ValueError", "ModuleNotFoundError"]
+        ),
+    }
+    assert expected[name](), (mimes, errors)

@@ -8,9 +8,11 @@ tools get exactly the same behaviour.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import fnmatch
 import os
 import platform
+import shutil
 import signal
 import threading
 import uuid
@@ -99,22 +101,51 @@ class SandboxKernel(Kernel, EngineSettings):
         # the egress log is kept with the session's records, where no sandbox can write
         data = self.data_root() or default_data_dir()
         user, session = self.ratchet.user_id, self.ratchet.session_id
+        # Checkpoints and the replay log outlive a kernel that dies (killed, OOM):
+        # the next kernel of the session resumes from them. A clean shutdown or a
+        # restart asked for by the user removes them (do_shutdown), as ipykernel's
+        # restart starts afresh.
+        self._state_root: Path | None = data / "state" / user / session
+        if not self._lock_state(self._state_root):
+            self._state_root = None  # another live kernel of the session holds it: no resume here
+        resuming = self._state_root is not None and any(
+            (self._state_root / name).exists() for name in ("sandbox/checkpoint.json", "replay.json")
+        )
         self.engine = Session(
             self.engine_config(
                 workspace,
                 egress_log=data / "egress" / user / f"{session}.jsonl",
                 # %pip's layer outlives kernels: restarts and new kernels on the notebook keep it
                 packages_dir=data / "packages" / user / session,
+                state_dir=self._state_root / "sandbox" if self._state_root else None,
+                replay_file=self._state_root / "replay.json" if self._state_root else None,
             ),
             log=self.log,
             sandbox=sandbox,
             ratchet=self.ratchet,
             on_privacy_change=self._on_privacy_change,
         )
+        if resuming:
+            self.engine.resume_reason = "the previous kernel of this session stopped without shutting down"
         self.status_comm: StatusComm | None = None
         self._egress_seen: tuple[int, int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._transformer = TransformerManager()
+
+    def _lock_state(self, root: Path) -> bool:
+        """Hold the session's state folder for this kernel's life (two live
+        kernels of one session must not share checkpoints)."""
+        try:
+            root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            self.log.warning(
+                "the session's state folder %s is in use or unusable (%s): no resume after a crash", root, exc
+            )
+            return False
+        self._state_lock = fd  # released when the process ends, however it ends
+        return True
 
     def _user_id(self) -> str:
         return validate_id(self.user_id, "user_id") if self.user_id else default_user_id()
@@ -541,4 +572,6 @@ class SandboxKernel(Kernel, EngineSettings):
             await asyncio.wrap_future(future)
         else:
             await self.engine.shutdown()
+        if self._state_root is not None:
+            shutil.rmtree(self._state_root, ignore_errors=True)  # a clean stop: the next kernel starts afresh
         return {"status": "ok", "restart": restart}

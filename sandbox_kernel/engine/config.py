@@ -15,6 +15,9 @@ class EngineConfig:
     workspace: Path = field(default_factory=Path.cwd)
     #: where checkpoints live on the host; a fresh temp dir when None
     state_dir: Path | None = None
+    #: where the replay log (imports, definitions) is kept on the host, outside
+    #: every mount, so a new engine can resume after a crash; None: memory only
+    replay_file: Path | None = None
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     tmp_size: int = 1 << 30
     trust_outputs: bool = False

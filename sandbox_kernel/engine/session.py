@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import json
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -87,6 +89,13 @@ class Session:
         self.on_privacy_change = on_privacy_change
         self._last_privacy = ratchet.state.to_json() if ratchet else None
         self.replay = ReplayLog()
+        if self.config.replay_file is not None and self.config.replay_file.exists():
+            try:  # written by the host (a previous kernel of this session), read defensively anyway
+                self.replay = ReplayLog.from_json(read_json(self.config.replay_file))
+            except (UnsafeFileError, OSError, ValueError) as exc:
+                self.log.error("ignoring the saved replay log: %s", exc)
+        #: said when the first sandbox resumes an earlier kernel's checkpoint
+        self.resume_reason: str | None = None
         self.isolate_network = True
         #: the live sandbox reaches the network only through ``self.proxy`` (PROXIED mode)
         self.sandbox_proxied = False
@@ -333,7 +342,8 @@ class Session:
         # process died before its first checkpoint) recovers too: its imports
         # and definitions come back even without pickled variables.
         recovering = self.worker is not None or (self.state_dir / "checkpoint.json").exists() or bool(self.replay)
-        reason = self.worker.dead_reason if self.worker is not None else None
+        reason = self.worker.dead_reason if self.worker is not None else self.resume_reason
+        self.resume_reason = None
         if self.worker is not None:
             await self.worker.kill()
             self.worker = None
@@ -677,10 +687,24 @@ class Session:
             else:
                 if store_history:
                     self.replay.record(code)
+                    self._save_replay()
                     self.history.append((execution_count, code))
                 self._last_done_count = execution_count
                 self._schedule_checkpoint()
             return result
+
+    def _save_replay(self) -> None:
+        """Keep the replay log beside the checkpoints (atomically), for a resume."""
+        target = self.config.replay_file
+        if target is None:
+            return
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(self.replay.to_json()))
+            os.replace(tmp, target)
+        except OSError as exc:
+            self.log.warning("could not save the replay log: %s", exc)
 
     async def complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
         return await self._query({"op": Op.COMPLETE, "code": code, "cursor_pos": cursor_pos})

@@ -50,6 +50,7 @@ async def test_every_tool_over_stdio(data_dir: Path) -> None:
             "repl_clear_notebook",
             "repl_export_ipynb",
             "sandbox_execute",
+            "sandbox_network",
         }
         assert "ctx" not in tools["repl_execute_cell"].input_schema["properties"]
         r = await client.call_tool("repl_execute_cell", {"code": "x = 20\nx + 1"})

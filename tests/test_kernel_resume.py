@@ -38,7 +38,7 @@ def _kill(pid: int) -> None:
         time.sleep(0.05)
 
 
-def test_a_killed_kernel_is_resumed_and_says_from_which_cell(tmp_path: Path) -> None:
+def test_a_kernel_killed_during_a_cell_is_resumed_and_says_from_which_cell(tmp_path: Path) -> None:
     session = f"s-{uuid.uuid4().hex[:8]}"
     k = _kernel(tmp_path, session)
     try:
@@ -47,6 +47,8 @@ def test_a_killed_kernel_is_resumed_and_says_from_which_cell(tmp_path: Path) -> 
         time.sleep(1.5)  # the background checkpoint after an idle moment
         state = tmp_path / "data" / "state" / "tester" / session
         assert (state / "sandbox" / "checkpoint.json").exists() and (state / "replay.json").exists()
+        k.kc.execute("z = 'lost'\nimport time\ntime.sleep(60)")  # killed during this cell
+        time.sleep(1)
         _kill(k.pid)
         k.km.restart_kernel(now=True)
         k.kc.wait_for_ready(timeout=60)
@@ -54,6 +56,7 @@ def test_a_killed_kernel_is_resumed_and_says_from_which_cell(tmp_path: Path) -> 
         assert run.stdout.strip() == "42 4 2 [1, 2, 3]", (run.stdout, run.stderr)
         assert "the previous kernel of this session stopped without shutting down" in run.stderr
         assert "checkpoint taken after cell [2]" in run.stderr
+        assert k.run("print('z' in dir())").stdout.strip() == "False"  # the cell that was running is gone
         # a clean restart (what Lab's "Restart Kernel" sends) starts afresh, as in ipykernel
         k.km.restart_kernel(now=False)
         k.kc.wait_for_ready(timeout=60)

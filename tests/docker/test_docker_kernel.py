@@ -198,9 +198,11 @@ def test_docker_inspect_shows_the_hardening(dk: DockerKernel) -> None:
     mounts = {m["Destination"]: m for m in info["Mounts"]}
     assert mounts["/workspace"]["RW"] is True
     assert mounts["/.sandbox_kernel/state"]["RW"] is True
+    assert mounts["/.sandbox_kernel/packages"]["RW"] is True  # %pip's layer
     assert mounts["/.sandbox_kernel/lib/sandbox_kernel_worker"]["RW"] is False
     assert mounts["/usr"]["RW"] is False
-    assert all(not m["RW"] for dest, m in mounts.items() if dest not in ("/workspace", "/.sandbox_kernel/state"))
+    writable = ("/workspace", "/.sandbox_kernel/state", "/.sandbox_kernel/packages")
+    assert all(not m["RW"] for dest, m in mounts.items() if dest not in writable)
     assert not any(
         "docker.sock" in m["Source"] or m["Source"].startswith(("/run", "/var/run")) for m in mounts.values()
     )

@@ -124,7 +124,7 @@ def test_symlinked_manifest_is_refused(fresh_kernel: SandboxKernelHandle) -> Non
     # the seccomp filter refuses symlinks in the sandbox; plant it from the host
     # to check that the host-side reader refuses it as well (defence in depth)
     assert "refused" in run.stdout, run.stdout
-    (state,) = k.tmpdir.glob("sandbox-kernel-*/state")
+    (state,) = (k.data_dir / "state").glob("*/*/sandbox")  # the session's checkpoints (they outlive a killed kernel)
     (state / "checkpoint.json").unlink(missing_ok=True)
     (state / "checkpoint.json").symlink_to(k.workspace / "decoy.json")
     assert k.kill_sandboxes() >= 1

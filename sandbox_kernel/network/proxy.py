@@ -93,6 +93,7 @@ class EgressProxy:
         connect_timeout: float = 10.0,
         header_timeout: float = 30.0,
         socket_mode: int = 0o666,
+        max_connections: int = 256,
     ) -> None:
         self.socket_path = Path(socket_path)
         self.policy = policy or EgressPolicy()
@@ -104,6 +105,9 @@ class EgressProxy:
         self.connect_timeout = connect_timeout
         self.header_timeout = header_timeout
         self.socket_mode = socket_mode
+        #: open connections a sandbox may hold at once: each costs the host's
+        #: process two descriptors, and a sandbox must not exhaust them
+        self.max_connections = max_connections
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[_Connection] = set()
         self._cut = False
@@ -151,6 +155,11 @@ class EgressProxy:
 
     # ---- one connection -------------------------------------------------------------
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._connections) >= self.max_connections:
+            rule = f"more than {self.max_connections} connections at once"
+            await self._respond(writer, 503, rule, rule)
+            writer.transport.abort()
+            return
         conn = _Connection(writer)
         self._connections.add(conn)
         entry = EgressEntry(time=now_iso(), method="?", host="", port=0, allowed=False, rule="")
@@ -351,7 +360,7 @@ class EgressProxy:
     @staticmethod
     async def _respond(writer: asyncio.StreamWriter, status: int, message: str, rule: str) -> None:
         reasons = {400: "Bad Request", 403: "Forbidden", 408: "Request Timeout", 431: "Request Header Fields Too Large"}
-        reasons.update({502: "Bad Gateway", 504: "Gateway Timeout"})
+        reasons.update({502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"})
         body = f"sandbox_kernel egress proxy: {message}\n".encode()
         head = (
             f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\n"

@@ -213,3 +213,26 @@ def test_many_concurrent_connections(setup: Setup) -> None:
     for t in threads:
         t.join(30)
     assert results == [200] * 20
+
+
+def test_a_sandbox_cannot_hold_unbounded_connections(setup: Setup) -> None:
+    """Each open connection costs the host's process descriptors: beyond the cap, 503."""
+    origin, proxy, fwd = setup
+    proxy.proxy.max_connections = 5
+    import socket
+
+    held = [socket.create_connection(("127.0.0.1", fwd.port)) for _ in range(5)]
+    try:
+        deadline = time.monotonic() + 5
+        while proxy.proxy.stats()["open"] < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        reply = raw_request(fwd.port, f"GET http://files.example:{origin.port}/small HTTP/1.1\r\n\r\n".encode())
+        assert reply.startswith(b"HTTP/1.1 503 ") and b"more than 5 connections at once" in reply
+    finally:
+        for sock in held:
+            sock.close()
+    deadline = time.monotonic() + 5
+    while proxy.proxy.stats()["open"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    status, _, _ = get(fwd, f"http://files.example:{origin.port}/small")
+    assert status == 200

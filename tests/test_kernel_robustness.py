@@ -128,6 +128,37 @@ def test_sandbox_killed_from_outside_resumes_from_checkpoint(fresh_kernel: Sandb
         assert name in notice and hint in notice.split(name, 1)[1], notice
 
 
+def test_state_holder_killed_alone_resumes_from_checkpoint(fresh_kernel: SandboxKernelHandle) -> None:
+    """SIGKILL of the worker's state holder only (not the whole sandbox): the
+    sandbox is replaced, the state comes back from the checkpoint, nothing leaks."""
+    k = fresh_kernel
+    assert k.run("x = 41\ndef answer():\n    return x + 1").status == "ok"
+    time.sleep(1.5)  # the background checkpoint
+
+    def is_python(p: psutil.Process) -> bool:
+        return "python" in p.name()
+
+    # anchor: the worker's first process (its parent is bwrap); holder: the anchor's child
+    holders = [
+        p
+        for p in k.descendants()
+        if is_python(p)
+        and (parent := p.parent()) is not None
+        and is_python(parent)
+        and (grand := parent.parent()) is not None
+        and not is_python(grand)
+    ]
+    assert len(holders) == 1, holders
+    holders[0].kill()
+    psutil.wait_procs(holders, timeout=5)
+    time.sleep(0.5)
+    run = k.run("print(answer())")
+    assert run.status == "ok" and run.stdout.strip() == "42", (run.stdout, run.stderr)
+    assert "sandbox was replaced" in run.stderr and "checkpoint taken after cell [1]" in run.stderr
+    assert len(k.sandboxes()) >= 1 and all(p.is_running() for p in k.sandboxes())
+    assert not holders[0].is_running()
+
+
 def test_shutdown_leaves_no_process_or_temp_dir(tmp_path: Path) -> None:
     require_bwrap()
     (tmp_path / "ws").mkdir()

@@ -25,7 +25,7 @@ from ipykernel.comm.comm import BaseComm
 from ipykernel.kernelbase import Kernel
 from IPython.core.inputtransformer2 import TransformerManager
 from tornado.ioloop import PeriodicCallback
-from traitlets import Float, Int, Unicode
+from traitlets import Float, Int, List, Unicode
 
 from . import __version__, requests
 from .engine import Session
@@ -34,10 +34,21 @@ from .engine.settings import EngineSettings
 from .language import language_info
 from .outputs.links import defang_text
 from .outputs.replies import clean_completion_metadata, clean_payloads, clean_user_expressions, plain_text
+from .outputs.widgets import WidgetRefused, installed_widget_modules
 from .privacy import PrivacyStore, default_user_id, session_id_for_notebook, validate_id
 from .privacy.store import default_data_dir
 from .sandbox import get_sandbox
 from .status_comm import StatusComm
+
+
+class _HostComms(CommManager):
+    """The kernel's own comms. ipykernel's shell thread looks up every
+    comm_msg here first, and most belong to the sandbox's widgets: a miss is
+    normal, not worth the warning that would land in the last cell's output."""
+
+    def get_comm(self, comm_id: str) -> Any:
+        return self.comms.get(comm_id)
+
 
 _comm_manager: CommManager | None = None
 
@@ -45,7 +56,7 @@ _comm_manager: CommManager | None = None
 def _get_comm_manager(*args: Any, **kwargs: Any) -> CommManager:
     global _comm_manager
     if _comm_manager is None:
-        _comm_manager = CommManager(*args, **kwargs)
+        _comm_manager = _HostComms(*args, **kwargs)
     return _comm_manager
 
 
@@ -87,13 +98,30 @@ class SandboxKernel(Kernel, EngineSettings):
         "stat() while nothing changed). A rise cuts the sandbox's network within about this time.",
     ).tag(config=True)
 
+    widget_modules = List(
+        Unicode(),
+        help="Widget frontend packages whose models cells may create, besides the standard @jupyter-widgets "
+        "ones and the JupyterLab extensions installed where this server looks (jupyter_path('labextensions')). "
+        "A widget naming any other module is refused: no other code is loaded into the page.",
+    ).tag(config=True)
+    widget_max_message_bytes = Int(
+        8 * 1024 * 1024,
+        help="Largest widget message (state and binary buffers) forwarded either way; larger ones are dropped "
+        "with a notice.",
+    ).tag(config=True)
+    widget_rate = Float(
+        500.0,
+        help="Widget messages a sandbox may send a second (a burst of this many is allowed); more are dropped "
+        "with a notice.",
+    ).tag(config=True)
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         comm.create_comm = lambda *a, **k: BaseComm(*a, **k)
         comm.get_comm_manager = _get_comm_manager
         self.comm_manager = comm.get_comm_manager(parent=self, kernel=self)
         for msg_type in ("comm_open", "comm_msg", "comm_close"):
-            self.shell_handlers[msg_type] = getattr(self.comm_manager, msg_type)
+            self.shell_handlers[msg_type] = self._comm_handler(msg_type)
         sandbox = get_sandbox(self.backend, parent=self)
         store = PrivacyStore(Path(self.privacy_dir)) if self.privacy_dir else self.privacy_store()
         workspace = Path(self.workspace or Path.cwd())
@@ -119,12 +147,16 @@ class SandboxKernel(Kernel, EngineSettings):
                 packages_dir=data / "packages" / user / session,
                 state_dir=self._state_root / "sandbox" if self._state_root else None,
                 replay_file=self._state_root / "replay.json" if self._state_root else None,
+                widget_modules=frozenset(self.widget_modules) | installed_widget_modules(),
+                widget_max_message_bytes=self.widget_max_message_bytes,
+                widget_rate=self.widget_rate,
             ),
             log=self.log,
             sandbox=sandbox,
             ratchet=self.ratchet,
             on_privacy_change=self._on_privacy_change,
         )
+        self.engine.widgets.host_comm = lambda comm_id: comm_id in self.comm_manager.comms
         if resuming:
             self.engine.resume_reason = "the previous kernel of this session stopped without shutting down"
         self.status_comm: StatusComm | None = None
@@ -372,9 +404,8 @@ class SandboxKernel(Kernel, EngineSettings):
         ident = self._get_shell_context_var(self._shell_parent_ident)
 
         def emit(kind: str, content: dict[str, Any]) -> None:
-            if silent:
-                return
-            self._wire().send(self.iopub_socket, kind, content, parent=parent, ident=self._topic(kind))
+            if not silent:
+                self._publish(kind, content, parent)
 
         async def ask_input(prompt: str, password: bool) -> str:
             cancelled = threading.Event()
@@ -395,6 +426,7 @@ class SandboxKernel(Kernel, EngineSettings):
             allow_stdin=allow_stdin,
             ask_input=ask_input if allow_stdin else None,
             timeout=self.cell_timeout or None,
+            parent_id=str(parent.get("header", {}).get("msg_id", "")),
         )
         self._push_egress_change()
         reply: dict[str, Any] = {
@@ -418,6 +450,66 @@ class SandboxKernel(Kernel, EngineSettings):
                 ],
             )
         return reply
+
+    def _publish(self, kind: str, content: dict[str, Any], parent: Any) -> None:
+        """An engine event on iopub; widget comm messages carry their buffers."""
+        if kind in ("comm_open", "comm_msg", "comm_close"):
+            self._wire().send(
+                self.iopub_socket,
+                kind,
+                content["content"],
+                parent=parent,
+                metadata=content["metadata"],
+                buffers=content["buffers"],
+                ident=self._topic(kind),
+            )
+        else:
+            self._wire().send(self.iopub_socket, kind, content, parent=parent, ident=self._topic(kind))
+
+    # ---- comms: the kernel's own (the status widget) here, widgets in the sandbox ------
+    def _comm_handler(self, msg_type: str) -> Any:
+        host_handler = getattr(self.comm_manager, msg_type)
+
+        async def handle(stream: Any, ident: Any, msg: Any) -> None:
+            content = msg.get("content") if isinstance(msg, dict) else None
+            buffers = [bytes(b) for b in msg.get("buffers") or []] if isinstance(msg, dict) else []
+            try:
+                sandbox_owned = self.engine.widgets.for_sandbox(msg_type, content, buffers)
+            except WidgetRefused as exc:
+                self.log.warning("%s refused: %s", msg_type, exc)
+                return
+            if not sandbox_owned:
+                host_handler(stream, ident, msg)
+                return
+            parent = self.get_parent("shell")
+            metadata = msg.get("metadata")
+            await self.engine.comm(
+                msg_type,
+                dict(content),  # type: ignore[arg-type]  # checked by from_frontend
+                emit=lambda kind, c: self._publish(kind, c, parent),
+                metadata=metadata if isinstance(metadata, dict) else {},
+                buffers=buffers,
+                parent_id=str(msg.get("header", {}).get("msg_id", "")),
+                timeout=self.cell_timeout or None,
+            )
+
+        return handle
+
+    async def comm_info_request(self, stream: Any, ident: Any, parent: Any) -> None:
+        """The kernel's comms and the sandbox's widget comms (a reloaded page
+        finds its widgets through this)."""
+        content, problem = self._content(parent)
+        target = content.get("target_name") if content is not None else None
+        if problem or not isinstance(target, (str, type(None))):
+            self._refuse(stream, ident, parent, "comm_info_reply", problem or "target_name must be a string", comms={})
+            return
+        comms = {
+            k: {"target_name": v.target_name}
+            for k, v in self.comm_manager.comms.items()
+            if target is None or v.target_name == target
+        }
+        comms.update(self.engine.widgets.comms(target))
+        self._wire().send(stream, "comm_info_reply", {"status": "ok", "comms": comms}, parent, ident)
 
     def _cancellable_input_request(
         self, prompt: str, ident: Any, parent: Any, password: bool, cancelled: threading.Event

@@ -3,8 +3,8 @@ kernel, through nbclient, give the same output structure in every code cell
 (output types, MIME keys, stream names, exception names, figure counts).
 
 The notebooks are the kind public notebooks are made of: a pandas tour, a
-matplotlib page (``%matplotlib inline`` first), rich display and magics, a
-progress bar, and errors. Differences that are on purpose are listed in
+matplotlib page (``%matplotlib inline`` first), rich display and magics,
+widgets and progress bars (and the widget models nbclient saves), and errors. Differences that are on purpose are listed in
 ``KNOWN_DIFFERENCES`` (and the README); today there are none.
 """
 
@@ -51,6 +51,15 @@ NOTEBOOKS: dict[str, list[str]] = {
         "import sys\nprint('out')\nprint('err', file=sys.stderr)\n42",
         "from tqdm.auto import tqdm\nfor _ in tqdm(range(3), desc='steps'):\n    pass",
     ],
+    "widgets": [
+        "import ipywidgets as widgets",
+        "slider = widgets.IntSlider(value=4, description='n')\nslider",
+        "widgets.interact(lambda x: x * 2, x=3);",
+        "widgets.HBox([widgets.Button(description='go'), widgets.Text(value='t'), widgets.HTML('<b>b</b>')])",
+        "out = widgets.Output()\nwith out:\n    print('inside')\nout",
+        "from tqdm.notebook import tqdm as tq\nfor _ in tq(range(5)):\n    pass",
+        "slider.value = 9\nslider.value",
+    ],
     "errors": [
         "1 / 0",
         "undefined_name",
@@ -82,7 +91,8 @@ def structure(outputs: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return out
 
 
-def run(kernel: str, cells: list[str], folder: Path) -> list[list[tuple[Any, ...]]]:
+def run(kernel: str, cells: list[str], folder: Path) -> tuple[list[list[tuple[Any, ...]]], list[str]]:
+    """Each cell's output structure, and the widget models nbclient saved in the notebook."""
     folder.mkdir(parents=True)
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
@@ -90,15 +100,17 @@ def run(kernel: str, cells: list[str], folder: Path) -> list[list[tuple[Any, ...
         nb, kernel_name=kernel, timeout=120, allow_errors=True, resources={"metadata": {"path": str(folder)}}
     )
     client.execute()
-    return [structure(cell.outputs) for cell in nb.cells]
+    saved = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    return [structure(cell.outputs) for cell in nb.cells], sorted(m["model_name"] for m in saved.values())
 
 
 @pytest.mark.parametrize("name", sorted(NOTEBOOKS))
 def test_same_output_structure_as_ipykernel(name: str, tmp_path: Path) -> None:
     require_bwrap()
     cells = NOTEBOOKS[name]
-    stock = run("python3", cells, tmp_path / "stock" / name)
-    sandboxed = run("sandbox-python", cells, tmp_path / "sandboxed" / name)
+    stock, stock_models = run("python3", cells, tmp_path / "stock" / name)
+    sandboxed, models = run("sandbox-python", cells, tmp_path / "sandboxed" / name)
+    assert models == stock_models  # the same widget models, saved in the notebook alike
     differences = [
         (i, cells[i].splitlines()[0], stock[i], sandboxed[i])
         for i in range(len(cells))
@@ -117,8 +129,12 @@ def test_same_output_structure_as_ipykernel(name: str, tmp_path: Path) -> None:
         "display_and_magics": lambda: (
             {"text/markdown", "text/latex", "application/json"} <= mimes and ("stream", "stderr") in flat
         ),
+        "widgets": lambda: (
+            "application/vnd.jupyter.widget-view+json" in mimes
+            and {"IntSliderModel", "OutputModel", "FloatProgressModel", "HTMLModel"} <= set(models)
+        ),
         "errors": lambda: (
             errors == ["ZeroDivisionError", "NameError", "SyntaxError", "ValueError", "ModuleNotFoundError"]
         ),
     }
-    assert expected[name](), (mimes, errors)
+    assert expected[name](), (mimes, errors, models)

@@ -46,6 +46,12 @@ class EngineConfig:
     #: host uid of the sandboxes when the kernel runs as root (None: the
     #: unprivileged default; 0: root, unsafe)
     sandbox_uid: int | None = None
+    #: widget frontend packages (besides the standard ones) whose models cells may use
+    widget_modules: frozenset[str] = frozenset()
+    #: the largest widget message (JSON and buffers) either way, in bytes
+    widget_max_message_bytes: int = 8 * 1024 * 1024
+    #: widget messages a sandbox may send a second (more are dropped, with a notice)
+    widget_rate: float = 500.0
     #: folders a workspace may lie under although the workspace policy
     #: protects them (the agent tools' own workspaces in the data dir)
     allowed_roots: tuple[Path, ...] = ()

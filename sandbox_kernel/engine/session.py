@@ -9,6 +9,7 @@ inside the new sandbox, and every dropped name reported.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import itertools
 import json
@@ -27,6 +28,7 @@ from ..network import EgressLog, EgressPolicy, EgressProxy
 from ..network.host_addresses import local_addresses
 from ..outputs import OutputLimiter, sanitize_bundle
 from ..outputs.links import defang_text
+from ..outputs.widgets import WIDGET_VIEW_MIME, WidgetComms, WidgetRefused, message_size
 from ..privacy.enforcement import EnforcementRecord
 from ..sandbox import BindMount, Sandbox, SandboxResult, SandboxSpec, get_sandbox
 from ..worker import proxy_forward
@@ -110,6 +112,12 @@ class Session:
         self._runtime = owned_dirs.make("sandbox-kernel-")
         self.state_dir = self.config.state_dir or (self._runtime / "state")
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        #: the sandbox's widget comms and the policy their messages pass
+        self.widgets = WidgetComms(
+            modules=self.config.widget_modules,
+            max_message_bytes=self.config.widget_max_message_bytes,
+            rate=self.config.widget_rate,
+        )
         self._lock = asyncio.Lock()
         self._ids = itertools.count(1)
         self._running: str | None = None
@@ -378,6 +386,7 @@ class Session:
                 "Run `sandbox-kernel doctor` to see what is missing.".strip()
             )
         self.worker = worker
+        self.widgets.clear()  # the widgets of an earlier sandbox died with it
         self.started_at = time.monotonic()
         self.log.info(
             "sandbox started (%s, python %s, %.2f s)",
@@ -604,6 +613,7 @@ class Session:
         allow_stdin: bool = False,
         ask_input: AskInput | None = None,
         timeout: float | None = None,
+        parent_id: str = "",
     ) -> ExecuteResult:
         if not isinstance(code, str):
             raise TypeError(f"code must be a string, not {type(code).__name__}")
@@ -651,6 +661,7 @@ class Session:
                     "user_expressions": user_expressions or {},
                     "allow_stdin": allow_stdin and ask_input is not None,
                     "execution_count": execution_count,
+                    "parent_id": parent_id,
                     # the worker stops sending a little after the host's budget: the host
                     # still counts and notes the cut, but a flood never crosses the pipe
                     "max_output_bytes": self.config.max_output_bytes + self.config.max_output_bytes // 10 + (1 << 20),
@@ -671,19 +682,9 @@ class Session:
             for hit in hits:
                 guarded("stream", {"name": "stderr", "text": f"{NOTICE} {hit[0].upper()}{hit[1:]}.\n"})
             if result.status == "died":
-                text = (
-                    self._kill_reason
-                    or (hits[0] if hits else None)
-                    or str(done.get("reason") or "the cell's process died")
-                )
-                evalue = f"{text}. The cell's changes were discarded; the state from earlier cells is intact."
+                evalue = await self._after_death(done, hits, guarded, "The cell's")
                 guarded("error", {"ename": "CellDied", "evalue": evalue, "traceback": [f"CellDied: {evalue}"]})
                 result.ename, result.evalue, result.traceback = "CellDied", evalue, [f"CellDied: {evalue}"]
-                if self._replace_reason is not None:
-                    await self._enforce_ratchet(guarded, self._replace_reason, rerun=True)
-                    self._notify_privacy_change()
-                elif done.get("type") == DEAD:
-                    await self._ensure_worker(guarded)
             else:
                 if store_history:
                     self.replay.record(code)
@@ -692,6 +693,82 @@ class Session:
                 self._last_done_count = execution_count
                 self._schedule_checkpoint()
             return result
+
+    async def _after_death(self, done: dict[str, Any], hits: list[str], guarded: Emit, whose: str) -> str:
+        """Why a request's process died (for its error), after the sandbox the
+        ratchet asked for, or a new one if the whole sandbox went, is in place."""
+        text = self._kill_reason or (hits[0] if hits else None) or str(done.get("reason") or "the cell's process died")
+        if self._replace_reason is not None:
+            await self._enforce_ratchet(guarded, self._replace_reason, rerun=True)
+            self._notify_privacy_change()
+        elif done.get("type") == DEAD:
+            await self._ensure_worker(guarded)
+        return f"{text}. {whose} changes were discarded; the state from earlier cells is intact."
+
+    async def comm(
+        self,
+        msg_type: str,
+        content: dict[str, Any],
+        *,
+        emit: Emit,
+        metadata: dict[str, Any] | None = None,
+        buffers: list[bytes] | None = None,
+        parent_id: str = "",
+        timeout: float | None = None,
+    ) -> str:
+        """Hand a frontend's widget message to the sandbox: its handlers run
+        like a cell (outputs, the ratchet, interrupt and the output budget
+        alike) and what they change is kept. Returns "ok", "error" or "died"."""
+        async with self._lock:
+            limiter = OutputLimiter(self.config.max_output_bytes)
+            guarded = self._guarded_emit(emit, limiter)
+            try:
+                worker = await self._ensure_worker(guarded)
+            except SandboxUnavailable as exc:
+                self.log.warning("widget message not delivered: %s", exc)
+                return "error"
+            await self._enforce_ratchet(guarded)
+            worker = self.worker or worker
+            try:
+                self.widgets.from_frontend(msg_type, content)  # after any new sandbox cleared the old comms
+            except WidgetRefused as exc:
+                self.log.warning("%s refused: %s", msg_type, exc)
+                return "error"
+            caps_mark = worker.process.caps_mark()
+            rid = f"c{next(self._ids)}"
+            self._running = rid
+            self._kill_reason = None
+            self._replace_reason = None
+            worker.send(
+                {
+                    "op": Op.COMM,
+                    "id": rid,
+                    "msg_type": msg_type,
+                    "content": content,
+                    "metadata": metadata or {},
+                    "buffers": [base64.b64encode(b).decode("ascii") for b in buffers or []],
+                    "parent_id": parent_id,
+                    "max_output_bytes": self.config.max_output_bytes + self.config.max_output_bytes // 10 + (1 << 20),
+                }
+            )
+            try:
+                done = await self._await_done(worker, rid, guarded, timeout=timeout)
+            finally:
+                self._running = None
+            dropped = done.get("dropped_output")
+            if isinstance(dropped, int) and dropped > 0:
+                limiter.discarded += dropped
+            note = limiter.truncation_note()
+            if note:
+                emit("stream", {"name": "stderr", "text": f"\n{note}\n"})
+            hits = worker.process.caps_hit(caps_mark)
+            status = str(done.get("status"))
+            if status == "died":
+                text = await self._after_death(done, hits, guarded, "The widget callback's")
+                guarded("stream", {"name": "stderr", "text": f"{NOTICE} {text}\n"})
+                return "died"
+            self._schedule_checkpoint()
+            return "ok" if status == "ok" else "error"
 
     def _save_replay(self) -> None:
         """Keep the replay log beside the checkpoints (atomically), for a resume."""
@@ -882,6 +959,8 @@ class Session:
             )
         elif kind == Msg.CLEAR_OUTPUT:
             emit("clear_output", {"wait": bool(msg.get("wait"))})
+        elif kind == Msg.COMM:
+            emit(Msg.COMM, msg)  # checked by the guard (outputs/widgets.py)
 
     def _guarded_emit(self, emit: Emit, limiter: OutputLimiter) -> Emit:
         """Enforce the per-cell output budget, then sanitise what will be sent.
@@ -900,20 +979,30 @@ class Session:
                 if text:
                     emit(kind, {**content, "text": defang_text(text) if private else text})
                 return
+            if kind == Msg.COMM:
+                self._emit_comm(content, emit, limiter, notes, private)
+                return
             if kind in (Msg.DISPLAY_DATA, Msg.UPDATE_DISPLAY_DATA, Msg.EXECUTE_RESULT):
                 data = content.get("data")
                 if isinstance(data, Mapping) and not limiter.admit_bundle(data):
                     return  # over budget: dropped uncleaned, counted for the truncation note
+                view = None
+                if isinstance(data, Mapping) and WIDGET_VIEW_MIME in data:
+                    # a view of one of this session's widgets: the model was checked when it opened
+                    view = self.widgets.view(data[WIDGET_VIEW_MIME])
+                    data = {k: v for k, v in data.items() if k != WIDGET_VIEW_MIME}
+                    if view is None:
+                        _note_once(notes, "a widget view was dropped: it names no widget of this session", emit)
                 clean = sanitize_bundle(  # a non-mapping is named in clean.removed, never trusted
                     data,  # type: ignore[arg-type]
                     content.get("metadata"),
                     trusted=self.config.trust_outputs,
                     private=private,
                 )
+                if view is not None:
+                    clean.data[WIDGET_VIEW_MIME] = view
                 for note in clean.removed:
-                    if note not in notes:
-                        notes.add(note)
-                        emit("stream", {"name": "stderr", "text": f"{NOTICE} {note}\n"})
+                    _note_once(notes, note, emit)
                 if not clean.data or (not isinstance(data, Mapping) and not limiter.admit_bundle(clean.data)):
                     return
                 emit(kind, {**content, "data": clean.data, "metadata": clean.metadata})
@@ -931,6 +1020,32 @@ class Session:
             emit(kind, content)
 
         return guarded
+
+    def _emit_comm(
+        self, msg: dict[str, Any], emit: Emit, limiter: OutputLimiter, notes: set[str], private: bool
+    ) -> None:
+        """A widget comm message from the sandbox: charged to the request's
+        output budget, checked by the widget policy, then published."""
+        raw = msg.get("buffers")
+        try:
+            buffers = [base64.b64decode(b, validate=True) for b in raw] if isinstance(raw, list) else []
+        except (TypeError, ValueError):
+            buffers = []
+            raw = None
+        problem = None if raw is None or isinstance(raw, list) else "buffers must be a list of base64 strings"
+        if not limiter.admit_size(message_size(msg.get("content"), buffers)):
+            return
+        try:
+            if problem:
+                raise WidgetRefused(problem)
+            clean = self.widgets.from_sandbox(msg, buffers, private=private)
+        except WidgetRefused as exc:
+            self.log.warning("widget message from the sandbox dropped: %s", exc)
+            _note_once(notes, f"a widget message was dropped: {exc}", emit)
+            return
+        for note in clean.notes:
+            _note_once(notes, note, emit)
+        emit(clean.msg_type, {"content": clean.content, "metadata": clean.metadata, "buffers": clean.buffers})
 
     @staticmethod
     def _result(done: dict[str, Any], execution_count: int) -> ExecuteResult:
@@ -970,3 +1085,10 @@ class Session:
                     "def_names": list(self.replay.defs),
                 }
             )
+
+
+def _note_once(notes: set[str], note: str, emit: Emit) -> None:
+    """Tell the user once per request what the output policy removed."""
+    if note not in notes:
+        notes.add(note)
+        emit("stream", {"name": "stderr", "text": f"{NOTICE} {note}\n"})

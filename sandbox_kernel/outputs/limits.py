@@ -80,7 +80,11 @@ class OutputLimiter:
 
     def admit_bundle(self, data: Mapping[str, Any]) -> bool:
         """Whether to forward this display bundle; its size is charged to the budget."""
-        size = bundle_size(data)
+        return self.admit_size(bundle_size(data))
+
+    def admit_size(self, size: int) -> bool:
+        """Whether to forward a message of ``size`` bytes (a bundle, a widget
+        message); its size is charged to the budget."""
         if size > self.max_bundle_bytes:
             self.discarded += size
             self.refused_bundles += 1

@@ -187,6 +187,8 @@ class OutputCollector:
 
     def __call__(self, kind: str, content: dict[str, Any]) -> None:
         outputs = self.cell.outputs
+        if kind.startswith("comm_"):
+            return  # widgets: an agent has no frontend to show them
         if kind == "clear_output":
             if content.get("wait"):
                 self._clear_pending = True

@@ -100,7 +100,7 @@ class Holder:
             if op == Op.SHUTDOWN:
                 self._kill_standby()
                 os._exit(SHUTDOWN_EXIT)
-            elif op in (Op.EXECUTE, Op.RESTORE) and self.standby is None:
+            elif op in (Op.EXECUTE, Op.RESTORE, Op.COMM) and self.standby is None:
                 self.channel.send(
                     {
                         "type": Msg.DONE,
@@ -111,7 +111,7 @@ class Holder:
                         "traceback": [],
                     }
                 )
-            elif op in (Op.EXECUTE, Op.RESTORE) and self.standby is not None:
+            elif op in (Op.EXECUTE, Op.RESTORE, Op.COMM) and self.standby is not None:
                 child, self.standby = self.standby, None
                 try:
                     child.ctl.send(msg)
@@ -196,6 +196,8 @@ class Holder:
                 captures = [FdCapture(1, out), FdCapture(2, err)]
             if msg.get("op") == Op.EXECUTE:
                 result = self._execute(msg, self._ctl, out, err, captures)
+            elif msg.get("op") == Op.COMM:
+                result = self._comm(msg, self._ctl, out, err, captures)
             else:
                 result = self._restore(msg, self._ctl)
                 for capture in captures:
@@ -290,6 +292,9 @@ class Holder:
         allow_stdin = bool(msg.get("allow_stdin"))
         _install_host_requests(self.channel, ctl, allow_stdin, out, err)
         shell.execution_count = int(msg.get("execution_count") or shell.execution_count)
+        from . import comms
+
+        comms.set_parent(str(msg.get("parent_id") or ""), "execute_request")
         budget = msg.get("max_output_bytes")
         self.channel.set_output_budget(budget if isinstance(budget, int) else None)
         shell.payload_manager.clear_payload()
@@ -324,6 +329,34 @@ class Holder:
         reply["dropped_output"] = self.channel.dropped_output
         self.channel.set_output_budget(None)
         return reply
+
+    def _comm(self, msg: dict[str, Any], ctl: Channel, out: Any, err: Any, captures: list[Any]) -> dict[str, Any]:
+        """A frontend's widget message: its handlers (a slider's observer, an
+        ``interact`` function) run here as a cell would, and their changes are
+        kept (this child becomes the holder)."""
+        from . import comms
+
+        sys.stdout, sys.stderr = out, err
+        _install_host_requests(self.channel, ctl, False, out, err)
+        budget = msg.get("max_output_bytes")
+        self.channel.set_output_budget(budget if isinstance(budget, int) else None)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        status: dict[str, Any] = {"status": "ok"}
+        try:
+            comms.handle(msg)
+        except KeyboardInterrupt:
+            status = {"status": "error", "ename": "KeyboardInterrupt", "evalue": "", "traceback": []}
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for stream in (out, err):
+            stream.flush()
+        for capture in captures:
+            capture.stop()
+        out.flush()
+        err.flush()
+        status["dropped_output"] = self.channel.dropped_output
+        self.channel.set_output_budget(None)
+        return status
 
     def _restore(self, msg: dict[str, Any], ctl: Channel) -> dict[str, Any]:
         from .state import restore
@@ -467,7 +500,9 @@ def main() -> None:
     from .shell import make_shell
 
     shell = make_shell(channel)
-    from . import private
+    from . import comms, private
+
+    comms.install(channel)
 
     private.install(shell)
     sys.stdout = sys.stderr = _Sink()

@@ -34,6 +34,7 @@ class Op:
     KILL: Final = "kill"
     INPUT_REPLY: Final = "input_reply"
     RATCHET_REPLY: Final = "ratchet_reply"
+    COMM: Final = "comm"  # a frontend's message for a widget comm, handled like a cell
     SHUTDOWN: Final = "shutdown"
 
 
@@ -47,6 +48,7 @@ class Msg:
     EXECUTE_RESULT: Final = "execute_result"
     ERROR: Final = "error"
     CLEAR_OUTPUT: Final = "clear_output"
+    COMM: Final = "comm"  # a widget comm message (open, msg, close) for the frontend
     INPUT_REQUEST: Final = "input_request"
     RATCHET: Final = "ratchet"  # a cell declared private data: the host answers with RATCHET_REPLY
     DONE: Final = "done"  # end of an execute/restore
@@ -57,7 +59,7 @@ HOST_OPS: Final = frozenset(v for k, v in vars(Op).items() if k.isupper())
 WORKER_TYPES: Final = frozenset(v for k, v in vars(Msg).items() if k.isupper())
 #: worker messages that are a cell's output (counted against its output budget)
 OUTPUT_TYPES: Final = frozenset(
-    {Msg.STREAM, Msg.DISPLAY_DATA, Msg.UPDATE_DISPLAY_DATA, Msg.EXECUTE_RESULT, Msg.CLEAR_OUTPUT}
+    {Msg.STREAM, Msg.DISPLAY_DATA, Msg.UPDATE_DISPLAY_DATA, Msg.EXECUTE_RESULT, Msg.CLEAR_OUTPUT, Msg.COMM}
 )
 #: messages that answer the running request, late ones for a finished cell are ignored
 LATE_OPS: Final = frozenset({Op.INTERRUPT, Op.KILL, Op.INPUT_REPLY, Op.RATCHET_REPLY})

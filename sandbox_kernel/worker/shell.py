@@ -95,8 +95,13 @@ def _refuse_gui(gui: str) -> None:
         )
 
 
-class SandboxShell(InteractiveShell):
-    """InteractiveShell whose outputs go to the host channel."""
+class ZMQInteractiveShell(InteractiveShell):
+    """InteractiveShell whose outputs go to the host channel.
+
+    Named as ipykernel's shell on purpose: libraries decide whether they run
+    in a notebook by this class name (rich, plotly, tqdm's older releases,
+    many ``is_notebook()`` helpers), and here they do.
+    """
 
     displayhook_class = ChannelDisplayHook
     #: the last error of the running cell (the worker reports it in the cell's reply)
@@ -162,7 +167,10 @@ class SandboxShell(InteractiveShell):
     system = system_piped
 
 
-def make_shell(channel: Channel) -> SandboxShell:
+SandboxShell = ZMQInteractiveShell
+
+
+def make_shell(channel: Channel) -> ZMQInteractiveShell:
     """Create the one shell of this worker: no history file, no profile dir on disk
     outside the sandbox's private /tmp."""
     config = Config()
@@ -171,10 +179,17 @@ def make_shell(channel: Channel) -> SandboxShell:
     config.InteractiveShell.colors = "Linux"
     config.InteractiveShell.xmode = "Context"
     config.InteractiveShell.autocall = 0
+    # Libraries choose their notebook face by what ipykernel leaves behind: this
+    # config section, and ipykernel's shell module being loaded (tqdm.auto).
+    config.IPKernelApp = Config()
+    try:
+        import ipykernel.zmqshell  # noqa: F401  (about 60 ms, once per sandbox, before the fork)
+    except ImportError:  # a Docker image without ipykernel: plain progress bars there
+        pass
     ChannelDisplayPublisher.channel = channel
     ChannelDisplayHook.channel = channel
-    SandboxShell.channel = channel
-    shell = SandboxShell.instance(config=config)
+    ZMQInteractiveShell.channel = channel
+    shell = ZMQInteractiveShell.instance(config=config)
     shell._last_error = None
     # %pip installs into the session's package layer (site-packages are read-only)
     pip_magic.packages_dir()

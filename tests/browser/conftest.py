@@ -24,7 +24,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "network"))
 
-from lab_helpers import REPO, LabServer
+from lab_helpers import REPO, LabServer, Shots
 from proxy_helpers import OriginServer
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -60,6 +60,12 @@ def artifacts() -> Path:
         if old.is_file() and old.suffix in {".png", ".log", ".txt", ".html"}:
             old.unlink()
     return ARTIFACTS
+
+
+@pytest.fixture
+def shot(artifacts: Path) -> Shots:
+    """Numbered screenshots in test-artifacts/browser (NN-name.png)."""
+    return Shots(artifacts)
 
 
 @pytest.fixture(scope="session")

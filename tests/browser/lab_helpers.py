@@ -287,3 +287,18 @@ class LabServer:
         psutil.wait_procs(alive, timeout=5)
         self._log.close()
         return leftovers
+
+
+class Shots:
+    """Numbered screenshots in test-artifacts/browser, in the order taken."""
+
+    counter = 0
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def __call__(self, page: Any, name: str) -> Path:
+        Shots.counter += 1
+        path = self.directory / f"{Shots.counter:02d}-{name}.png"
+        page.screenshot(path=str(path))
+        return path

@@ -15,10 +15,9 @@ on failure); the server log and the browser console are kept beside them."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
-from lab_helpers import LabServer
+from lab_helpers import LabServer, Shots
 from playwright.sync_api import Locator, Page, expect
 
 pytestmark = pytest.mark.timeout(240)
@@ -34,26 +33,6 @@ KERNEL_TIMEOUT = 60_000  # a kernel start / sandbox replacement
 CELL_TIMEOUT = 60_000
 
 ITEM = ".sk-status-item"
-
-
-class Shots:
-    """Numbered screenshots in test-artifacts/browser, in the order taken."""
-
-    counter = 0
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-
-    def __call__(self, page: Page, name: str) -> Path:
-        Shots.counter += 1
-        path = self.directory / f"{Shots.counter:02d}-{name}.png"
-        page.screenshot(path=str(path))
-        return path
-
-
-@pytest.fixture
-def shot(artifacts: Path) -> Shots:
-    return Shots(artifacts)
 
 
 # ---- helpers ------------------------------------------------------------------------

@@ -1,0 +1,112 @@
+"""ipywidgets in a real JupyterLab and Notebook 7, with the sandboxed kernel.
+
+A slider is moved in the page and the sandbox sees the value; an ``interact``
+output follows the slider; a tqdm progress bar renders as a widget; a widget
+with a script in its HTML and one naming a module from a CDN are neutralised.
+Screenshots: test-artifacts/browser/NN-widgets-*.png.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from lab_helpers import LabServer, Shots
+from playwright.sync_api import Page, expect
+from test_status_widget import CELL_TIMEOUT, open_notebook, output_text, run_cell, stdout_text
+
+pytestmark = pytest.mark.timeout(240)
+
+pytest.importorskip("ipywidgets")
+
+
+def set_slider(page: Page, cell_index: int, value: int) -> None:
+    """Type a value into the slider's readout, as a user does for an exact value."""
+    readout = page.locator(".jp-NotebookPanel:visible .jp-Cell").nth(cell_index).locator(".widget-readout").first
+    readout.click()
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.type(str(value))
+    page.keyboard.press("Enter")
+
+
+def test_slider_moved_in_the_page_reaches_the_sandbox(page: Page, lab: LabServer, shot: Shots) -> None:
+    lab.put_notebook("w/slider.ipynb")
+    open_notebook(page, lab, "w/slider.ipynb")
+    cell, _ = run_cell(
+        page,
+        "import ipywidgets as w; s = w.IntSlider(value=3, max=50, description='n'); seen = []; "
+        "s.observe(lambda ch: seen.append(ch['new']), 'value'); s",
+    )
+    slider = cell.locator(".widget-slider")
+    expect(slider).to_be_visible(timeout=CELL_TIMEOUT)
+    expect(cell.locator(".widget-readout")).to_have_text("3")
+    set_slider(page, 0, 17)
+    expect(cell.locator(".widget-readout")).to_have_text("17")
+    shot(page, "widgets-slider")
+    check, _ = run_cell(page, "print(s.value, seen)")
+    assert stdout_text(check).strip() == "17 [17]"
+    # and the other way: the sandbox moves the slider in the page
+    run_cell(page, "s.value = 42")
+    expect(cell.locator(".widget-readout")).to_have_text("42", timeout=CELL_TIMEOUT)
+
+
+def test_interact_output_follows_the_slider(page: Page, lab: LabServer, shot: Shots) -> None:
+    lab.put_notebook("w/interact.ipynb")
+    open_notebook(page, lab, "w/interact.ipynb")
+    cell, _ = run_cell(page, "from ipywidgets import interact; _ = interact(lambda x: print('twice', 2 * x), x=5)")
+    out = cell.locator(".widget-output")
+    expect(out).to_contain_text("twice 10", timeout=CELL_TIMEOUT)
+    set_slider(page, 0, 12)
+    expect(out).to_contain_text("twice 24", timeout=CELL_TIMEOUT)
+    expect(out).not_to_contain_text("twice 10")
+    shot(page, "widgets-interact")
+
+
+def test_progress_bar_renders_as_a_widget(page: Page, lab: LabServer, shot: Shots) -> None:
+    lab.put_notebook("w/tqdm.ipynb")
+    open_notebook(page, lab, "w/tqdm.ipynb")
+    cell, _ = run_cell(page, "from tqdm.auto import tqdm; _ = [i for i in tqdm(range(40), desc='work')]")
+    bar = cell.locator(".widget-hprogress .progress-bar")
+    expect(bar).to_be_visible(timeout=CELL_TIMEOUT)
+    expect(cell.locator(".widget-html-content").first).to_contain_text("work")
+    expect(cell.locator(".widget-html-content").last).to_contain_text("40/40")
+    shot(page, "widgets-tqdm")
+
+
+def test_malicious_widgets_are_neutralised(page: Page, lab: LabServer, shot: Shots) -> None:
+    lab.put_notebook("w/evil.ipynb")
+    open_notebook(page, lab, "w/evil.ipynb")
+    cell, _ = run_cell(
+        page,
+        "import ipywidgets as w; "
+        'w.HTML(value=\'<b id="sk-bold">bold</b><img src=x onerror="window.__skPwned=1">'
+        "<script>window.__skPwned=2</script>')",
+    )
+    expect(cell.locator("#sk-bold")).to_have_text("bold", timeout=CELL_TIMEOUT)
+    cell2, _ = run_cell(
+        page,
+        "import traitlets as t; Evil = type('Evil', (w.DOMWidget,), {"
+        "'_view_module': t.Unicode('https://cdn.jsdelivr.net/npm/evil@1/dist/index.js').tag(sync=True), "
+        "'_view_name': t.Unicode('EvilView').tag(sync=True)}); Evil()",
+    )
+    expect(cell2.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')).to_contain_text(
+        "is not installed in this Jupyter server"
+    )
+    shot(page, "widgets-evil")
+    page.wait_for_timeout(500)  # give an onerror handler its chance to run
+    assert page.evaluate("() => window.__skPwned") is None
+    assert cell.locator(".jp-OutputArea [onerror], .jp-OutputArea script").count() == 0
+    assert "onerror" not in cell.locator(".jp-OutputArea").inner_html()
+    assert re.search(r"Evil\(", output_text(cell2))  # the text fallback is what remains
+
+
+def test_notebook7_slider(page: Page, lab: LabServer, shot: Shots) -> None:
+    lab.put_notebook("w/nb7.ipynb")
+    open_notebook(page, lab, "w/nb7.ipynb", ui="notebook")
+    cell, _ = run_cell(page, "import ipywidgets as w; s = w.IntSlider(value=1, max=9); s")
+    expect(cell.locator(".widget-slider")).to_be_visible(timeout=CELL_TIMEOUT)
+    set_slider(page, 0, 8)
+    expect(cell.locator(".widget-readout")).to_have_text("8")
+    check, _ = run_cell(page, "print(s.value)")
+    assert stdout_text(check).strip() == "8"
+    shot(page, "widgets-notebook7")

@@ -7,6 +7,7 @@ network runs after the session turned private.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +75,8 @@ class Ratchet:
         #: shared with every session whose workspace overlaps it
         self.workspace = workspace
         self.folders = WorkspaceLevels.beside(self.data.store) if workspace is not None else None
+        #: the last level read from the store, and when (see :meth:`recent_state`)
+        self._memo: tuple[float, PrivacyState] | None = None
 
     @property
     def user_id(self) -> str:
@@ -91,7 +94,25 @@ class Ratchet:
     @property
     def state(self) -> PrivacyState:
         """The session's level: its own, and that of its folder (a private
-        session sharing the workspace raises this one too)."""
+        session sharing the workspace raises this one too). Read from the
+        store every time (a few stat() calls and small reads)."""
+        state = self._read_state()
+        self._memo = (time.monotonic(), state)
+        return state
+
+    def recent_state(self, max_age: float = 0.05) -> PrivacyState:
+        """The level as read at most ``max_age`` seconds ago, for hot paths
+        (each output's cleaning asks). Enforcement (the network decision of a
+        new sandbox, the poll that cuts) reads :attr:`state` itself, and every
+        read refreshes this: once a host-side raiser's ``wait=True`` returns,
+        the poll's read has been seen here too. Rises made through this object
+        forget the memo at once."""
+        memo = self._memo
+        if memo is not None and time.monotonic() - memo[0] <= max_age:
+            return memo[1]
+        return self.state
+
+    def _read_state(self) -> PrivacyState:
         own = self.data.state
         if self.folders is None or self.workspace is None:
             return own
@@ -121,10 +142,12 @@ class Ratchet:
         return [BindMount(m.source, f"{PRIVATE_ROOT}/{m.name}", readonly=True) for m in self.mounts.values()]
 
     def mark(self, level: str, reason: str, source: str) -> PrivacyState:
+        self._memo = None
         return self.data.mark_private(Sensitivity.parse(level), source=source, reason=reason)
 
     def handle_request(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         """A cell asked to raise the ratchet; answer JSON for the worker."""
+        self._memo = None
         try:
             kind = payload.get("kind")
             if kind == "dataset":
@@ -147,6 +170,12 @@ class Ratchet:
                 state = self.data.add_private_dataset(mount.name, mount.sensitivity, source="mount")
             else:
                 raise ValueError(f"unknown ratchet request {kind!r}")
+        except PrivacyStoreError as exc:
+            # Not written (a read-only or full store), but in force in this
+            # process, which keeps it: the session is private (fail closed), and
+            # the cell is told that other processes may not know.
+            self._memo = None
+            return {"ok": True, "level": self.state.sensitivity.name, "warning": str(exc)}
         except (ValueError, TypeError) as exc:
             return {"ok": False, "error": str(exc)}
         return {"ok": True, "level": max(state.sensitivity, self.state.sensitivity).name}

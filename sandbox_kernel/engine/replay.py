@@ -28,19 +28,20 @@ class ReplayLog:
     imports: list[str] = field(default_factory=list)
     defs: dict[str, str] = field(default_factory=dict)
 
-    def record(self, cell: str) -> None:
-        """Add the cell's imports and definitions. Linear in the cell's size:
+    def record(self, cell: str) -> bool:
+        """Add the cell's imports and definitions; whether any were. Linear in the cell's size:
         its lines are split once and only replayable statements are cut out
         (``ast.get_source_segment`` re-splits the whole source per call, which
         made a 4,000-line cell cost 50 s of host CPU)."""
         source = python_source(cell)
         if source is None:
-            return
+            return False
         try:
             tree = ast.parse(source)
         except SyntaxError:
-            return
+            return False
         lines: list[str] | None = None
+        changed = False
         known = set(self.imports)
         for node in tree.body:
             if not isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -52,12 +53,15 @@ class ReplayLog:
                 if segment is not None and segment not in known:
                     known.add(segment)
                     self.imports.append(segment)
+                    changed = True
             else:
                 start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
                 end = node.end_lineno or node.lineno
                 text = "".join(lines[start - 1 : end]).rstrip("\n")
                 self.defs.pop(node.name, None)  # keep definition order: re-defined goes last
                 self.defs[node.name] = _dedent(text)
+                changed = True
+        return changed
 
     def __bool__(self) -> bool:
         return bool(self.imports or self.defs)

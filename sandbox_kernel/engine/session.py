@@ -32,13 +32,13 @@ from ..outputs.widgets import WIDGET_VIEW_MIME, WidgetComms, WidgetRefused, mess
 from ..privacy.enforcement import EnforcementRecord
 from ..sandbox import BindMount, Sandbox, SandboxResult, SandboxSpec, get_sandbox
 from ..worker import proxy_forward
-from ..worker.protocol import Msg, Op
+from ..worker.protocol import CHECKPOINT_FAILED_MARKER, Msg, Op
 from . import owned_dirs
 from .config import EngineConfig
 from .launch import IN_EGRESS, IN_LIB, IN_PACKAGES, IN_STATE, WORKER_PACKAGE, WORKER_SOURCE, Launch, plan_launch
 from .ratchet import SYSTEM_NOTICE, Ratchet
 from .replay import ReplayLog
-from .safe_read import UnsafeFileError, read_json
+from .safe_read import UnsafeFileError, read_bytes, read_json
 from .worker import DEAD, WorkerHandle
 from .workspace_policy import WorkspaceRefused
 
@@ -133,6 +133,7 @@ class Session:
         self.started_at: float | None = None
         #: tells host-side raisers waiting for the cut what this session enforces
         self._enforcement: EnforcementRecord | None = None
+        self._enforcement_problem: str | None = None
         if ratchet is not None:
             self._enforcement = EnforcementRecord(
                 ratchet.data.store.root,
@@ -153,7 +154,7 @@ class Session:
     @property
     def private(self) -> bool:
         """Once true, outputs lose external URLs and no sandbox gets network."""
-        return self.ratchet is not None and self.ratchet.state.has_private_data
+        return self.ratchet is not None and self.ratchet.recent_state().has_private_data
 
     @property
     def network_allowed(self) -> bool:
@@ -200,7 +201,12 @@ class Session:
         try:
             self._enforcement.report(self.ratchet.state.sensitivity, self.network_reachable)
         except OSError as exc:
-            self.log.warning("could not report the enforced privacy level: %s", exc)
+            problem = str(exc)
+            if problem != self._enforcement_problem:  # said once, not at every poll
+                self._enforcement_problem = problem
+                self.log.warning("could not report the enforced privacy level: %s", problem)
+        else:
+            self._enforcement_problem = None
 
     # ---- lifecycle -------------------------------------------------------------------
     def _visible(self, host: Path, inside: str) -> str:
@@ -499,10 +505,11 @@ class Session:
             await self._await_done(self.worker, rid, emit=None, timeout=120)
 
     async def _replace(self, reason: str, emit: Emit | None) -> None:
-        if self.worker is not None and self.worker.alive:
+        worker = self.worker
+        if worker is not None and worker.alive:
             await self._checkpoint_locked()
-            self.worker.dead_reason = reason
-            await self.worker.kill()
+            worker.dead_reason = reason  # the worker may have been dropped meanwhile (a cut, a death)
+            await worker.kill()
         await self._ensure_worker(emit)
 
     async def _enforce_ratchet(
@@ -627,6 +634,7 @@ class Session:
                 return ExecuteResult("error", execution_count, "SandboxUnavailable", str(exc), [str(exc)])
             await self._enforce_ratchet(guarded)
             worker = self.worker or worker
+            self._note_checkpoint_failure()
             for text in self._pending_notices:
                 guarded("stream", {"name": "stderr", "text": text})
             self._pending_notices.clear()
@@ -687,8 +695,8 @@ class Session:
                 result.ename, result.evalue, result.traceback = "CellDied", evalue, [f"CellDied: {evalue}"]
             else:
                 if store_history:
-                    self.replay.record(code)
-                    self._save_replay()
+                    if self.replay.record(code):
+                        self._save_replay()  # only when it changed: a save is linear in the log
                     self.history.append((execution_count, code))
                 self._last_done_count = execution_count
                 self._schedule_checkpoint()
@@ -769,6 +777,34 @@ class Session:
                 return "died"
             self._schedule_checkpoint()
             return "ok" if status == "ok" else "error"
+
+    def _note_checkpoint_failure(self) -> None:
+        """A background checkpoint that could not be written (a full or
+        read-only disk) is said before the next cell, with what a lost
+        sandbox would come back to."""
+        marker = self.state_dir / CHECKPOINT_FAILED_MARKER
+        try:
+            why = read_bytes(marker, 4096).decode("utf-8", "replace").strip() or "the disk is full"
+        except FileNotFoundError:
+            return
+        except (UnsafeFileError, OSError) as exc:
+            why = str(exc)
+        try:
+            marker.unlink()
+        except OSError:
+            pass
+        try:
+            data = read_json(self.state_dir / "checkpoint.json")
+            cell = data.get("cell") if isinstance(data, dict) else None
+        except (UnsafeFileError, OSError, ValueError):
+            cell = None
+        since = f"cell [{cell}]" if isinstance(cell, int) and cell > 0 else "the start (no checkpoint was written)"
+        text = (
+            f"{NOTICE} WARNING: the state could not be checkpointed ({plain_line(why)}): if the sandbox is lost, "
+            f"the variables come back as they were after {since}. Free space in {self.state_dir}.\n"
+        )
+        self.log.warning(text.strip())
+        self._pending_notices.append(text)
 
     def _save_replay(self) -> None:
         """Keep the replay log beside the checkpoints (atomically), for a resume."""
@@ -892,14 +928,15 @@ class Session:
             worker.send({"op": Op.RATCHET_REPLY, "ok": False, "error": "this session has no private-data ratchet"})
             return None
         reply = self.ratchet.handle_request(msg)
-        notice = None
+        warning = reply.pop("warning", None)
+        notice = f"{NOTICE} WARNING: {plain_line(str(warning))}\n" if warning else None
         if reply.get("ok") and self.sandbox_proxied and not self.network_allowed and self.proxy is not None:
             # Ratchet before data, in place: nothing leaves from now on, and
             # the cell goes on with every object it holds.
             if not self.proxy.is_cut:
                 closed = self.proxy.cut()
                 self.log.warning("egress proxy cut by a cell: private data entered the session")
-                notice = (
+                notice = (notice or "") + (
                     f"{self.ratchet.notice()}\nThe egress proxy was cut in place ({closed} open connection(s) "
                     "closed): this cell goes on, and every variable, open file and thread is still there.\n"
                 )
@@ -1092,3 +1129,8 @@ def _note_once(notes: set[str], note: str, emit: Emit) -> None:
     if note not in notes:
         notes.add(note)
         emit("stream", {"name": "stderr", "text": f"{NOTICE} {note}\n"})
+
+
+def plain_line(text: str) -> str:
+    """One printable line of sandbox-written text (a marker file's contents)."""
+    return "".join(c if c.isprintable() else " " for c in text)[:300]

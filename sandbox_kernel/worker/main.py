@@ -409,7 +409,7 @@ class Holder:
         anchor reaps it; nothing is sent, the host reads the manifest. With
         ``wait`` the holder waits and reports, used before a sandbox is replaced.
         """
-        from .state import write_checkpoint
+        from .state import checkpoint_failed, write_checkpoint
 
         args = (self.shell, str(msg.get("path")), int(msg.get("cell", 0)), list(msg.get("def_names") or []))
         if msg.get("wait"):
@@ -421,6 +421,8 @@ class Holder:
                 try:
                     os.nice(10)
                     write_checkpoint(*args)
+                except OSError as exc:  # a full or read-only disk: the host tells the user
+                    checkpoint_failed(args[1], exc)
                 finally:
                     os._exit(0)
             os._exit(0)

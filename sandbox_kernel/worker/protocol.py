@@ -18,6 +18,9 @@ from typing import Final
 HEADER: Final = struct.Struct(">I")
 #: the largest frame either side accepts (a larger one drops the sandbox)
 MAX_FRAME: Final = 64 * 1024 * 1024
+#: left beside the checkpoint when a background one could not be written (a full
+#: disk); the host reads and removes it before the next cell, and tells the user
+CHECKPOINT_FAILED_MARKER: Final = "checkpoint.failed"
 #: the largest single output message a worker sends (the host refuses larger bundles anyway)
 MAX_OUTPUT_MESSAGE: Final = 20 * 1024 * 1024
 
@@ -65,6 +68,7 @@ OUTPUT_TYPES: Final = frozenset(
 LATE_OPS: Final = frozenset({Op.INTERRUPT, Op.KILL, Op.INPUT_REPLY, Op.RATCHET_REPLY})
 
 __all__ = [
+    "CHECKPOINT_FAILED_MARKER",
     "HEADER",
     "HOST_OPS",
     "LATE_OPS",

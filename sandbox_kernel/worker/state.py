@@ -16,6 +16,8 @@ import re
 import types
 from typing import Any
 
+from .protocol import CHECKPOINT_FAILED_MARKER
+
 try:  # cloudpickle carries lambdas and interactively defined objects
     import cloudpickle
 except ImportError:  # pragma: no cover - the sandbox image may lack it
@@ -112,9 +114,30 @@ def write_checkpoint(shell: Any, directory: str, cell: int, def_names: list[str]
         blob = pickle.dumps({"vars": blobs, "modules": modules}, protocol=5)
         _atomic_write(os.path.join(directory, "checkpoint.bin"), blob)
         _atomic_write(os.path.join(directory, "checkpoint.json"), json.dumps(manifest).encode())
+        try:
+            os.unlink(os.path.join(directory, CHECKPOINT_FAILED_MARKER))
+        except FileNotFoundError:
+            pass
     finally:
         os.close(lock_fd)
     return manifest
+
+
+def checkpoint_failed(directory: str, exc: BaseException) -> None:
+    """Say why a background checkpoint failed. On a full disk even this may
+    fail: an empty marker (no data blocks) still says that it did."""
+    text = f"{type(exc).__name__}: {exc}"[:500].encode()
+    path = os.path.join(directory, CHECKPOINT_FAILED_MARKER)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return
+    try:
+        os.write(fd, text)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _read_manifest(directory: str) -> dict[str, Any] | None:
@@ -127,12 +150,20 @@ def _read_manifest(directory: str) -> dict[str, Any] | None:
 
 
 def _atomic_write(path: str, data: bytes) -> None:
+    """Write-then-rename; a failed write (a full disk) leaves the old file and no temp file."""
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def restore(shell: Any, path: str | None, imports: list[str], defs: list[str]) -> dict[str, Any]:

@@ -1,0 +1,129 @@
+"""Widget round trip of the sandboxed kernel against stock ipykernel, in one run.
+
+    .venv/bin/python bench/widget_roundtrip.py [--moves 60]
+
+What a user feels when dragging a slider: the frontend sends the new value
+(comm_msg ``update``), the kernel runs the slider's observer, and the
+observer's print reaches iopub. Measured through jupyter_client, from the
+send to the printed value (and to the kernel's idle). Also the same with
+pandas and matplotlib imported and 200 MB of arrays in the namespace (the
+sandbox forks per message: is that felt?). Ratios are sandbox / ipykernel.
+Nothing is asserted: the figures go into the issue notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import KernelManager
+
+SETUP = (
+    "import ipywidgets as w\n"
+    "s = w.IntSlider(max=10**9)\n"
+    "s.observe(lambda ch: print('v', ch['new']), 'value')\n"
+    "print('id', s.comm.comm_id)"
+)
+
+
+def _drain(kc: Any) -> None:
+    while True:
+        try:
+            kc.get_iopub_msg(timeout=0.01)
+        except Exception:
+            return
+
+
+def run_cell(kc: Any, code: str) -> str:
+    msg_id = kc.execute(code)
+    text = ""
+    while True:
+        msg = kc.get_iopub_msg(timeout=120)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            text += msg["content"]["text"]
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            return text
+
+
+def move(kc: Any, comm_id: str, value: int) -> tuple[float, float]:
+    """Seconds from sending a slider change to its observer's print, and to idle."""
+    msg = kc.session.msg("comm_msg", {"comm_id": comm_id, "data": {"method": "update", "state": {"value": value}}})
+    started = time.perf_counter()
+    kc.shell_channel.send(msg)
+    printed = None
+    while True:
+        reply = kc.get_iopub_msg(timeout=60)
+        if reply["parent_header"].get("msg_id") != msg["header"]["msg_id"]:
+            continue
+        if reply["msg_type"] == "stream" and reply["content"]["text"] == f"v {value}\n":
+            printed = time.perf_counter() - started
+        if reply["msg_type"] == "status" and reply["content"]["execution_state"] == "idle":
+            if printed is None:
+                raise RuntimeError("the observer's print never came")
+            return printed, time.perf_counter() - started
+
+
+def measure(kernel_name: str, moves: int, workdir: Path) -> dict[str, float]:
+    km = KernelManager(kernel_name=kernel_name)
+    km.start_kernel(cwd=str(workdir))
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=120)
+    try:
+        out = run_cell(kc, SETUP)
+        comm_id = out.split("id ", 1)[1].split()[0]
+        _drain(kc)
+        for i in range(5):  # warm up
+            move(kc, comm_id, i + 1)
+        light = [move(kc, comm_id, 100 + i) for i in range(moves)]
+        run_cell(
+            kc,
+            "import pandas as pd, numpy as np, matplotlib.pyplot as plt\n"
+            "arrays = [np.ones(12_500_000) for _ in range(2)]  # 200 MB",
+        )
+        _drain(kc)
+        for i in range(3):
+            move(kc, comm_id, 1000 + i)
+        heavy = [move(kc, comm_id, 2000 + i) for i in range(moves)]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)
+    return {
+        "to_print_s": statistics.median(p for p, _ in light),
+        "to_idle_s": statistics.median(i for _, i in light),
+        "to_print_p90_s": sorted(p for p, _ in light)[int(0.9 * len(light))],
+        "loaded_to_print_s": statistics.median(p for p, _ in heavy),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--moves", type=int, default=60)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "widget_roundtrip.json")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        stock = measure("python3", args.moves, work)
+        sandbox = measure("sandbox-python", args.moves, work)
+    result = {
+        "moves": args.moves,
+        "ipykernel": stock,
+        "sandbox": sandbox,
+        "ratio": {k: round(sandbox[k] / stock[k], 2) for k in stock},
+    }
+    print(f"{'':28}{'ipykernel':>12}{'sandbox':>12}{'ratio':>8}")
+    for key in stock:
+        print(f"{key:28}{stock[key] * 1000:10.2f}ms{sandbox[key] * 1000:10.2f}ms{result['ratio'][key]:8.2f}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

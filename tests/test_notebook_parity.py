@@ -4,7 +4,8 @@ kernel, through nbclient, give the same output structure in every code cell
 
 The notebooks are the kind public notebooks are made of: a pandas tour, a
 matplotlib page (``%matplotlib inline`` first), rich display and magics,
-widgets and progress bars (and the widget models nbclient saves), and errors. Differences that are on purpose are listed in
+widgets and progress bars (and the widget models nbclient saves), and errors.
+Differences that are on purpose are listed in
 ``KNOWN_DIFFERENCES`` (and the README); today there are none.
 """
 

@@ -170,6 +170,23 @@ class ZMQInteractiveShell(InteractiveShell):
 SandboxShell = ZMQInteractiveShell
 
 
+class _KernelModuleFirst:
+    """Loads ipykernel's shell module just before a library that decides by
+    its presence (``'ipykernel.zmqshell' in sys.modules``: tqdm.auto) is
+    imported. Loading it up front would cost every sandbox's start about
+    60 ms; most sessions never import these."""
+
+    WATCHED = frozenset({"tqdm.autonotebook", "tqdm.auto"})
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name in self.WATCHED and "ipykernel.zmqshell" not in sys.modules:
+            try:
+                import ipykernel.zmqshell  # noqa: F401
+            except ImportError:  # an image without ipykernel: plain progress bars there
+                pass
+        return None  # the normal finders import the module itself
+
+
 def make_shell(channel: Channel) -> ZMQInteractiveShell:
     """Create the one shell of this worker: no history file, no profile dir on disk
     outside the sandbox's private /tmp."""
@@ -182,10 +199,7 @@ def make_shell(channel: Channel) -> ZMQInteractiveShell:
     # Libraries choose their notebook face by what ipykernel leaves behind: this
     # config section, and ipykernel's shell module being loaded (tqdm.auto).
     config.IPKernelApp = Config()
-    try:
-        import ipykernel.zmqshell  # noqa: F401  (about 60 ms, once per sandbox, before the fork)
-    except ImportError:  # a Docker image without ipykernel: plain progress bars there
-        pass
+    sys.meta_path.insert(0, _KernelModuleFirst())
     ChannelDisplayPublisher.channel = channel
     ChannelDisplayHook.channel = channel
     ZMQInteractiveShell.channel = channel

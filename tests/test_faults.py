@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from kernel_helpers import IN_CI, SandboxKernelHandle, require_bwrap, status_of
 
@@ -54,6 +55,15 @@ def kernel_on(tmp_path: Path, data_dir: Path, *args: str) -> SandboxKernelHandle
     )
 
 
+def shut_down_cleanly(k: SandboxKernelHandle) -> None:
+    """Shut the kernel down; every process it started must be gone."""
+    started = k.descendants()
+    assert started, "the kernel had no sandbox processes to check"
+    k.shutdown()
+    _, alive = psutil.wait_procs(started, timeout=15)
+    assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+
+
 def test_state_disk_full_the_kernel_goes_on_and_says_what_a_loss_would_cost(tmp_path: Path, small_disk: Path) -> None:
     k = kernel_on(tmp_path, small_disk)
     try:
@@ -74,8 +84,10 @@ def test_state_disk_full_the_kernel_goes_on_and_says_what_a_loss_would_cost(tmp_
         assert "checkpoint taken after cell [1]" in run.stderr
         leftovers = [p.name for p in small_disk.rglob("*") if ".tmp-" in p.name]
         assert leftovers == []  # failed writes leave no partial files filling the disk
+        shut_down_cleanly(k)
     finally:
-        k.shutdown()
+        if k.km.has_kernel:
+            k.shutdown()
 
 
 def test_privacy_store_read_only_fails_closed(tmp_path: Path, small_disk: Path) -> None:
@@ -92,5 +104,7 @@ def test_privacy_store_read_only_fails_closed(tmp_path: Path, small_disk: Path) 
         assert k.run(IFACES).stdout == "['lo']\n"  # not written, yet in force: the network is gone
         assert status_of(k)["level"] == "CONFIDENTIAL"
         assert k.run("print('still serving')").stdout == "still serving\n"
+        shut_down_cleanly(k)
     finally:
-        k.shutdown()
+        if k.km.has_kernel:
+            k.shutdown()

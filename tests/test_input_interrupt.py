@@ -49,3 +49,19 @@ def test_interrupting_getpass_too(fresh_kernel: SandboxKernelHandle) -> None:
     k.km.interrupt_kernel()
     assert reply_to(k, msg_id, 60)["ename"] == "KeyboardInterrupt"
     assert k.run("1 + 1").result["text/plain"] == "2"
+
+
+def test_client_gone_during_a_prompt_another_client_interrupts(fresh_kernel: SandboxKernelHandle) -> None:
+    """The client that opened the prompt disconnects and never answers: a new
+    client (a reloaded page) interrupts, and the kernel serves it with the state kept."""
+    k = fresh_kernel
+    assert k.run("kept = 'earlier'").status == "ok"
+    k.kc.execute("name = input('who? ')", allow_stdin=True, stop_on_error=False)
+    _wait_for_input_request(k)
+    k.kc.stop_channels()  # gone, without a reply
+    k.kc = k.km.client()
+    k.kc.start_channels()
+    k.km.interrupt_kernel()
+    k.kc.wait_for_ready(timeout=60)  # answered once the interrupted cell is over; iopub is joined by then
+    run = k.run("print(kept, 'name' in globals())")
+    assert run.stdout.split() == ["earlier", "False"], (run.stdout, run.stderr, run.reply)

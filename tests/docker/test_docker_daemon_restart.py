@@ -1,7 +1,9 @@
 """The Docker daemon restarted under a running kernel (issue 17's fault list).
 
-The test starts a daemon of its own (its own socket, data and exec roots and
-pid file, no bridge, no iptables rules), so stopping it touches nothing else;
+The test starts a daemon of its own (its own socket, data and exec roots, pid
+file and bridge interface, no iptables rules), so stopping it touches nothing
+else (``--bridge=none`` would not do: dockerd then deletes ``docker0``, the
+other daemon's bridge);
 it is stopped by the pid it was started with. The kernel's container dies with
 the daemon; the next cell gets a new container and the state from the last
 checkpoint, saying so, and no container is left behind.
@@ -36,6 +38,9 @@ class OwnDaemon:
         self.socket = f"unix://{self.root}/d.sock"
         self.pidfile = self.root / "dockerd.pid"
         self.pid: int | None = None
+        self.bridge = f"skd{os.getpid() % 100000}"
+        subprocess.run(["ip", "link", "add", "name", self.bridge, "type", "bridge"], check=True)
+        subprocess.run(["ip", "addr", "add", "10.213.117.1/24", "dev", self.bridge], check=True)
 
     def start(self) -> None:
         env = {
@@ -45,7 +50,7 @@ class OwnDaemon:
             "SANDBOX_DOCKERD_LOG": str(self.root / "dockerd.log"),
             "SANDBOX_DOCKERD_ARGS": (
                 f"--data-root {self.root}/data --exec-root {self.root}/x --pidfile {self.root}/docker.pid "
-                "--bridge=none --iptables=false --ip6tables=false"
+                f"--bridge={self.bridge} --iptables=false --ip6tables=false --ip-masq=false"
             ),
         }
         proc = subprocess.run(
@@ -86,6 +91,7 @@ class OwnDaemon:
         for mount in sorted(mounts, key=len, reverse=True):
             subprocess.run(["umount", "-l", mount], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+        subprocess.run(["ip", "link", "del", self.bridge], check=False)
 
 
 @pytest.fixture
@@ -94,12 +100,14 @@ def own_daemon() -> Iterator[OwnDaemon]:
         if IN_CI:
             pytest.fail("restarting a Docker daemon of the test's own needs root and dockerd")
         pytest.skip("needs root and dockerd")
+    bridges = sorted(os.listdir("/sys/class/net"))
     daemon = OwnDaemon()
     try:
         daemon.start()
         yield daemon
     finally:
         daemon.remove()
+    assert sorted(os.listdir("/sys/class/net")) == bridges  # the other daemon's docker0 is still there
 
 
 def test_daemon_restart_mid_session_resumes_from_the_checkpoint(own_daemon: OwnDaemon, tmp_path: Path) -> None:

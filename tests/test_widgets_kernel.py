@@ -275,3 +275,24 @@ def test_links_are_defanged_once_private(tmp_path: Path) -> None:
         assert "evil.example" in text and "https://evil" not in text
     finally:
         handle.shutdown()
+
+
+def test_forged_comm_frames_are_refused(kernel: SandboxKernelHandle) -> None:
+    """A cell writing comm frames to the channel itself, malformed on purpose."""
+    run = kernel.run(
+        "import sys\n"
+        "ch = sys.modules['sandbox_kernel_worker.comms']._channel\n"
+        "def forge(kind, content, buffers):\n"
+        "    ch.send({'type': 'comm', 'msg_type': kind, 'content': content, 'metadata': {}, 'buffers': buffers})\n"
+        "opening = {'comm_id': 'abc', 'target_name': 'jupyter.widget', 'data': {'state': {}}}\n"
+        "forge('comm_open', opening, 'zz')\n"
+        "forge('comm_open', opening, ['!!not base64'])\n"
+        "forge('execute_request', {}, [])\n"
+        "forge('comm_open', 'x', [])\n"
+        "print('sent')"
+    )
+    assert run.status == "ok" and "sent" in run.stdout
+    assert run.of("comm_open") == []
+    for problem in ("buffers must be a list of base64 strings", "unknown comm message kind", "must be objects"):
+        assert problem in run.stderr, (problem, run.stderr)
+    assert kernel.run("print('serving')").stdout == "serving\n"

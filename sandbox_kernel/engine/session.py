@@ -1063,13 +1063,15 @@ class Session:
     ) -> None:
         """A widget comm message from the sandbox: charged to the request's
         output budget, checked by the widget policy, then published."""
-        raw = msg.get("buffers")
+        raw = msg.get("buffers", [])
+        buffers: list[bytes] = []
+        problem = None
         try:
-            buffers = [base64.b64decode(b, validate=True) for b in raw] if isinstance(raw, list) else []
+            if not isinstance(raw, list):
+                raise TypeError
+            buffers = [base64.b64decode(b, validate=True) for b in raw]
         except (TypeError, ValueError):
-            buffers = []
-            raw = None
-        problem = None if raw is None or isinstance(raw, list) else "buffers must be a list of base64 strings"
+            problem = "buffers must be a list of base64 strings"
         if not limiter.admit_size(message_size(msg.get("content"), buffers)):
             return
         try:

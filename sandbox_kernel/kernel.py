@@ -485,7 +485,7 @@ class SandboxKernel(Kernel, EngineSettings):
             metadata = msg.get("metadata")
             await self.engine.comm(
                 msg_type,
-                dict(content),  # type: ignore[arg-type]  # checked by from_frontend
+                dict(content),  # type: ignore[arg-type]  # a mapping: checked by for_sandbox
                 emit=lambda kind, c: self._publish(kind, c, parent),
                 metadata=metadata if isinstance(metadata, dict) else {},
                 buffers=buffers,

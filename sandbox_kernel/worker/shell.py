@@ -104,6 +104,9 @@ class ZMQInteractiveShell(InteractiveShell):
     """
 
     displayhook_class = ChannelDisplayHook
+    #: there is no kernel object in the sandbox: libraries that find this class
+    #: name and then look for ``get_ipython().kernel`` see None, not an AttributeError
+    kernel: Any = None
     #: the last error of the running cell (the worker reports it in the cell's reply)
     _last_error: dict[str, Any] | None = None
     display_pub_class = ChannelDisplayPublisher

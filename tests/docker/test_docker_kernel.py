@@ -433,3 +433,35 @@ def test_restart_keeps_the_docker_session(docker_client: Any, test_image: str, t
         assert wait_for(lambda: not containers_of(k.client, old_pid), 30), containers_of(k.client, old_pid)
     finally:
         k.shutdown()
+
+
+def test_widgets_work_in_a_container(dk: DockerKernel) -> None:
+    """The same widget path as bwrap: a slider's change from the frontend runs
+    its observer in the container, and a widget from elsewhere is refused."""
+    run = dk.run(
+        "import ipywidgets as w\ns = w.IntSlider(value=2)\ns.observe(lambda ch: print('now', ch['new']), 'value')\ns"
+    )
+    assert run.status == "ok", (run.reply, run.stderr)
+    slider = [c for c in run.of("comm_open") if c["data"]["state"].get("_model_name") == "IntSliderModel"]
+    assert slider and run.result is not None and "application/vnd.jupyter.widget-view+json" in run.result
+    kc = dk.handle.kc
+    msg = kc.session.msg(
+        "comm_msg", {"comm_id": slider[0]["comm_id"], "data": {"method": "update", "state": {"value": 5}}}
+    )
+    kc.shell_channel.send(msg)
+    printed = ""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and "now 5" not in printed:
+        try:
+            reply = kc.get_iopub_msg(timeout=1)
+        except Exception:
+            continue
+        if reply["parent_header"].get("msg_id") == msg["header"]["msg_id"] and reply["msg_type"] == "stream":
+            printed += reply["content"]["text"]
+    assert printed == "now 5\n"
+    assert dk.run("print(s.value)").stdout == "5\n"
+    evil = dk.run(
+        "import traitlets as t\nclass E(w.DOMWidget):\n    _view_module = t.Unicode('evil').tag(sync=True)\nE()"
+    )
+    assert "is not installed in this Jupyter server" in evil.stderr
+    assert [c for c in evil.of("comm_open") if "evil" in str(c)] == []  # its Layout (a standard model) is fine

@@ -30,6 +30,7 @@ from ..outputs import OutputLimiter, sanitize_bundle
 from ..outputs.links import defang_text
 from ..outputs.widgets import WIDGET_VIEW_MIME, WidgetComms, WidgetRefused, message_size
 from ..privacy.enforcement import EnforcementRecord
+from ..privacy.modes import NetworkMode
 from ..sandbox import BindMount, Sandbox, SandboxResult, SandboxSpec, get_sandbox
 from ..worker import proxy_forward
 from ..worker.protocol import CHECKPOINT_FAILED_MARKER, Msg, Op
@@ -526,7 +527,12 @@ class Session:
             if emit is not None:
                 emit("stream", {"name": "stderr", "text": notice})
             return
-        if self.sandbox_has_network and not self.network_allowed:
+        # The level as read at most 50 ms ago: a rise by another process is
+        # acted on by the poll (a fresh read) within its interval either way,
+        # and its raiser's wait=True returns only after that cut.
+        recent = self.ratchet.recent_state() if self.ratchet is not None else None
+        allowed = recent is not None and recent.network_mode == NetworkMode.FULL
+        if self.sandbox_has_network and not allowed:
             await self._replace(reason, emit)
             cause = self.ratchet.notice() if self.ratchet is not None else SYSTEM_NOTICE
             notice = (

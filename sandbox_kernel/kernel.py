@@ -35,7 +35,7 @@ from .language import language_info
 from .outputs.links import defang_text
 from .outputs.replies import clean_completion_metadata, clean_payloads, clean_user_expressions, plain_text
 from .outputs.widgets import WidgetRefused, installed_widget_modules
-from .privacy import PrivacyStore, default_user_id, session_id_for_notebook, validate_id
+from .privacy import default_user_id, session_id_for_notebook, validate_id
 from .privacy.store import default_data_dir
 from .sandbox import get_sandbox
 from .status_comm import StatusComm
@@ -123,7 +123,7 @@ class SandboxKernel(Kernel, EngineSettings):
         for msg_type in ("comm_open", "comm_msg", "comm_close"):
             self.shell_handlers[msg_type] = self._comm_handler(msg_type)
         sandbox = get_sandbox(self.backend, parent=self)
-        store = PrivacyStore(Path(self.privacy_dir)) if self.privacy_dir else self.privacy_store()
+        store = self.privacy_store(Path(self.privacy_dir) if self.privacy_dir else None)
         workspace = Path(self.workspace or Path.cwd())
         self.ratchet = Ratchet(self._user_id(), self._session_id(), store, self.private_datasets, workspace=workspace)
         # the egress log is kept with the session's records, where no sandbox can write

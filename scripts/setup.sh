@@ -26,6 +26,11 @@ need_pkg() {  # need_pkg COMMAND PACKAGE
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
 }
 
+need_file() {  # need_file GLOB PACKAGE: for packages whose programs are not on PATH
+    compgen -G "$1" >/dev/null && return 0
+    need_pkg "__missing_$2" "$2"
+}
+
 need_pkg bwrap bubblewrap
 need_pkg pasta passt
 need_pkg node nodejs
@@ -33,6 +38,7 @@ need_pkg npm npm
 if [ "$want_test" = 1 ]; then
     need_pkg chromium chromium
     need_pkg dockerd docker.io
+    need_file "/usr/lib/postgresql/*/bin/initdb" postgresql  # the shared ratchet store's tests
 fi
 
 python=${PYTHON:-python3}

@@ -76,6 +76,13 @@ class EngineSettings(LimitTraits):
         "the agent tools' notebooks and workspaces (a relative path is taken from the current directory). "
         "Empty (the default): $SANDBOX_KERNEL_DATA_DIR, else <jupyter data dir>/sandbox_kernel.",
     ).tag(config=True)
+    shared_store_url = Unicode(
+        "",
+        help="A postgresql:// URL: the ratchet's levels are also kept there, so kernels and agent tools on "
+        "other hosts serving the same session share them (the file store under data_dir stays in use on "
+        "each host). An unreachable database makes sessions SECRET (no network), never public. Needs "
+        "'sandbox_kernel[postgresql]'.",
+    ).tag(config=True)
     user_id = Unicode(
         "",
         help="User id of the private-data ratchet. Empty (the default): the OS user name (the MCP server "
@@ -204,10 +211,17 @@ class EngineSettings(LimitTraits):
         """``data_dir`` as a path; None: the default, read from the environment when used."""
         return Path(self.data_dir) if self.data_dir else None
 
-    def privacy_store(self) -> PrivacyStore:
-        """The ratchet's store under the data dir."""
-        root = self.data_root()
-        return PrivacyStore(root / "privacy") if root is not None else default_store()
+    def privacy_store(self, root: Path | None = None) -> PrivacyStore:
+        """The ratchet's store: under the data dir (or ``root``), and shared
+        through PostgreSQL when ``shared_store_url`` is set."""
+        if root is None:
+            data = self.data_root()
+            root = data / "privacy" if data is not None else default_store().root
+        if not self.shared_store_url:
+            return PrivacyStore(root)
+        from ..privacy.postgres import open_store
+
+        return open_store(root, self.shared_store_url)
 
     def egress_policy(self) -> EgressPolicy:
         """The PROXIED mode's rules (a bad pattern raises ValueError naming it)."""

@@ -312,6 +312,7 @@ class MCPServerApp(Application, EngineSettings):
             interrupt_grace=self.interrupt_grace,
             sandbox_uid=None if self.sandbox_uid < 0 else self.sandbox_uid,
             private_datasets={name: dict(spec) for name, spec in self.private_datasets.items()},
+            shared_store_url=self.shared_store_url,
             docker_read_only_mounts=dict(self.docker_read_only_mounts),
             docker_config=docker_config,
             docker_persistent=self.docker_persistent,

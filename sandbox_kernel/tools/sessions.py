@@ -100,8 +100,18 @@ class ToolsConfig:
     #: cuts the network of idle sandboxes and shell containers within this time
     privacy_poll_interval: float = 0.25
 
+    #: a postgresql:// URL: the sessions' levels are shared with kernels and
+    #: tools on other hosts (privacy/postgres.py); empty: this host's files only
+    shared_store_url: str = ""
+
     def root(self) -> Path:
         return Path(self.data_dir) if self.data_dir is not None else data_dir()
+
+    def privacy_store(self) -> PrivacyStore:
+        """The ratchet's store of these sessions (one per process and URL: its connection is reused)."""
+        from ..privacy.postgres import open_store
+
+        return open_store(self.root() / "privacy", self.shared_store_url)
 
 
 class ToolSession:
@@ -119,7 +129,7 @@ class ToolSession:
             registry.docker_manager().prepare_workspace(user_id, session_id)
         self.dir = session_dir(user_id, session_id, root)
         self.state_dir = self.dir / "state"
-        self.store = PrivacyStore(root / "privacy")
+        self.store = self.config.privacy_store()
         self.notebook = Notebook.load(user_id, session_id, self.dir / NOTEBOOK_FILE, self.config.max_cells)
         self.ratchet = Ratchet(user_id, session_id, self.store, self.config.private_datasets, workspace=self.workspace)
         self.engine: Session | None = None
@@ -322,7 +332,7 @@ class SessionRegistry:
                 shell.session_id,
                 workspace=workspace_dir(shell.user_id, shell.session_id, self.config.root()),
             )
-            level = Ratchet(shell.user_id, shell.session_id, PrivacyStore(store_root)).state.sensitivity
+            level = Ratchet(shell.user_id, shell.session_id, self.config.privacy_store()).state.sensitivity
             record.report(level, docker_network(shell.network_mode) != "none")
             live[key] = record
         for key, record in self._shell_records.items():
@@ -344,7 +354,7 @@ class SessionRegistry:
                     Ratchet(
                         u,
                         s,
-                        PrivacyStore(self.config.root() / "privacy"),
+                        self.config.privacy_store(),
                         workspace=workspace_dir(u, s, self.config.root()),
                     ).state.network_mode
                 ),

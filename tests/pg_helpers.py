@@ -1,0 +1,66 @@
+"""A real PostgreSQL server for the shared-store tests, from Debian's package.
+
+Started in a temporary directory by ``initdb`` and ``pg_ctl`` (as ``nobody``
+when the tests run as root: the server refuses root), listening only on a
+unix socket in that directory; stopped by ``pg_ctl`` and removed at the end.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def _bin(name: str) -> str | None:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return found[-1] if found else shutil.which(name)
+
+
+class PostgresServer:
+    def __init__(self) -> None:
+        initdb, pg_ctl = _bin("initdb"), _bin("pg_ctl")
+        if initdb is None or pg_ctl is None:
+            message = "PostgreSQL is not installed (Debian: apt-get install postgresql)"
+            if IN_CI:
+                pytest.fail(message)
+            pytest.skip(message)
+        self.pg_ctl = pg_ctl
+        self.root = Path(tempfile.mkdtemp(prefix="skpg-", dir="/tmp"))  # short: the socket path is limited
+        self.data = self.root / "data"
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:
+            os.chown(self.root, 65534, 65534)
+            self.as_user = ["runuser", "-u", "nobody", "--"]
+        self._run([initdb, "-D", str(self.data), "-A", "trust", "-U", "sk", "--no-sync", "-E", "UTF8"])
+        self.start()
+
+    def _run(self, argv: list[str]) -> None:
+        proc = subprocess.run([*self.as_user, *argv], capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{argv[0]} failed: {proc.stdout[-1000:]}{proc.stderr[-1000:]}")
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://sk@/postgres?host={self.root}"
+
+    def start(self) -> None:
+        options = f"-k {self.root} -c listen_addresses='' -c fsync=off"
+        self._run([self.pg_ctl, "-D", str(self.data), "-o", options, "-l", str(self.root / "log"), "-w", "start"])
+
+    def stop(self) -> None:
+        self._run([self.pg_ctl, "-D", str(self.data), "-m", "fast", "-w", "stop"])
+
+    def remove(self) -> None:
+        try:
+            self.stop()
+        except RuntimeError:
+            pass  # already stopped
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,196 @@
+"""The ratchet shared through PostgreSQL (issue 14, part 1), against a real server.
+
+Two stores with different local roots stand for two hosts. The database keeps
+the ratchet by itself (lowering, renaming, deleting and truncating are refused
+by its triggers, whoever connects); concurrent writers lose nothing; a database
+that goes away makes sessions SECRET, and they stay so when it comes back.
+Kernels on two "hosts" (separate data dirs) share one session's level.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kernel_helpers import SandboxKernelHandle, require_bwrap, status_of
+from pg_helpers import PostgresServer
+
+psycopg = pytest.importorskip("psycopg")
+
+from sandbox_kernel.privacy import PrivateData, Sensitivity  # noqa: E402
+from sandbox_kernel.privacy.postgres import PostgresPrivacyStore, redact  # noqa: E402
+
+IFACES = "import socket; print([n for _, n in socket.if_nameindex()])"
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PostgresServer]:
+    server = PostgresServer()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+def store(tmp_path: Path, name: str, url: str) -> PostgresPrivacyStore:
+    s = PostgresPrivacyStore(tmp_path / name, url)
+    s.create_schema()
+    return s
+
+
+def test_a_rise_on_one_host_is_seen_on_another(pg: PostgresServer, tmp_path: Path) -> None:
+    a, b = store(tmp_path, "host-a", pg.url), store(tmp_path, "host-b", pg.url)
+    PrivateData("ann", "nb1", a).add_private_dataset("payroll", "SECRET")
+    seen = PrivateData("ann", "nb1", b)
+    assert seen.sensitivity == Sensitivity.SECRET and [d.name for d in seen.datasets] == ["payroll"]
+    assert PrivateData("ann", "other", b).sensitivity == Sensitivity.PUBLIC  # sessions stay apart
+    PrivateData("ann", "nb1", b).add_private_dataset("payroll", "INTERNAL")  # lower: the higher level stays
+    assert PrivateData("ann", "nb1", a).sensitivity == Sensitivity.SECRET
+    PrivateData("ann", "nb1", b).mark_private("SECRET", reason="by hand")
+    assert PrivateData("ann", "nb1", a).state.mark is not None
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE sandbox_kernel_datasets SET level = 1",
+        "UPDATE sandbox_kernel_datasets SET name = 'renamed'",
+        "UPDATE sandbox_kernel_datasets SET session_id = 'elsewhere'",
+        "DELETE FROM sandbox_kernel_datasets",
+        "TRUNCATE sandbox_kernel_datasets",
+        "UPDATE sandbox_kernel_marks SET level = 1",
+        "DELETE FROM sandbox_kernel_marks",
+        "TRUNCATE sandbox_kernel_marks",
+    ],
+)
+def test_the_database_refuses_to_lower(pg: PostgresServer, tmp_path: Path, statement: str) -> None:
+    s = store(tmp_path, "host", pg.url)
+    PrivateData("bob", "nb-sql", s).add_private_dataset("rows", "CONFIDENTIAL")
+    PrivateData("bob", "nb-sql", s).mark_private("CONFIDENTIAL", reason="r")
+    with (
+        psycopg.connect(pg.url, autocommit=True) as conn,
+        pytest.raises(psycopg.errors.RaiseException, match="never goes down"),
+    ):
+        conn.execute(statement)
+    assert PrivateData("bob", "nb-sql", store(tmp_path, "other-host", pg.url)).sensitivity == Sensitivity.CONFIDENTIAL
+
+
+def _writer(url: str, root: str, worker: int) -> None:
+    s = PostgresPrivacyStore(root, url)
+    for i in range(25):
+        PrivateData("carl", "busy", s).add_private_dataset(f"w{worker}-{i}", "INTERNAL")
+
+
+def test_concurrent_writers_on_several_hosts_lose_nothing(pg: PostgresServer, tmp_path: Path) -> None:
+    store(tmp_path, "prep", pg.url)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(pg.url, str(tmp_path / f"h{n}"), n)) for n in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    names = {d.name for d in PrivateData("carl", "busy", store(tmp_path, "reader", pg.url)).datasets}
+    assert len(names) == 100
+
+
+def test_database_gone_fails_closed_and_stays_closed(tmp_path: Path) -> None:
+    server = PostgresServer()
+    try:
+        s = store(tmp_path, "host", server.url)
+        assert PrivateData("dan", "nb-down", s).sensitivity == Sensitivity.PUBLIC
+        server.stop()
+        state = PrivateData("dan", "nb-down", s).state
+        assert state.sensitivity == Sensitivity.SECRET
+        assert state.error is not None and "shared ratchet store" in state.error and server.root.name in state.error
+        server.start()
+        assert PrivateData("dan", "nb-down", s).sensitivity == Sensitivity.SECRET  # not lowered when it is back
+    finally:
+        server.remove()
+
+
+def test_bad_urls_and_passwords() -> None:
+    with pytest.raises(ValueError, match="postgresql:// URL"):
+        PostgresPrivacyStore("/tmp/x", "mysql://u:pw@h/db")
+    assert redact("postgresql://u:s3cret@db.example/x") == "postgresql://u:***@db.example/x"
+    assert "s3cret" not in repr(PostgresPrivacyStore("/tmp/x", "postgresql://u:s3cret@h/db"))
+
+
+# ---- kernels on two hosts ------------------------------------------------------------------
+def kernel(tmp_path: Path, host: str, url: str, session: str) -> SandboxKernelHandle:
+    require_bwrap()
+    root = tmp_path / host
+    (root / "ws").mkdir(parents=True)
+    (root / "tmp").mkdir()
+    return SandboxKernelHandle(
+        root / "ws",
+        root / "tmp",
+        extra_args=[
+            "--SandboxKernel.backend=bwrap",
+            "--SandboxKernel.network=full",
+            f"--SandboxKernel.shared_store_url={url}",
+            f"--SandboxKernel.session_id={session}",
+            "--SandboxKernel.user_id=erin",
+        ],
+        env={"SANDBOX_KERNEL_DATA_DIR": str(root / "data")},
+    )
+
+
+def test_two_kernels_on_two_hosts_share_the_sessions_level(pg: PostgresServer, tmp_path: Path) -> None:
+    a = kernel(tmp_path, "host-a", pg.url, "shared-nb")
+    b = kernel(tmp_path, "host-b", pg.url, "shared-nb")
+    try:
+        assert b.run(IFACES).stdout != "['lo']\n"  # public: an interface besides lo
+        assert a.run("%private payroll SECRET").status in ("ok", "error")
+        deadline = time.monotonic() + 20
+        while status_of(b)["level"] != "SECRET" and time.monotonic() < deadline:
+            time.sleep(0.25)
+        assert status_of(b)["level"] == "SECRET"
+        assert b.run(IFACES).stdout == "['lo']\n"  # the other host's sandbox lost its network
+    finally:
+        a.shutdown()
+        b.shutdown()
+
+
+def test_kernel_with_its_database_gone_loses_the_network(tmp_path: Path) -> None:
+    server = PostgresServer()
+    k = kernel(tmp_path, "host", server.url, "nb-db-down")
+    try:
+        assert k.run(IFACES).stdout != "['lo']\n"
+        server.stop()
+        deadline = time.monotonic() + 20
+        while status_of(k)["level"] != "SECRET" and time.monotonic() < deadline:
+            time.sleep(0.25)
+        state = status_of(k)
+        assert state["level"] == "SECRET" and "shared ratchet store" in (state.get("error") or "")
+        assert k.run(IFACES).stdout == "['lo']\n"
+    finally:
+        k.shutdown()
+        server.remove()
+
+
+def test_agent_tools_share_the_level_with_another_host(pg: PostgresServer, tmp_path: Path) -> None:
+    """An agent session (the MCP server's engine) on one host, a rise on another."""
+    import asyncio
+
+    from sandbox_kernel.tools import SessionRegistry, ToolsConfig, repl_execute_cell
+
+    require_bwrap()
+
+    async def scenario() -> str:
+        config = ToolsConfig(backend="bwrap", network="user", data_dir=tmp_path / "tools-host", shared_store_url=pg.url)
+        reg = SessionRegistry(config)
+        try:
+            kw = {"user_id": "fay", "session_id": "agent-1", "registry": reg}
+            before = (await repl_execute_cell(IFACES, **kw)).text
+            assert "'lo'" in before and "['lo']" not in before, before
+            PrivateData("fay", "agent-1", store(tmp_path, "kernel-host", pg.url)).add_private_dataset("crm", "SECRET")
+            return (await repl_execute_cell(IFACES, **kw)).text
+        finally:
+            await reg.aclose()
+
+    after = asyncio.run(scenario())
+    assert "['lo']" in after and "Network access has been restricted" in after, after

@@ -243,6 +243,17 @@ class SandboxKernel(Kernel, EngineSettings):
         self.status_comm = StatusComm(self.comm_manager, self, loop=cast(Any, self.io_loop).asyncio_loop)
         self._privacy_poll = PeriodicCallback(self._poll_privacy, self.privacy_poll_interval * 1000)
         self._privacy_poll.start()
+        self._stop_listening: Any = None
+        store = self.ratchet.data.store
+        if hasattr(store, "listen"):  # the shared store: a rise on another host is acted on at once
+            me = (self.ratchet.user_id, self.ratchet.session_id)
+            loop = self.io_loop
+
+            def on_rise(user: str, session: str) -> None:
+                if (user, session) == me:
+                    loop.add_callback(self._poll_privacy)  # thread-safe
+
+            self._stop_listening = store.listen(on_rise)
         try:
             signal.signal(signal.SIGINT, self._on_sigint)
         except ValueError:  # not the main thread (embedded use)
@@ -657,6 +668,8 @@ class SandboxKernel(Kernel, EngineSettings):
     async def do_shutdown(self, restart: Any) -> dict[str, Any]:
         if getattr(self, "_privacy_poll", None) is not None:
             self._privacy_poll.stop()
+        if getattr(self, "_stop_listening", None) is not None:
+            self._stop_listening()
         # The status comm is left open on purpose: a comm_close from the kernel
         # tells the widget not to re-open it, but after a restart it must.
         if self._loop is not None and self._loop is not asyncio.get_running_loop():

@@ -120,7 +120,7 @@ def test_bad_urls_and_passwords() -> None:
 
 
 # ---- kernels on two hosts ------------------------------------------------------------------
-def kernel(tmp_path: Path, host: str, url: str, session: str) -> SandboxKernelHandle:
+def kernel(tmp_path: Path, host: str, url: str, session: str, *extra: str) -> SandboxKernelHandle:
     require_bwrap()
     root = tmp_path / host
     (root / "ws").mkdir(parents=True)
@@ -134,6 +134,7 @@ def kernel(tmp_path: Path, host: str, url: str, session: str) -> SandboxKernelHa
             f"--SandboxKernel.shared_store_url={url}",
             f"--SandboxKernel.session_id={session}",
             "--SandboxKernel.user_id=erin",
+            *extra,
         ],
         env={"SANDBOX_KERNEL_DATA_DIR": str(root / "data")},
     )
@@ -153,6 +154,32 @@ def test_two_kernels_on_two_hosts_share_the_sessions_level(pg: PostgresServer, t
     finally:
         a.shutdown()
         b.shutdown()
+
+
+def test_a_rise_on_another_host_is_acted_on_before_the_next_poll(pg: PostgresServer, tmp_path: Path) -> None:
+    """LISTEN/NOTIFY: with the poll every 60 s, the cut comes from the notification."""
+    k = kernel(tmp_path, "host-b", pg.url, "nb-notify", "--SandboxKernel.privacy_poll_interval=60")
+    try:
+        assert k.run("x = 1").status == "ok"
+        watch = k.kc.execute(
+            "import socket, time\nend = time.monotonic() + 30\n"
+            "while len(socket.if_nameindex()) > 1 and time.monotonic() < end: time.sleep(0.01)\n"
+            "print('cut' if len(socket.if_nameindex()) == 1 else 'still connected')"
+        )
+        time.sleep(1)
+        PrivateData("erin", "nb-notify", store(tmp_path, "host-a", pg.url)).add_private_dataset("crm", "SECRET")
+        out = ""
+        deadline = time.monotonic() + 60
+        while "\n" not in out and time.monotonic() < deadline:
+            try:
+                msg = k.kc.get_iopub_msg(timeout=1)
+            except Exception:
+                continue
+            if msg["parent_header"].get("msg_id") == watch and msg["msg_type"] == "stream":
+                out += msg["content"]["text"]
+        assert out == "cut\n"
+    finally:
+        k.shutdown()
 
 
 def test_kernel_with_its_database_gone_loses_the_network(tmp_path: Path) -> None:

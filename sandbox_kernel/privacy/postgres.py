@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,18 @@ CREATE OR REPLACE TRIGGER sandbox_kernel_datasets_no_truncate BEFORE TRUNCATE ON
     FOR EACH STATEMENT EXECUTE FUNCTION sandbox_kernel_only_up();
 CREATE OR REPLACE TRIGGER sandbox_kernel_marks_no_truncate BEFORE TRUNCATE ON sandbox_kernel_marks
     FOR EACH STATEMENT EXECUTE FUNCTION sandbox_kernel_only_up();
+CREATE OR REPLACE FUNCTION sandbox_kernel_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('sandbox_kernel_rise', NEW.user_id || '/' || NEW.session_id);
+    RETURN NULL;
+END $$;
+CREATE OR REPLACE TRIGGER sandbox_kernel_datasets_notify AFTER INSERT OR UPDATE ON sandbox_kernel_datasets
+    FOR EACH ROW EXECUTE FUNCTION sandbox_kernel_notify();
+CREATE OR REPLACE TRIGGER sandbox_kernel_marks_notify AFTER INSERT OR UPDATE ON sandbox_kernel_marks
+    FOR EACH ROW EXECUTE FUNCTION sandbox_kernel_notify();
 """
+#: the channel every rise is announced on (``<user>/<session>``)
+CHANNEL = "sandbox_kernel_rise"
 
 _UPSERT_DATASET = """
 INSERT INTO sandbox_kernel_datasets AS d (user_id, session_id, name, level, source, added_at)
@@ -166,6 +178,29 @@ class PostgresPrivacyStore(PrivacyStore):
             if self._conn is not None:
                 self._conn.close()
                 object.__setattr__(self, "_conn", None)
+
+    def listen(self, on_rise: Callable[[str, str], None]) -> Callable[[], None]:
+        """Call ``on_rise(user_id, session_id)`` (from a thread of its own) as
+        soon as any host records a rise, so a kernel acts on it before its next
+        poll; returns the function that stops listening. The poll stays the
+        fallback: a lost connection is retried, and nothing is decided here."""
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.is_set():
+                try:
+                    with self._connect() as conn:
+                        conn.execute(f"LISTEN {CHANNEL}")
+                        while not stop.is_set():
+                            for note in conn.notifies(timeout=1.0):
+                                user, _, session = note.payload.partition("/")
+                                on_rise(user, session)
+                except Exception as exc:  # the database went away: the poll fails closed meanwhile
+                    log.debug("shared ratchet store listener: %s", exc)
+                    stop.wait(1.0)
+
+        threading.Thread(target=run, name="sandbox-kernel-rise-listener", daemon=True).start()
+        return stop.set
 
     def _db_read(self, user_id: str, session_id: str) -> PrivacyState:
         def fetch(conn: Any) -> tuple[list[Any], Any]:

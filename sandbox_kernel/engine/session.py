@@ -660,41 +660,18 @@ class Session:
                         ),
                     },
                 )
-            caps_mark = worker.process.caps_mark()
-            rid = f"x{next(self._ids)}"
-            self._running = rid
-            self._kill_reason = None
-            self._replace_reason = None
-            worker.send(
-                {
-                    "op": Op.EXECUTE,
-                    "id": rid,
-                    "code": code,
-                    "silent": silent,
-                    "store_history": store_history,
-                    "user_expressions": user_expressions or {},
-                    "allow_stdin": allow_stdin and ask_input is not None,
-                    "execution_count": execution_count,
-                    "parent_id": parent_id,
-                    # the worker stops sending a little after the host's budget: the host
-                    # still counts and notes the cut, but a flood never crosses the pipe
-                    "max_output_bytes": self.config.max_output_bytes + self.config.max_output_bytes // 10 + (1 << 20),
-                }
-            )
-            try:
-                done = await self._await_done(worker, rid, guarded, ask_input=ask_input, timeout=timeout)
-            finally:
-                self._running = None
-            dropped = done.get("dropped_output")
-            if isinstance(dropped, int) and dropped > 0:
-                limiter.discarded += dropped  # what the worker did not even send
-            note = limiter.truncation_note()
-            if note:
-                emit("stream", {"name": "stderr", "text": f"\n{note}\n"})
+            request = {
+                "op": Op.EXECUTE,
+                "code": code,
+                "silent": silent,
+                "store_history": store_history,
+                "user_expressions": user_expressions or {},
+                "allow_stdin": allow_stdin and ask_input is not None,
+                "execution_count": execution_count,
+                "parent_id": parent_id,
+            }
+            done, hits = await self._run_request(worker, request, emit, guarded, limiter, ask_input, timeout)
             result = self._result(done, execution_count)
-            hits = worker.process.caps_hit(caps_mark)
-            for hit in hits:
-                guarded("stream", {"name": "stderr", "text": f"{NOTICE} {hit[0].upper()}{hit[1:]}.\n"})
             if result.status == "died":
                 evalue = await self._after_death(done, hits, guarded, "The cell's")
                 guarded("error", {"ename": "CellDied", "evalue": evalue, "traceback": [f"CellDied: {evalue}"]})
@@ -707,6 +684,42 @@ class Session:
                 self._last_done_count = execution_count
                 self._schedule_checkpoint()
             return result
+
+    async def _run_request(
+        self,
+        worker: WorkerHandle,
+        request: dict[str, Any],
+        emit: Emit,
+        guarded: Emit,
+        limiter: OutputLimiter,
+        ask_input: AskInput | None,
+        timeout: float | None,
+    ) -> tuple[dict[str, Any], list[str]]:
+        """Run one request of user code (a cell, a widget message) to its end:
+        its DONE, and the whole-sandbox caps it reached (each said in its output)."""
+        caps_mark = worker.process.caps_mark()
+        rid = f"x{next(self._ids)}"
+        self._running = rid
+        self._kill_reason = None
+        self._replace_reason = None
+        # the worker stops sending a little after the host's budget: the host
+        # still counts and notes the cut, but a flood never crosses the pipe
+        budget = self.config.max_output_bytes + self.config.max_output_bytes // 10 + (1 << 20)
+        worker.send({**request, "id": rid, "max_output_bytes": budget})
+        try:
+            done = await self._await_done(worker, rid, guarded, ask_input=ask_input, timeout=timeout)
+        finally:
+            self._running = None
+        dropped = done.get("dropped_output")
+        if isinstance(dropped, int) and dropped > 0:
+            limiter.discarded += dropped  # what the worker did not even send
+        note = limiter.truncation_note()
+        if note:
+            emit("stream", {"name": "stderr", "text": f"\n{note}\n"})
+        hits = worker.process.caps_hit(caps_mark)
+        for hit in hits:
+            guarded("stream", {"name": "stderr", "text": f"{NOTICE} {hit[0].upper()}{hit[1:]}.\n"})
+        return done, hits
 
     async def _after_death(self, done: dict[str, Any], hits: list[str], guarded: Emit, whose: str) -> str:
         """Why a request's process died (for its error), after the sandbox the
@@ -748,34 +761,15 @@ class Session:
             except WidgetRefused as exc:
                 self.log.warning("%s refused: %s", msg_type, exc)
                 return "error"
-            caps_mark = worker.process.caps_mark()
-            rid = f"c{next(self._ids)}"
-            self._running = rid
-            self._kill_reason = None
-            self._replace_reason = None
-            worker.send(
-                {
-                    "op": Op.COMM,
-                    "id": rid,
-                    "msg_type": msg_type,
-                    "content": content,
-                    "metadata": metadata or {},
-                    "buffers": [base64.b64encode(b).decode("ascii") for b in buffers or []],
-                    "parent_id": parent_id,
-                    "max_output_bytes": self.config.max_output_bytes + self.config.max_output_bytes // 10 + (1 << 20),
-                }
-            )
-            try:
-                done = await self._await_done(worker, rid, guarded, timeout=timeout)
-            finally:
-                self._running = None
-            dropped = done.get("dropped_output")
-            if isinstance(dropped, int) and dropped > 0:
-                limiter.discarded += dropped
-            note = limiter.truncation_note()
-            if note:
-                emit("stream", {"name": "stderr", "text": f"\n{note}\n"})
-            hits = worker.process.caps_hit(caps_mark)
+            request = {
+                "op": Op.COMM,
+                "msg_type": msg_type,
+                "content": content,
+                "metadata": metadata or {},
+                "buffers": [base64.b64encode(b).decode("ascii") for b in buffers or []],
+                "parent_id": parent_id,
+            }
+            done, hits = await self._run_request(worker, request, emit, guarded, limiter, None, timeout)
             status = str(done.get("status"))
             if status == "died":
                 text = await self._after_death(done, hits, guarded, "The widget callback's")

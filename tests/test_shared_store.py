@@ -221,3 +221,51 @@ def test_agent_tools_share_the_level_with_another_host(pg: PostgresServer, tmp_p
 
     after = asyncio.run(scenario())
     assert "['lo']" in after and "Network access has been restricted" in after, after
+
+
+def test_an_idle_agent_sandbox_is_cut_by_the_notification(pg: PostgresServer, tmp_path: Path) -> None:
+    """The tools' watcher wakes on NOTIFY: with its poll at 60 s, an idle agent
+    sandbox (no tool call after the rise) loses its network anyway."""
+    import asyncio
+
+    from sandbox_kernel.tools import SessionRegistry, ToolsConfig, repl_execute_cell
+    from sandbox_kernel.tools.workspace import workspace_dir
+
+    require_bwrap()
+    tools_host = tmp_path / "tools-host"
+
+    async def scenario() -> bool:
+        config = ToolsConfig(
+            backend="bwrap",
+            network="user",
+            data_dir=tools_host,
+            shared_store_url=pg.url,
+            privacy_poll_interval=60,
+        )
+        reg = SessionRegistry(config)
+        try:
+            # a thread left running in the sandbox notes when only lo is left
+            started = await repl_execute_cell(
+                "import socket, threading, time, pathlib\n"
+                "def watch():\n"
+                "    while len(socket.if_nameindex()) > 1: time.sleep(0.01)\n"
+                "    pathlib.Path('/workspace/cut').write_text('cut')\n"
+                "threading.Thread(target=watch, daemon=True).start()\n"
+                "print(len(socket.if_nameindex()))",
+                user_id="gus",
+                session_id="agent-idle",
+                registry=reg,
+            )
+            assert started.text.strip().endswith("2"), started.text
+            PrivateData("gus", "agent-idle", store(tmp_path, "kernel-host", pg.url)).add_private_dataset(
+                "crm", "SECRET"
+            )
+            marker = workspace_dir("gus", "agent-idle", tools_host) / "cut"
+            deadline = time.monotonic() + 20
+            while not marker.exists() and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            return marker.exists()
+        finally:
+            await reg.aclose()
+
+    assert asyncio.run(scenario())

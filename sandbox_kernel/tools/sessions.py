@@ -297,23 +297,42 @@ class SessionRegistry:
         if self.config.privacy_poll_interval <= 0:
             return
 
-        async def watch() -> None:
-            while self._sessions:
-                await asyncio.sleep(self.config.privacy_poll_interval)
-                for session in list(self._sessions.values()):
-                    if session.engine is not None:
-                        try:
-                            await session.engine.refresh_privacy()
-                        except Exception as exc:  # never let the watcher die
-                            log.error("privacy check of %s/%s failed: %s", session.user_id, session.session_id, exc)
-                if self._docker is not None:
-                    try:
-                        await asyncio.to_thread(self._docker.enforce_network)
-                        self._report_shell_containers()
-                    except Exception as exc:
-                        log.error("cutting shell containers failed: %s", exc)
+        # With the shared store, a rise on any host wakes the watcher at once
+        # (LISTEN/NOTIFY); the interval stays the fallback.
+        wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        store = self.config.privacy_store()
+        listen = getattr(store, "listen", None)
+        stop_listening = listen(lambda user, session: loop.call_soon_threadsafe(wake.set)) if listen else None
 
-        self._watcher = asyncio.get_running_loop().create_task(watch())
+        async def watch() -> None:
+            try:
+                while self._sessions:
+                    try:
+                        await asyncio.wait_for(wake.wait(), self.config.privacy_poll_interval)
+                    except asyncio.TimeoutError:
+                        pass
+                    wake.clear()
+                    await check()
+            finally:
+                if stop_listening is not None:
+                    stop_listening()
+
+        async def check() -> None:
+            for session in list(self._sessions.values()):
+                if session.engine is not None:
+                    try:
+                        await session.engine.refresh_privacy()
+                    except Exception as exc:  # never let the watcher die
+                        log.error("privacy check of %s/%s failed: %s", session.user_id, session.session_id, exc)
+            if self._docker is not None:
+                try:
+                    await asyncio.to_thread(self._docker.enforce_network)
+                    self._report_shell_containers()
+                except Exception as exc:
+                    log.error("cutting shell containers failed: %s", exc)
+
+        self._watcher = loop.create_task(watch())
 
     def _report_shell_containers(self) -> None:
         """Tell host-side raisers waiting for a cut (``wait=True``) about the

@@ -8,6 +8,7 @@ tools get exactly the same behaviour.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import fcntl
 import fnmatch
 import os
@@ -478,6 +479,36 @@ class SandboxKernel(Kernel, EngineSettings):
             self._wire().send(self.iopub_socket, kind, content, parent=parent, ident=self._topic(kind))
 
     # ---- comms: the kernel's own (the status widget) here, widgets in the sandbox ------
+    async def shell_main(self, subshell_id: str | None, msg: Any) -> None:
+        """Dispatch a comm message that arrives while another request runs without
+        putting back a stale parent afterwards.
+
+        ipykernel 7 handles such a comm beside the running request and then restores
+        the parent it saw when the comm arrived. A widget message here waits for the
+        sandbox, so by then the request that was running may have finished and the
+        next one (a cell) begun: the restore gave the cell's idle status the comm's
+        parent, and JupyterLab's prompt stayed ``[*]`` (seen after a restart, when
+        the widget manager's comms and the first cell arrive together). The comm runs
+        in a copy of the context, so the shared context still holds the running
+        request's parent: only the fallback for threads needs refreshing."""
+        lock = getattr(self, "_main_asyncio_lock", None)
+        if subshell_id is None and lock is not None and lock.locked() and self._is_comm_message(msg):
+            # a task runs in a copy of the current context
+            await asyncio.ensure_future(self.dispatch_shell(msg, subshell_id=None, concurrent=True))
+            self._shell_context = contextvars.copy_context()
+            return
+        await super().shell_main(subshell_id, msg)
+
+    def _is_comm_message(self, msg: Any) -> bool:
+        if self.session is None:
+            return False
+        try:
+            _, frames = self.session.feed_identities(msg, copy=False)
+            header = self.session.deserialize(frames, content=False, copy=False)["header"]
+        except Exception:  # ipykernel reports a malformed message when it dispatches it
+            return False
+        return header.get("msg_type") in {"comm_open", "comm_msg", "comm_close"}
+
     def _comm_handler(self, msg_type: str) -> Any:
         host_handler = getattr(self.comm_manager, msg_type)
 

@@ -296,3 +296,34 @@ def test_forged_comm_frames_are_refused(kernel: SandboxKernelHandle) -> None:
     for problem in ("buffers must be a list of base64 strings", "unknown comm message kind", "must be objects"):
         assert problem in run.stderr, (problem, run.stderr)
     assert kernel.run("print('serving')").stdout == "serving\n"
+
+
+def test_a_cell_queued_behind_a_slow_widget_message_goes_idle_as_itself(kernel: SandboxKernelHandle) -> None:
+    """A widget message that arrives while a cell runs is handled beside it and waits
+    for the sandbox; the next cell must still get its own busy/idle. (ipykernel 7
+    restored the parent it saw when the comm arrived, so the next cell's idle named
+    the previous one and JupyterLab's prompt stayed [*]: seen after a restart, when
+    the widget manager's comms and the first cell arrive together.)"""
+    run = kernel.run("import ipywidgets as w, time\nslow = w.Button()\nslow.on_click(lambda b: time.sleep(1.5))")
+    cid = comm_id_of(run, "ButtonModel")
+    kc = kernel.kc
+    first = kc.execute("time.sleep(0.5)")
+    time.sleep(0.2)  # `first` holds the shell: the click is dispatched beside it
+    click = kc.session.msg("comm_msg", {"comm_id": cid, "data": {"method": "custom", "content": {"event": "click"}}})
+    kc.session.send(kc.shell_channel.socket, click)
+    second = kc.execute("print('second')")
+    idle: set[str] = set()
+    deadline = time.monotonic() + 60
+    while second not in idle and time.monotonic() < deadline:
+        try:
+            msg = kc.get_iopub_msg(timeout=1)
+        except Exception:
+            continue
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            idle.add(msg["parent_header"].get("msg_id", ""))
+    assert {first, second} <= idle, f"idle seen for {idle}; first={first}, second={second}"
+    replies = {}
+    while len(replies) < 2:
+        reply = kc.get_shell_msg(timeout=30)
+        replies[reply["parent_header"]["msg_id"]] = reply["content"]["status"]
+    assert replies == {first: "ok", second: "ok"}

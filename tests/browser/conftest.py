@@ -4,7 +4,9 @@ The browser is Debian's ``/usr/bin/chromium`` driven by Playwright through
 ``executable_path`` (Playwright's own browser download is never used). The
 tests are skipped only when that binary is missing, and fail instead under
 ``CI=true``. Screenshots, the server log and the browser console go to
-``test-artifacts/browser/`` at the repository root (git-ignored).
+``test-artifacts/browser/`` at the repository root (git-ignored). With
+``SK_LAB_DEBUG=1`` the server logs at DEBUG and every kernel message through the
+page's websockets is traced in the console log.
 """
 
 from __future__ import annotations
@@ -122,6 +124,19 @@ class BrowserLog:
         if host != "127.0.0.1":
             self.foreign.append(ws.url)
 
+    def trace_frames(self, ws: Any) -> None:
+        """With SK_LAB_DEBUG=1: a console line per kernel message either way (types,
+        msg_ids, sessions of the message and its parent), for races between the
+        page, jupyter_server and the kernel that only a trace explains."""
+
+        def frame(direction: str, payload: bytes | str) -> None:
+            text = payload.decode("latin-1") if isinstance(payload, bytes) else payload
+            fields = {key: re.findall(rf'"{key}": ?"([^"]{{0,12}})', text) for key in ("msg_type", "msg_id", "session")}
+            self.console.append(f"{time.time():.3f} ws {direction} {fields}")
+
+        ws.on("framesent", lambda p: frame("sent", p))
+        ws.on("framereceived", lambda p: frame("recv", p))
+
 
 @pytest.fixture(scope="module")
 def browser_context(
@@ -159,6 +174,8 @@ def page(browser_context: tuple[Any, BrowserLog], request: pytest.FixtureRequest
     page = context.new_page()
     page.on("websocket", log.on_websocket)
     page.on("console", lambda msg: log.console.append(f"[{request.node.name}] {msg.type}: {msg.text}"))
+    if os.environ.get("SK_LAB_DEBUG"):
+        page.on("websocket", log.trace_frames)
     page.on("pageerror", lambda exc: log.page_errors.append(f"[{request.node.name}] {exc.message}\n{exc.stack}"))
     errors_before = len(log.page_errors)
     try:

@@ -133,6 +133,7 @@ class LabServer:
             "--LabApp.news_url=",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
             "--LabApp.extension_manager=readonly",
+            *(["--ServerApp.log_level=DEBUG"] if os.environ.get("SK_LAB_DEBUG") else []),
         ]
         if os.geteuid() == 0:
             args.append("--allow-root")

@@ -40,6 +40,9 @@ and its tools. Commands:
   install   install the kernelspec (--user | --sys-prefix | --prefix P)
   mcp       serve the agent tools over MCP (stdio or streamable HTTP)
   gc        remove sandbox containers left behind by a crash
+  container-profile
+            print the seccomp profile for a container whose kernels sandbox
+            themselves with bwrap (docs/deploy/container.md)
   doctor    check bubblewrap, user namespaces, pasta, seccomp, cgroups, Docker,
             the kernelspec, the JupyterLab extension and the ratchet store, and
             print the command that fixes what is missing
@@ -57,6 +60,15 @@ def main(argv: list[str] | None = None) -> None:
         from .doctor import main as doctor_main
 
         sys.exit(doctor_main(args[1:]))
+    if args[0] == "container-profile":
+        import json
+
+        from .sandbox.seccomp import container_profile
+
+        if len(args) > 1:
+            sys.exit(f"container-profile takes no arguments (got {' '.join(args[1:])!r})")
+        print(json.dumps(container_profile(), indent=1))
+        return
     if args and args[0] == "install":
         from .install import main as install_main
 

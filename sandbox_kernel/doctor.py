@@ -20,6 +20,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .sandbox.in_container import bwrap_hint
+
 OK, WARN, FAIL = "ok", "warning", "missing"
 
 
@@ -58,7 +60,10 @@ def check_bwrap() -> Check:
         return Check("bubblewrap", FAIL, f"a sandbox could not be started: {exc}", "see the other checks")
     if code != 0:
         text = err.decode(errors="replace").strip()
-        fix = "sysctl -w kernel.unprivileged_userns_clone=1 (Debian) / sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 (Ubuntu 23.10+), or run in a container with user namespaces allowed (docs/deploy)"
+        hint = bwrap_hint(text)
+        if hint:
+            return Check("bubblewrap", FAIL, f"bwrap is installed but cannot start a sandbox here: {text[-300:]}", hint)
+        fix = "sysctl -w kernel.unprivileged_userns_clone=1 (Debian) / sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 (Ubuntu 23.10+)"
         return Check("bubblewrap", FAIL, f"bwrap is installed but cannot start a sandbox here: {text[-300:]}", fix)
     return Check("bubblewrap", OK, "a sandbox starts (user, pid, net, ipc, uts, cgroup namespaces)")
 
@@ -215,6 +220,10 @@ def check_store() -> Check:
             FAIL,
             f"{parent} is not writable",
             "set SANDBOX_KERNEL_DATA_DIR to a writable private directory",
+        )
+    if not root.exists():  # made on first use, mode 700
+        return Check(
+            "ratchet store", OK, f"{root} (made private to uid {os.geteuid()} on first use; hidden from every sandbox)"
         )
     return Check("ratchet store", OK, f"{root} (private to uid {st.st_uid}; hidden from every sandbox)")
 

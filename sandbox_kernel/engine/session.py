@@ -32,6 +32,7 @@ from ..outputs.widgets import WIDGET_VIEW_MIME, WidgetComms, WidgetRefused, mess
 from ..privacy.enforcement import EnforcementRecord
 from ..privacy.modes import NetworkMode
 from ..sandbox import BindMount, Sandbox, SandboxResult, SandboxSpec, get_sandbox
+from ..sandbox.in_container import bwrap_hint
 from ..worker import proxy_forward
 from ..worker.protocol import CHECKPOINT_FAILED_MARKER, Msg, Op
 from . import owned_dirs
@@ -388,9 +389,11 @@ class Session:
         if msg.get("type") != Msg.READY or self._closed:
             await worker.kill()
             tail = "\n".join(worker.stderr_tail)
+            hint = bwrap_hint(tail) if self.sandbox.name == "bwrap" else None
             raise SandboxUnavailable(
                 f"the {self.sandbox.name} sandbox failed to start: {msg.get('reason', msg)}\n{tail}\n"
-                "Run `sandbox-kernel doctor` to see what is missing.".strip()
+                + (f"{hint}\n" if hint else "")
+                + "Run `sandbox-kernel doctor` to see what is missing."
             )
         self.worker = worker
         self.widgets.clear()  # the widgets of an earlier sandbox died with it

@@ -49,6 +49,7 @@ __all__ = [
     "SeccompUnavailable",
     "bpf_fd",
     "compile_bpf",
+    "container_profile",
     "docker_profile",
     "docker_security_opt",
     "refused_syscalls",
@@ -340,7 +341,7 @@ def bpf_fd() -> int:
 # -------------------------------------------------------------------- Docker
 
 
-def docker_profile() -> dict[str, Any]:
+def docker_profile(rules: tuple[Rule, ...] = RULES) -> dict[str, Any]:
     """The same rules as a Docker seccomp profile.
 
     ``defaultAction`` is ALLOW: a profile passed to Docker *replaces* Docker's
@@ -354,7 +355,7 @@ def docker_profile() -> dict[str, Any]:
     """
     entries: list[dict[str, Any]] = []
     index: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for rule in RULES:
+    for rule in rules:
         args = [
             {"index": c.index, "value": c.mask, "valueTwo": c.value, "op": "SCMP_CMP_MASKED_EQ"}
             if c.op == "MASKED_EQ"
@@ -369,6 +370,30 @@ def docker_profile() -> dict[str, Any]:
         index[key] = entry
         entries.append(entry)
     return {"defaultAction": "SCMP_ACT_ALLOW", "architectures": [], "syscalls": entries}
+
+
+#: What bwrap (and pasta, for the open network) must be able to do inside a
+#: container: make namespaces (clone's namespace flags, unshare), join the ones
+#: it made (setns), build the sandbox's root (mount, umount2, pivot_root). Plus
+#: what the Jupyter server and pip do in a container that a sandbox may not
+#: (symlinks, FIFOs). The sandbox's own filter refuses all of them again inside.
+BWRAP_HOST_NEEDS = frozenset(
+    {"clone", "unshare", "setns", "mount", "umount2", "pivot_root", "symlink", "symlinkat", "mknod", "mknodat"}
+)
+
+
+def container_profile() -> dict[str, Any]:
+    """The seccomp profile for the container a kernel runs in, so that its bwrap
+    sandboxes can start (``docker run --security-opt seccomp=<this file>``;
+    ``sandbox-kernel container-profile`` prints it, docker/seccomp-bwrap.json is a
+    copy).
+
+    Docker's default profile lets a process without CAP_SYS_ADMIN make no
+    namespace and no mount, so bwrap cannot start under it. This profile refuses
+    what the sandbox's filter refuses, except :data:`BWRAP_HOST_NEEDS`: the
+    kernel process may make user namespaces, cells may not. mknod stays
+    capability-gated for devices (every container drops CAP_MKNOD)."""
+    return docker_profile(tuple(rule for rule in RULES if rule.syscall not in BWRAP_HOST_NEEDS))
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,0 +1,127 @@
+"""The sandboxed kernel in the single-user image against the same kernel on the host, in one run.
+
+    .venv/bin/python bench/container_kernel.py [--image sandbox-kernel-singleuser:latest] [--cells 40]
+
+Build the image first (scripts/build-image.sh). The container gets the narrow
+settings of docs/deploy/container.md: uid 1000, no capabilities, the shipped
+seccomp profile, unmasked /proc, no network. This file is also the driver that
+runs inside the container (mounted at /bench.py). It reports:
+
+- the first cell in a fresh container: from ``docker start`` until the first
+  cell's reply, and the kernel's own start until that reply;
+- the median round trip of a trivial cell, inside the container and on the host.
+
+Ratios are container / host. Nothing is asserted: the figures go into the issue notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def measure(python: str, cells: int) -> dict[str, float]:
+    """Start the sandboxed kernel with ``python`` and time it (runs on either side)."""
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_cmd=[python, "-I", "-m", "sandbox_kernel", "-f", "{connection_file}"])
+    started = time.time()
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=120)
+        first = round_trip(kc, "1 + 1")
+        first_done = time.time()
+        times = [round_trip(kc, "x = 1") for _ in range(cells)]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)
+    return {
+        "kernel_start_to_first_cell": first_done - started,
+        "first_cell": first,
+        "first_done_at": first_done,
+        "trivial_median": statistics.median(times),
+    }
+
+
+def round_trip(kc, code: str) -> float:  # type: ignore[no-untyped-def]
+    t0 = time.perf_counter()
+    msg_id = kc.execute(code)
+    while True:
+        reply = kc.get_shell_msg(timeout=120)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            break
+    if reply["content"]["status"] != "ok":
+        raise RuntimeError(f"{code!r}: {reply['content']}")
+    return time.perf_counter() - t0
+
+
+def in_container(image: str, cells: int) -> dict[str, float]:
+    import docker
+    from sandbox_kernel.sandbox.seccomp import container_profile
+
+    api = docker.from_env().api
+    host_config = api.create_host_config(
+        binds=[f"{Path(__file__).resolve()}:/bench.py:ro"],
+        cap_drop=["ALL"],
+        network_mode="none",
+        security_opt=["no-new-privileges", "seccomp=" + json.dumps(container_profile())],
+        tmpfs={"/tmp": "exec,size=256m"},
+        read_only=True,
+    )
+    host_config["MaskedPaths"] = []
+    host_config["ReadonlyPaths"] = []
+    created = api.create_container(
+        image,
+        ["/opt/sandbox-kernel/bin/python", "/bench.py", "--inside", "--cells", str(cells)],
+        user="1000:1000",
+        host_config=host_config,
+        environment={"HOME": "/tmp", "SANDBOX_KERNEL_DATA_DIR": "/tmp/sk-data"},
+    )
+    try:
+        started = time.time()
+        api.start(created["Id"])
+        api.wait(created["Id"], timeout=600)
+        logs = api.logs(created["Id"]).decode(errors="replace")
+    finally:
+        api.remove_container(created["Id"], force=True)
+    line = next((x for x in logs.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        raise RuntimeError(f"the container printed no result:\n{logs[-3000:]}")
+    result: dict[str, float] = json.loads(line[len("RESULT ") :])
+    result["docker_start_to_first_cell"] = result["first_done_at"] - started
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--image", default="sandbox-kernel-singleuser:latest")
+    parser.add_argument("--cells", type=int, default=40)
+    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inside:
+        print("RESULT " + json.dumps(measure(sys.executable, args.cells)))
+        return
+    host = measure(sys.executable, args.cells)
+    container = in_container(args.image, args.cells)
+    ms = 1000
+    print(f"first cell in a fresh container, from docker start: {container['docker_start_to_first_cell'] * ms:.0f} ms")
+    print(
+        f"kernel start to first cell reply: host {host['kernel_start_to_first_cell'] * ms:.0f} ms, "
+        f"container {container['kernel_start_to_first_cell'] * ms:.0f} ms "
+        f"({container['kernel_start_to_first_cell'] / host['kernel_start_to_first_cell']:.2f}x)"
+    )
+    print(
+        f"trivial cell, median of {args.cells}: host {host['trivial_median'] * ms:.2f} ms, "
+        f"container {container['trivial_median'] * ms:.2f} ms "
+        f"({container['trivial_median'] / host['trivial_median']:.2f}x)"
+    )
+
+
+if __name__ == "__main__":
+    main()

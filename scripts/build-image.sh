@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Build the single-user image for JupyterHub (and `sandbox-kernel mcp` over HTTP)
+# without pulling from any image registry:
+#   1. the wheel of this checkout (the Lab extension prebuilt inside it);
+#   2. a Debian rootfs made by Debian's mmdebstrap from Debian's archive, with
+#      Python, bubblewrap and passt; a venv in /opt/sandbox-kernel with the wheel
+#      (extras lab, postgresql, mcp: JupyterLab, Notebook 7, ipywidgets, the shared
+#      ratchet store, the MCP server), jupyterhub-singleuser and the usual
+#      data-science packages;
+#   3. `docker import` into the local daemon, as uid 1000 by default.
+# Run the container with docker/seccomp-bwrap.json and unmasked /proc paths so
+# its kernels can sandbox cells (docs/deploy/container.md).
+#
+# usage: scripts/build-image.sh [TAG]      (default sandbox-kernel-singleuser:latest)
+# env:   SANDBOX_IMAGE_SUITE (bookworm), SANDBOX_IMAGE_MIRROR (Debian's, or the
+#        machine's apt proxy), SANDBOX_IMAGE_PACKAGES (extra pip packages)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TAG="${1:-sandbox-kernel-singleuser:latest}"
+SUITE="${SANDBOX_IMAGE_SUITE:-bookworm}"
+MIRROR="${SANDBOX_IMAGE_MIRROR:-http://deb.debian.org/debian}"
+PIP_PACKAGES="jupyterhub>=5 numpy pandas matplotlib scipy tqdm ${SANDBOX_IMAGE_PACKAGES:-}"
+
+need() {  # need COMMAND DEBIAN_PACKAGE
+    command -v "$1" >/dev/null 2>&1 && return 0
+    if [ "$(id -u)" = 0 ]; then
+        echo "build-image: installing $2" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null
+    else
+        echo "build-image: $1 is missing: sudo apt-get install $2" >&2
+        exit 1
+    fi
+}
+need mmdebstrap mmdebstrap
+need docker docker.io
+if [ ! -x .venv/bin/python ]; then
+    bash scripts/setup.sh
+fi
+bash scripts/ensure-docker.sh >/dev/null
+
+start=$(date +%s)
+work="$(mktemp -d "${TMPDIR:-/var/tmp}/sandbox-kernel-image.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/wheels"
+echo "build-image: the wheel of this checkout" >&2
+.venv/bin/python -m pip wheel --no-deps --no-build-isolation -q -w "$work/wheels" . 2>/dev/null \
+    || .venv/bin/python -m pip wheel --no-deps -q -w "$work/wheels" .
+wheel="$(ls "$work"/wheels/sandbox_kernel-*.whl)"
+
+# pip in the new root trusts what pip trusts here (a machine behind a TLS proxy
+# has its CA in this bundle); the copy is removed before the import. requests
+# prefers REQUESTS_CA_BUNDLE to pip's --cert, so both are set, and this
+# machine's find-links folder does not exist in the new root.
+ca="${PIP_CERT:-$(.venv/bin/python -c 'import ssl; print(ssl.get_default_verify_paths().openssl_cafile)')}"
+
+# quoted for the hook's shell (">=" and "[...]" are shell syntax there)
+quoted_packages="'/tmp/wheels/$(basename "$wheel")[lab,postgresql,mcp]'"
+for package in $PIP_PACKAGES; do
+    quoted_packages="$quoted_packages '$package'"
+done
+
+echo "build-image: the rootfs (mmdebstrap $SUITE)" >&2
+# The customize hook runs in the new root with the host's network: pip fetches
+# from PyPI (or the machine's index), and nothing is fetched at run time.
+mmdebstrap --variant=minbase --quiet \
+    --include=python3,python3-venv,bubblewrap,passt,libseccomp2,ca-certificates,tini,bash,procps,less,git \
+    --customize-hook="mkdir -p \"\$1/tmp/wheels\" && cp '$wheel' \"\$1/tmp/wheels/\" && cp '$ca' \"\$1/tmp/wheels/ca.pem\"" \
+    --customize-hook="chroot \"\$1\" python3 -m venv /opt/sandbox-kernel" \
+    --customize-hook="chroot \"\$1\" env -u PIP_FIND_LINKS PIP_CERT=/tmp/wheels/ca.pem REQUESTS_CA_BUNDLE=/tmp/wheels/ca.pem SSL_CERT_FILE=/tmp/wheels/ca.pem /opt/sandbox-kernel/bin/pip install -q --no-cache-dir --disable-pip-version-check $quoted_packages" \
+    --customize-hook="chroot \"\$1\" /opt/sandbox-kernel/bin/python -m compileall -q /opt/sandbox-kernel/lib" \
+    --customize-hook="chroot \"\$1\" /opt/sandbox-kernel/bin/python -I -m sandbox_kernel install --prefix /opt/sandbox-kernel >/dev/null" \
+    --customize-hook="rm -rf \"\$1/tmp/wheels\" \"\$1/root/.cache\" \"\$1/var/cache/apt\"/*.bin \"\$1/var/lib/apt/lists\"/*" \
+    --customize-hook="chroot \"\$1\" useradd --uid 1000 --user-group --create-home --shell /bin/bash jovyan" \
+    --customize-hook="mkdir -p \"\$1/etc/jupyter\" && cp '$PWD/docker/seccomp-bwrap.json' \"\$1/etc/jupyter/seccomp-bwrap.json\"" \
+    "$SUITE" "$work/rootfs.tar" "$MIRROR"
+
+echo "build-image: docker import $TAG" >&2
+docker import \
+    --change 'USER 1000' \
+    --change 'WORKDIR /home/jovyan' \
+    --change 'ENV PATH=/opt/sandbox-kernel/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'ENV HOME=/home/jovyan' \
+    --change 'ENTRYPOINT ["/usr/bin/tini", "--"]' \
+    --change 'CMD ["jupyterhub-singleuser"]' \
+    --change 'LABEL sandbox_kernel.image=singleuser' \
+    "$work/rootfs.tar" "$TAG" >/dev/null
+size=$(docker image inspect "$TAG" --format '{{.Size}}')
+echo "build-image: $TAG built in $(( $(date +%s) - start )) s, $(( size / 1024 / 1024 )) MiB" >&2

@@ -1,0 +1,169 @@
+"""The single-user image that scripts/build-image.sh builds (issue 14, part 2).
+
+Opt-in: building the image takes minutes and Debian's archive and PyPI. That is
+too slow for every CI run, and CI must not depend on them. With
+``SANDBOX_KERNEL_IMAGE_TESTS=1`` the image (``SANDBOX_KERNEL_IMAGE``, default
+``sandbox-kernel-singleuser:latest``) is built when missing, then tested as a
+spawner would run it. The settings are the narrow ones of
+docs/deploy/container.md: uid 1000, every capability dropped, no new
+privileges, the shipped seccomp profile, unmasked /proc paths and no network.
+Nothing of the host is mounted in but the small driver script.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_bwrap_in_container import CELLS, DRIVER, PROFILE, stdout_of, text_of
+
+from sandbox_kernel.docker.names import LABEL_OWNER_PID
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE = os.environ.get("SANDBOX_KERNEL_IMAGE", "sandbox-kernel-singleuser:latest")
+PYTHON = "/opt/sandbox-kernel/bin/python"
+
+pytestmark = [
+    pytest.mark.skipif(
+        os.environ.get("SANDBOX_KERNEL_IMAGE_TESTS") != "1",
+        reason="opt-in: SANDBOX_KERNEL_IMAGE_TESTS=1 (builds the image with scripts/build-image.sh when missing)",
+    ),
+    pytest.mark.timeout(1800),
+]
+
+
+@pytest.fixture(scope="module")
+def image(docker_client: Any) -> str:
+    import docker
+
+    try:
+        docker_client.images.get(IMAGE)
+    except docker.errors.ImageNotFound:
+        subprocess.run(["bash", str(REPO / "scripts" / "build-image.sh"), IMAGE], check=True, timeout=1700)
+    return IMAGE
+
+
+def run(docker_client: Any, image: str, command: list[str], security_opt: list[str]) -> str:
+    api = docker_client.api
+    host_config = api.create_host_config(
+        binds=[f"{DRIVER}:/driver.py:ro"],
+        cap_drop=["ALL"],
+        network_mode="none",
+        security_opt=["no-new-privileges", *security_opt],
+        tmpfs={"/tmp": "exec,size=256m"},
+        read_only=True,
+    )
+    host_config["MaskedPaths"] = []
+    host_config["ReadonlyPaths"] = []
+    created = api.create_container(
+        image,
+        command,
+        user="1000:1000",
+        host_config=host_config,
+        environment={"HOME": "/tmp", "SANDBOX_KERNEL_DATA_DIR": "/tmp/sk-data"},
+        labels={LABEL_OWNER_PID: str(os.getpid())},
+    )
+    try:
+        api.start(created["Id"])
+        status = api.wait(created["Id"], timeout=300)
+        logs: str = api.logs(created["Id"]).decode(errors="replace")
+    finally:
+        api.remove_container(created["Id"], force=True)
+    assert status["StatusCode"] == 0, logs[-4000:]
+    return logs
+
+
+def test_the_image_holds_what_it_promises(docker_client: Any, image: str) -> None:
+    info = docker_client.api.inspect_image(image)["Config"]
+    assert info["User"] == "1000" and info["Cmd"] == ["jupyterhub-singleuser"]
+    logs = run(
+        docker_client,
+        image,
+        [
+            PYTHON,
+            "-c",
+            "import sandbox_kernel, jupyterlab, jupyterhub, ipywidgets, pandas, matplotlib, psycopg, shutil;"
+            "print(shutil.which('bwrap'), shutil.which('pasta'), shutil.which('jupyterhub-singleuser'))",
+        ],
+        [f"seccomp={PROFILE.read_text()}"],
+    )
+    assert logs.split() == ["/usr/bin/bwrap", "/usr/bin/pasta", "/opt/sandbox-kernel/bin/jupyterhub-singleuser"]
+    specs = run(docker_client, image, [PYTHON, "-m", "jupyter", "kernelspec", "list", "--json"], [])
+    assert "sandbox-python" in json.loads(specs)["kernelspecs"]
+
+
+def test_a_notebook_in_the_image_is_bwrap_sandboxed(docker_client: Any, image: str) -> None:
+    logs = run(
+        docker_client,
+        image,
+        [PYTHON, "-I", "/driver.py", "notebook", json.dumps(CELLS)],
+        [f"seccomp={PROFILE.read_text()}"],
+    )
+    result = json.loads(next(line for line in logs.splitlines() if line.startswith("RESULT "))[len("RESULT ") :])
+    outputs = result["outputs"]
+    pid, dockerenv, ifaces = stdout_of(outputs[0]).split(" ", 2)
+    assert int(pid) < 20 and dockerenv == "False" and ifaces.strip() == "['lo']", text_of(outputs[0])
+    assert "[SYSTEM] Network access has been restricted" in text_of(outputs[2])
+
+
+def answers(url: str, logs: Callable[[], str], timeout: float = 60) -> None:
+    """Wait until an HTTP server answers ``url`` (any status): docker's port proxy
+    accepts connections before the server in the container listens."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"nothing answered {url} in {timeout} s; container log:\n{logs()[-3000:]}")
+
+
+@pytest.mark.asyncio
+async def test_the_image_serves_the_agent_tools_over_http(docker_client: Any, image: str) -> None:
+    """`sandbox-kernel mcp` in the same image, published on 127.0.0.1 only."""
+    from kernel_helpers import free_port
+    from mcp.client import Client
+
+    port = free_port()
+    api = docker_client.api
+    host_config = api.create_host_config(
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges", f"seccomp={PROFILE.read_text()}"],
+        tmpfs={"/tmp": "exec,size=256m"},
+        read_only=True,
+        port_bindings={8000: ("127.0.0.1", port)},
+    )
+    host_config["MaskedPaths"] = []
+    host_config["ReadonlyPaths"] = []
+    command = ["sandbox-kernel", "mcp", "--transport", "streamable-http", "--host", "0.0.0.0", "--port", "8000"]
+    created = api.create_container(
+        image,
+        [*command, "--user-id", "agent", "--session-id", "web", "--backend", "bwrap"],
+        user="1000:1000",
+        host_config=host_config,
+        ports=[8000],
+        environment={"HOME": "/tmp", "SANDBOX_KERNEL_DATA_DIR": "/tmp/sk-data"},
+        labels={LABEL_OWNER_PID: str(os.getpid())},
+    )
+    try:
+        api.start(created["Id"])
+        answers(f"http://127.0.0.1:{port}/mcp", lambda: api.logs(created["Id"]).decode(errors="replace"))
+        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+            first = await client.call_tool("repl_execute_cell", {"code": "import os; x = 6 * 7; os.getpid()"})
+            again = await client.call_tool("repl_execute_cell", {"code": "x"})
+        texts = ["\n".join(b.text for b in r.content if b.type == "text") for r in (first, again)]
+        assert not first.is_error and int(texts[0].split()[-1]) < 20, texts  # a pid namespace of its own
+        assert "42" in texts[1], texts
+    finally:
+        api.remove_container(created["Id"], force=True)

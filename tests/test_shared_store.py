@@ -269,3 +269,28 @@ def test_an_idle_agent_sandbox_is_cut_by_the_notification(pg: PostgresServer, tm
             await reg.aclose()
 
     assert asyncio.run(scenario())
+
+
+def test_a_pydantic_ai_toolset_is_routed_by_a_rise_on_another_host(
+    pg: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PrivateDataMCPToolset(shared_store_url=...) reads the ratchet the kernels
+    and MCP servers share: a rise on host A sends host B's agent to the
+    isolated MCP instance."""
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai.toolsets import FunctionToolset
+
+    from sandbox_kernel.tools.pydantic_ai import PrivateDataMCPToolset
+
+    monkeypatch.setenv("SANDBOX_KERNEL_DATA_DIR", str(tmp_path / "host-b"))
+    normal, isolated = FunctionToolset(), FunctionToolset()
+    routed = PrivateDataMCPToolset(
+        normal, isolated=isolated, user_id="ann", session_id="agent1", shared_store_url=pg.url
+    )
+    assert not routed.private and routed.target() is normal
+    PrivateData("ann", "agent1", store(tmp_path, "host-a", pg.url)).add_private_dataset("payroll", "SECRET")
+    assert routed.private and routed.target() is isolated
+    with pytest.raises(ValueError, match="not both"):
+        PrivateDataMCPToolset(
+            normal, isolated=isolated, store=store(tmp_path, "host-c", pg.url), shared_store_url=pg.url
+        )

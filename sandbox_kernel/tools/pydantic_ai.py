@@ -45,6 +45,7 @@ except ImportError:  # pragma: no cover - depends on the pydantic-ai version
 
 from ..engine.launch import sandbox_env
 from ..privacy import PrivacyStore, session_has_private_data
+from ..privacy.postgres import open_store
 from ..sandbox.base import BindMount, SandboxSpec
 from ..sandbox.bwrap import SYSTEM_DIRS, BubblewrapSandbox, python_roots
 from .catalog import CATALOG, ToolSpec, call_tool
@@ -110,6 +111,10 @@ class PrivateDataMCPToolset(WrapperToolset):
     user_id: str = ""
     session_id: str = ""
     store: PrivacyStore | None = None
+    #: the ratchet shared through PostgreSQL (``postgresql://...``), as the
+    #: kernels' and MCP servers' ``shared_store_url``: a rise on any host routes
+    #: this toolset to the isolated instance
+    shared_store_url: str = ""
     _switched: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -118,8 +123,10 @@ class PrivateDataMCPToolset(WrapperToolset):
         if self.isolated is self.wrapped:
             raise ValueError("PrivateDataMCPToolset: the isolated instance must differ from the normal one")
         self.user_id, self.session_id = current_identity(self.user_id or None, self.session_id or None)
+        if self.store is not None and self.shared_store_url:
+            raise ValueError("PrivateDataMCPToolset: give store or shared_store_url, not both")
         if self.store is None:
-            self.store = PrivacyStore(data_dir() / "privacy")
+            self.store = open_store(data_dir() / "privacy", self.shared_store_url)
 
     @property
     def private(self) -> bool:
@@ -216,6 +223,7 @@ def private_data_mcp_http(
     user_id: str | None = None,
     session_id: str | None = None,
     store: PrivacyStore | None = None,
+    shared_store_url: str = "",
     isolated_kwargs: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> PrivateDataMCPToolset:
@@ -231,13 +239,19 @@ def private_data_mcp_http(
     ``headers``, ``read_timeout``, ``http_client``...); ``isolated_kwargs``
     override them for the isolated one only (e.g. an ``http_client`` that
     reaches it over a unix socket). That ``url_isolated`` really has no
-    network is the deployment's job (see docs/tools.md).
+    network is the deployment's job (see docs/tools.md). ``shared_store_url``
+    reads the ratchet from the shared PostgreSQL store, as the MCP servers do.
     """
     MCPToolset = _mcp_toolset_class()
     normal = MCPToolset(url, **kwargs)
     isolated = MCPToolset(url_isolated, **{**kwargs, **dict(isolated_kwargs or {})})
     return PrivateDataMCPToolset(
-        normal, isolated=isolated, user_id=user_id or "", session_id=session_id or "", store=store
+        normal,
+        isolated=isolated,
+        user_id=user_id or "",
+        session_id=session_id or "",
+        store=store,
+        shared_store_url=shared_store_url,
     )
 
 
@@ -260,6 +274,7 @@ def private_data_mcp_stdio(
     user_id: str | None = None,
     session_id: str | None = None,
     store: PrivacyStore | None = None,
+    shared_store_url: str = "",
     log_file: Any = None,
     **kwargs: Any,
 ) -> PrivateDataMCPToolset:
@@ -356,5 +371,10 @@ def private_data_mcp_stdio(
     )
     isolated = MCPToolset(StdioTransport(argv[0], argv[1:], keep_alive=False, log_file=log_file), **kwargs)
     return PrivateDataMCPToolset(
-        normal, isolated=isolated, user_id=user_id or "", session_id=session_id or "", store=store
+        normal,
+        isolated=isolated,
+        user_id=user_id or "",
+        session_id=session_id or "",
+        store=store,
+        shared_store_url=shared_store_url,
     )

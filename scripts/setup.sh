@@ -54,5 +54,13 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ -n "$(find labexten
     .venv/bin/python -c "import sandbox_kernel" || { echo "setup: pip install failed" >&2; exit 1; }
     touch "$stamp"
 fi
+if [ "$want_test" = 1 ] && [ ! -x .venv/chp/node_modules/.bin/configurable-http-proxy ]; then
+    # JupyterHub's proxy, for the hub deployment test (its own folder: not a workspace of package.json)
+    echo "setup: installing configurable-http-proxy (npm) into .venv/chp" >&2
+    mkdir -p .venv/chp
+    [ -f .venv/chp/package.json ] || echo '{"name": "sandbox-kernel-test-chp", "private": true}' > .venv/chp/package.json
+    (cd .venv/chp && npm install --silent --no-audit --no-fund configurable-http-proxy@5) \
+        || { echo "setup: npm install configurable-http-proxy failed" >&2; exit 1; }
+fi
 .venv/bin/python -I -m sandbox_kernel install --sys-prefix >/dev/null
 echo "setup: ready (kernelspec sandbox-python installed in .venv)" >&2

@@ -786,3 +786,15 @@ def test_records_refuse_bad_timestamps():
         Dataset(name="d", sensitivity=Sensitivity.SECRET, added_at="yesterday", source="api")
     with pytest.raises(ValueError, match="UTC"):
         SessionMark(Sensitivity.SECRET, "api", "", "2024-01-01T00:00:00+02:00")
+
+
+def test_the_default_user_is_the_hub_user_under_jupyterhub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every hub container runs as jovyan: the hub's user name keeps their ratchets apart."""
+    monkeypatch.delenv("JUPYTERHUB_USER", raising=False)
+    os_user = default_user_id()
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice")
+    assert default_user_id() == "alice"
+    monkeypatch.setenv("JUPYTERHUB_USER", "bob@example.org/../x")
+    assert default_user_id() == "bob_example.org_.._x"
+    monkeypatch.setenv("JUPYTERHUB_USER", "")
+    assert default_user_id() == os_user

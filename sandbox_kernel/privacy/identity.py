@@ -59,7 +59,15 @@ def sanitize_id(text: str, fallback: str, max_length: int = MAX_ID_LENGTH) -> st
 
 
 def default_user_id() -> str:
-    """The OS user name as a valid id (``uid<N>`` when the user has no name)."""
+    """The hub's user name under JupyterHub ($JUPYTERHUB_USER, set by the spawner
+    for the single-user server and inherited by its kernels), else the OS user
+    name, as a valid id (``uid<N>`` when the user has no name).
+
+    Every single-user container of a hub runs as the same OS user (``jovyan``):
+    with a shared store, the OS name would give all the hub's users one ratchet."""
+    hub_user = os.environ.get("JUPYTERHUB_USER", "")
+    if hub_user:
+        return sanitize_id(hub_user, fallback="hub-user")
     uid = os.getuid() if hasattr(os, "getuid") else 0
     try:
         name = getpass.getuser()

@@ -13,9 +13,9 @@ behind the hub's proxy:
 - bob's session of a notebook with the same path stays public;
 - neither user reaches the other's server, files or sessions.
 
-The container image is the offline test image with this checkout mounted
-read-only. With ``SANDBOX_KERNEL_IMAGE_TESTS=1`` it is the single-user image as
-well (tests/docker/test_single_user_image.py builds it).
+It runs twice: on the offline test image with this checkout mounted
+read-only, and on the single-user image (tests/docker/test_single_user_image.py
+builds it, or reuses the one built from the same inputs).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from typing import Any
 import pytest
 from kernel_helpers import free_port
 from pg_helpers import PostgresServer
+from test_single_user_image import single_user_image
 
 from sandbox_kernel.docker.image import host_python_mounts
 from sandbox_kernel.privacy import PrivateData, Sensitivity, session_id_for_notebook
@@ -50,7 +51,7 @@ CHP = REPO / ".venv" / "chp" / "node_modules" / ".bin" / "configurable-http-prox
 USERS = ("alice", "bob")
 #: the server's root is ~/work (docker-stacks' layout): a notebook in the home
 #: folder itself would get the home-folder rule (nothing created at its top level)
-NOTEBOOK = "/home/jovyan/work/analysis.ipynb"
+WORK = "/home/jovyan/work"
 
 pytestmark = pytest.mark.timeout(600)
 pytest.importorskip("dockerspawner")
@@ -231,7 +232,7 @@ def offline_image_setup() -> tuple[list[str], dict[str, str]]:
     return [str(Path(sys.prefix) / "bin" / "jupyterhub-singleuser")], mounts
 
 
-IMAGES = ["offline"] + (["single-user"] if os.environ.get("SANDBOX_KERNEL_IMAGE_TESTS") == "1" else [])
+IMAGES = ["offline", "single-user"]
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +255,7 @@ def hub(request: pytest.FixtureRequest, docker_client: Any, test_image: str, pg:
         cmd, mounts = offline_image_setup()
         image = test_image
     else:
-        cmd, mounts, image = [], {}, os.environ.get("SANDBOX_KERNEL_IMAGE", "sandbox-kernel-singleuser:latest")
+        cmd, mounts, image = [], {}, single_user_image(docker_client)
     hub = Hub(root, image, cmd, mounts, pg)
     try:
         yield hub
@@ -267,6 +268,11 @@ def test_two_users_on_a_hub_each_in_their_own_sandboxed_server(
     hub: Hub, pg: PostgresServer, docker_client: Any
 ) -> None:
     tokens = {user: hub.start_server(user) for user in USERS}
+    # a notebook name of this hub's own: the store outlives a hub (one server per module)
+    name = f"analysis-{hub.root.name}.ipynb"
+    session = session_id_for_notebook(f"{WORK}/{name}")
+    observer = open_store(hub.root / "observer", pg.url)
+    assert PrivateData("alice", session, observer).sensitivity == Sensitivity.PUBLIC
     # a container per user, with the narrow settings and nothing more
     found = docker_client.api.containers(filters={"label": f"sandbox_kernel.owner_pid={os.getpid()}"})
     names = sorted(c["Names"][0].rsplit("-", 1)[-1] for c in found)
@@ -279,12 +285,7 @@ def test_two_users_on_a_hub_each_in_their_own_sandboxed_server(
         assert host["MaskedPaths"] == [] and "no-new-privileges" in host["SecurityOpt"]
     kernels = {}
     for user in USERS:
-        body = {
-            "path": "analysis.ipynb",
-            "type": "notebook",
-            "name": "analysis.ipynb",
-            "kernel": {"name": "sandbox-python"},
-        }  # as JupyterLab sends it
+        body = {"path": name, "type": "notebook", "name": name, "kernel": {"name": "sandbox-python"}}  # as Lab does
         status, made = hub.api("POST", f"/user/{user}/api/sessions", body, token=tokens[user])
         assert status == 201, made
         kernels[user] = made["kernel"]["id"]
@@ -304,7 +305,8 @@ def test_two_users_on_a_hub_each_in_their_own_sandboxed_server(
     )
     pid, dockerenv, cwd = alice[0][0].split()
     assert int(pid) < 20 and dockerenv == "False", alice  # bwrap's namespaces inside the hub's container
-    assert "alice-only.txt" in alice[1][0] and "[SYSTEM] Network access has been restricted" in alice[2][1], alice
+    assert "alice-only.txt" in alice[1][0], alice
+    assert "[SYSTEM] Network access has been restricted" in alice[2][1], alice
     assert (hub.root / "homes" / "alice" / "work" / "alice-only.txt").exists()
 
     bob = asyncio.run(
@@ -315,8 +317,6 @@ def test_two_users_on_a_hub_each_in_their_own_sandboxed_server(
     ), bob
 
     # the ratchet went to the shared store under the hub's user names
-    session = session_id_for_notebook(NOTEBOOK)
-    observer = open_store(hub.root / "observer", pg.url)
     assert PrivateData("alice", session, observer).sensitivity == Sensitivity.CONFIDENTIAL, rows(pg)
     assert PrivateData("bob", session, observer).sensitivity == Sensitivity.PUBLIC
 

@@ -1,17 +1,19 @@
 """The single-user image that scripts/build-image.sh builds (issue 14, part 2).
 
-Opt-in: building the image takes minutes and Debian's archive and PyPI. That is
-too slow for every CI run, and CI must not depend on them. With
-``SANDBOX_KERNEL_IMAGE_TESTS=1`` the image (``SANDBOX_KERNEL_IMAGE``, default
-``sandbox-kernel-singleuser:latest``) is built when missing, then tested as a
-spawner would run it. The settings are the narrow ones of
-docs/deploy/container.md: uid 1000, every capability dropped, no new
-privileges, the shipped seccomp profile, unmasked /proc paths and no network.
-Nothing of the host is mounted in but the small driver script.
+The image is built from this checkout, from Debian's archive and PyPI, unless
+an image built from the same inputs (the tracked files the build reads) is
+already in the daemon: its tag is ``sandbox-kernel-singleuser:test-<hash of the
+inputs>``. It is kept as a cache, and images of older inputs that this test
+tagged are removed, by id. ``SANDBOX_KERNEL_IMAGE`` names an image to test
+instead. The container gets the narrow settings of docs/deploy/container.md:
+uid 1000, every capability dropped, no new privileges, the shipped seccomp
+profile, unmasked /proc paths and no network. Nothing of the host is mounted
+in, except the small driver script.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -28,27 +30,47 @@ from test_bwrap_in_container import CELLS, DRIVER, PROFILE, stdout_of, text_of
 from sandbox_kernel.docker.names import LABEL_OWNER_PID
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGE = os.environ.get("SANDBOX_KERNEL_IMAGE", "sandbox-kernel-singleuser:latest")
+REPOSITORY = "sandbox-kernel-singleuser"
 PYTHON = "/opt/sandbox-kernel/bin/python"
+#: what the build reads: a change to any of these makes a new image
+BUILD_INPUTS = ["sandbox_kernel", "kernelspec", "labextension/install.json", "pyproject.toml", "scripts/build-image.sh"]
+BUILD_INPUTS += ["docker/seccomp-bwrap.json"]
 
-pytestmark = [
-    pytest.mark.skipif(
-        os.environ.get("SANDBOX_KERNEL_IMAGE_TESTS") != "1",
-        reason="opt-in: SANDBOX_KERNEL_IMAGE_TESTS=1 (builds the image with scripts/build-image.sh when missing)",
-    ),
-    pytest.mark.timeout(1800),
-]
+pytestmark = pytest.mark.timeout(1800)
+
+
+def inputs_tag() -> str:
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--", *BUILD_INPUTS], capture_output=True, check=True
+    ).stdout.split(b"\0")
+    digest = hashlib.sha256()
+    for name in sorted(n for n in listed if n):
+        digest.update(name + b"\0" + (REPO / name.decode()).read_bytes())
+    return f"{REPOSITORY}:test-{digest.hexdigest()[:16]}"
+
+
+def single_user_image(docker_client: Any) -> str:
+    """The image to test: built when no image of these inputs exists yet."""
+    import docker
+
+    if os.environ.get("SANDBOX_KERNEL_IMAGE"):
+        return os.environ["SANDBOX_KERNEL_IMAGE"]
+    tag = inputs_tag()
+    try:
+        docker_client.images.get(tag)
+        return tag
+    except docker.errors.ImageNotFound:
+        pass
+    subprocess.run(["bash", str(REPO / "scripts" / "build-image.sh"), tag], check=True, timeout=1700)
+    for old in docker_client.images.list(name=REPOSITORY):
+        if tag not in old.tags and any(t.startswith(f"{REPOSITORY}:test-") for t in old.tags):
+            docker_client.images.remove(old.id, force=True)
+    return tag
 
 
 @pytest.fixture(scope="module")
 def image(docker_client: Any) -> str:
-    import docker
-
-    try:
-        docker_client.images.get(IMAGE)
-    except docker.errors.ImageNotFound:
-        subprocess.run(["bash", str(REPO / "scripts" / "build-image.sh"), IMAGE], check=True, timeout=1700)
-    return IMAGE
+    return single_user_image(docker_client)
 
 
 def run(docker_client: Any, image: str, command: list[str], security_opt: list[str]) -> str:

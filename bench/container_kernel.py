@@ -25,18 +25,38 @@ from pathlib import Path
 
 
 def measure(python: str, cells: int) -> dict[str, float]:
-    """Start the sandboxed kernel with ``python`` and time it (runs on either side)."""
+    """Start the sandboxed kernel with ``python`` and time it (runs on either side).
+
+    The kernel is started from a kernelspec of this run's (jupyter_client ignores
+    ``kernel_cmd`` and would start its default kernel), and a cell checks that it
+    is sandboxed: a pid namespace of its own."""
+    import tempfile
+
+    from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import KernelManager
 
-    km = KernelManager(kernel_cmd=[python, "-I", "-m", "sandbox_kernel", "-f", "{connection_file}"])
+    specs = Path(tempfile.mkdtemp(prefix="bench-kernels-"))
+    spec = specs / "kernels" / "sandbox-python-bench"
+    spec.mkdir(parents=True)
+    argv = [python, "-I", "-m", "sandbox_kernel", "-f", "{connection_file}"]
+    spec.joinpath("kernel.json").write_text(json.dumps({"argv": argv, "display_name": "bench", "language": "python"}))
+    km = KernelManager(kernel_name="sandbox-python-bench")
+    km.kernel_spec_manager = KernelSpecManager(kernel_dirs=[str(specs / "kernels")])
+    workdir = tempfile.mkdtemp(prefix="bench-ws-")
     started = time.time()
-    km.start_kernel()
+    km.start_kernel(cwd=workdir)
     kc = km.client()
     kc.start_channels()
     try:
         kc.wait_for_ready(timeout=120)
         first = round_trip(kc, "1 + 1")
         first_done = time.time()
+        pid = []
+        kc.execute_interactive(
+            "import os; print(os.getpid())", timeout=60, output_hook=lambda m: pid.append(m["content"].get("text", ""))
+        )
+        if not any(text.strip().isdigit() and int(text) < 50 for text in pid):
+            raise RuntimeError(f"the kernel is not sandboxed (a cell's pid: {pid}): check the kernelspec")
         times = [round_trip(kc, "x = 1") for _ in range(cells)]
     finally:
         kc.stop_channels()

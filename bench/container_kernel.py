@@ -82,38 +82,21 @@ def round_trip(kc, code: str) -> float:  # type: ignore[no-untyped-def]
 
 
 def in_container(image: str, cells: int) -> dict[str, float]:
+    from narrow_container import driver_result, narrow_container, run_to_end
+
     import docker
     from sandbox_kernel.sandbox.seccomp import container_profile
 
     api = docker.from_env().api
-    host_config = api.create_host_config(
-        binds=[f"{Path(__file__).resolve()}:/bench.py:ro"],
-        cap_drop=["ALL"],
-        network_mode="none",
-        security_opt=["no-new-privileges", "seccomp=" + json.dumps(container_profile())],
-        tmpfs={"/tmp": "exec,size=256m"},
-        read_only=True,
-    )
-    host_config["MaskedPaths"] = []
-    host_config["ReadonlyPaths"] = []
-    created = api.create_container(
+    with narrow_container(
+        api,
         image,
         ["/opt/sandbox-kernel/bin/python", "/bench.py", "--inside", "--cells", str(cells)],
-        user="1000:1000",
-        host_config=host_config,
-        environment={"HOME": "/tmp", "SANDBOX_KERNEL_DATA_DIR": "/tmp/sk-data"},
-    )
-    try:
+        binds=[f"{Path(__file__).resolve()}:/bench.py:ro"],
+        security_opt=["no-new-privileges", "seccomp=" + json.dumps(container_profile())],
+    ) as container_id:
         started = time.time()
-        api.start(created["Id"])
-        api.wait(created["Id"], timeout=600)
-        logs = api.logs(created["Id"]).decode(errors="replace")
-    finally:
-        api.remove_container(created["Id"], force=True)
-    line = next((x for x in logs.splitlines() if x.startswith("RESULT ")), None)
-    if line is None:
-        raise RuntimeError(f"the container printed no result:\n{logs[-3000:]}")
-    result: dict[str, float] = json.loads(line[len("RESULT ") :])
+        result: dict[str, float] = driver_result(*run_to_end(api, container_id, timeout=600))
     result["docker_start_to_first_cell"] = result["first_done_at"] - started
     return result
 
@@ -127,6 +110,7 @@ def main() -> None:
     if args.inside:
         print("RESULT " + json.dumps(measure(sys.executable, args.cells)))
         return
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "docker"))  # narrow_container
     host = measure(sys.executable, args.cells)
     container = in_container(args.image, args.cells)
     ms = 1000

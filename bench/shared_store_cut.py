@@ -21,8 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from kernel_helpers import SandboxKernelHandle
-from pg_helpers import PostgresServer
+from pg_helpers import PostgresServer, shared_store_kernel
 
 from sandbox_kernel.privacy import PrivateData
 from sandbox_kernel.privacy.postgres import PostgresPrivacyStore
@@ -31,21 +30,7 @@ WATCH = "import socket, time\nwhile len(socket.if_nameindex()) > 1: time.sleep(0
 
 
 def one_cut(root: Path, url: str, session: str, poll: str) -> float:
-    (root / "ws").mkdir(parents=True)
-    (root / "tmp").mkdir()
-    kernel = SandboxKernelHandle(
-        root / "ws",
-        root / "tmp",
-        extra_args=[
-            "--SandboxKernel.backend=bwrap",
-            "--SandboxKernel.network=full",
-            f"--SandboxKernel.shared_store_url={url}",
-            f"--SandboxKernel.session_id={session}",
-            "--SandboxKernel.user_id=bench",
-            f"--SandboxKernel.privacy_poll_interval={poll}",
-        ],
-        env={"SANDBOX_KERNEL_DATA_DIR": str(root / "data")},
-    )
+    kernel = shared_store_kernel(root, url, session, f"--SandboxKernel.privacy_poll_interval={poll}", user_id="bench")
     try:
         kernel.run("x = 1")
         other_host = PostgresPrivacyStore(root / "host-a", url)

@@ -60,10 +60,10 @@ def check_bwrap() -> Check:
         return Check("bubblewrap", FAIL, f"a sandbox could not be started: {exc}", "see the other checks")
     if code != 0:
         text = err.decode(errors="replace").strip()
-        hint = bwrap_hint(text)
-        if hint:
-            return Check("bubblewrap", FAIL, f"bwrap is installed but cannot start a sandbox here: {text[-300:]}", hint)
-        fix = "sysctl -w kernel.unprivileged_userns_clone=1 (Debian) / sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 (Ubuntu 23.10+)"
+        fix = bwrap_hint(text) or (
+            "sysctl -w kernel.unprivileged_userns_clone=1 (Debian) / "
+            "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 (Ubuntu 23.10+)"
+        )
         return Check("bubblewrap", FAIL, f"bwrap is installed but cannot start a sandbox here: {text[-300:]}", fix)
     return Check("bubblewrap", OK, "a sandbox starts (user, pid, net, ipc, uts, cgroup namespaces)")
 

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from kernel_helpers import SandboxKernelHandle
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -64,3 +65,23 @@ class PostgresServer:
         except RuntimeError:
             pass  # already stopped
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def shared_store_kernel(root: Path, url: str, session: str, *extra: str, user_id: str = "erin") -> SandboxKernelHandle:
+    """A bwrap kernel with full network on the store at ``url``, as one "host":
+    its workspace, temp and data dirs under ``root``."""
+    (root / "ws").mkdir(parents=True)
+    (root / "tmp").mkdir()
+    return SandboxKernelHandle(
+        root / "ws",
+        root / "tmp",
+        extra_args=[
+            "--SandboxKernel.backend=bwrap",
+            "--SandboxKernel.network=full",
+            f"--SandboxKernel.shared_store_url={url}",
+            f"--SandboxKernel.session_id={session}",
+            f"--SandboxKernel.user_id={user_id}",
+            *extra,
+        ],
+        env={"SANDBOX_KERNEL_DATA_DIR": str(root / "data")},
+    )

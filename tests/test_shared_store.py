@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from kernel_helpers import SandboxKernelHandle, require_bwrap, status_of
-from pg_helpers import PostgresServer
+from pg_helpers import PostgresServer, shared_store_kernel
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -122,22 +122,7 @@ def test_bad_urls_and_passwords() -> None:
 # ---- kernels on two hosts ------------------------------------------------------------------
 def kernel(tmp_path: Path, host: str, url: str, session: str, *extra: str) -> SandboxKernelHandle:
     require_bwrap()
-    root = tmp_path / host
-    (root / "ws").mkdir(parents=True)
-    (root / "tmp").mkdir()
-    return SandboxKernelHandle(
-        root / "ws",
-        root / "tmp",
-        extra_args=[
-            "--SandboxKernel.backend=bwrap",
-            "--SandboxKernel.network=full",
-            f"--SandboxKernel.shared_store_url={url}",
-            f"--SandboxKernel.session_id={session}",
-            "--SandboxKernel.user_id=erin",
-            *extra,
-        ],
-        env={"SANDBOX_KERNEL_DATA_DIR": str(root / "data")},
-    )
+    return shared_store_kernel(tmp_path / host, url, session, *extra)
 
 
 def test_two_kernels_on_two_hosts_share_the_sessions_level(pg: PostgresServer, tmp_path: Path) -> None:

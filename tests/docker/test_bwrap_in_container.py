@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from narrow_container import driver_result, narrow_container, run_to_end, this_checkout_mounts
 
-from sandbox_kernel.docker.image import host_python_mounts
-from sandbox_kernel.docker.names import LABEL_OWNER_PID
 from sandbox_kernel.sandbox.seccomp import container_profile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,48 +46,19 @@ def run_in_container(docker_client: Any, image: str, args: list[str], security_o
     """Run the driver in a fresh container; ``systempaths=unconfined`` in
     ``security_opt`` is what ``docker run`` turns it into: no masked or read-only
     /proc paths."""
-    binds = {
-        "/usr": "/usr",
-        str(REPO): str(REPO),
-        str(DRIVER): "/driver.py",
-        "/etc/ld.so.cache": "/etc/ld.so.cache",
-        "/usr/sbin/ldconfig": "/sbin/ldconfig",
-        **{path: path for path in host_python_mounts().values()},
-    }
+    binds = {**this_checkout_mounts(), str(DRIVER): "/driver.py"}
     api = docker_client.api
-    host_config = api.create_host_config(
-        binds=[f"{source}:{target}:ro" for source, target in binds.items()],
-        cap_drop=["ALL"],
-        privileged=False,
-        network_mode="none",
-        security_opt=[o for o in security_opt if o != "systempaths=unconfined"] or None,
-        tmpfs={"/tmp": "exec,size=256m"},
-        read_only=True,
-    )
-    if "systempaths=unconfined" in security_opt:
-        host_config["MaskedPaths"] = []
-        host_config["ReadonlyPaths"] = []
-    created = api.create_container(
+    with narrow_container(
+        api,
         image,
         [sys.executable, "-I", "/driver.py", *args],
-        user="1000:1000",
-        host_config=host_config,
-        environment={"HOME": "/tmp", "SANDBOX_KERNEL_DATA_DIR": "/tmp/sk-data"},
-        labels={LABEL_OWNER_PID: str(os.getpid())},
-    )
-    container_id = created["Id"]
-    try:
+        binds=[f"{source}:{target}:ro" for source, target in binds.items()],
+        security_opt=[o for o in security_opt if o != "systempaths=unconfined"],
+        unmask_proc="systempaths=unconfined" in security_opt,
+    ) as container_id:
         inspect = api.inspect_container(container_id)["HostConfig"]
         assert inspect["Privileged"] is False and not inspect["CapAdd"] and inspect["CapDrop"] == ["ALL"]
-        api.start(container_id)
-        status = api.wait(container_id, timeout=240)
-        logs = api.logs(container_id).decode(errors="replace")
-    finally:
-        api.remove_container(container_id, force=True)
-    lines = [line for line in logs.splitlines() if line.startswith("RESULT ")]
-    assert status["StatusCode"] == 0 and lines, f"driver failed ({status}):\n{logs[-4000:]}"
-    result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
-    return result
+        return driver_result(*run_to_end(api, container_id))
 
 
 def text_of(outputs: list[dict[str, Any]]) -> str:

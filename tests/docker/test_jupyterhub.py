@@ -38,10 +38,10 @@ from typing import Any
 
 import pytest
 from kernel_helpers import free_port
+from narrow_container import this_checkout_mounts
 from pg_helpers import PostgresServer
 from test_single_user_image import single_user_image
 
-from sandbox_kernel.docker.image import host_python_mounts
 from sandbox_kernel.privacy import PrivateData, Sensitivity, session_id_for_notebook
 from sandbox_kernel.privacy.postgres import open_store
 
@@ -226,10 +226,7 @@ def rows(pg: PostgresServer) -> list[tuple[Any, ...]]:
 
 
 def offline_image_setup() -> tuple[list[str], dict[str, str]]:
-    mounts = {"/usr": "/usr", str(REPO): str(REPO), "/etc/ld.so.cache": "/etc/ld.so.cache"}
-    mounts["/usr/sbin/ldconfig"] = "/sbin/ldconfig"
-    mounts.update(host_python_mounts())
-    return [str(Path(sys.prefix) / "bin" / "jupyterhub-singleuser")], mounts
+    return [str(Path(sys.prefix) / "bin" / "jupyterhub-singleuser")], this_checkout_mounts()
 
 
 IMAGES = ["offline", "single-user"]

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from narrow_container import driver_result, narrow_container, run_to_end
 from test_bwrap_in_container import CELLS, DRIVER, PROFILE, stdout_of, text_of
-
-from sandbox_kernel.docker.names import LABEL_OWNER_PID
 
 REPO = Path(__file__).resolve().parents[2]
 REPOSITORY = "sandbox-kernel-singleuser"
@@ -74,32 +73,13 @@ def image(docker_client: Any) -> str:
 
 
 def run(docker_client: Any, image: str, command: list[str], security_opt: list[str]) -> str:
+    """``command`` in a fresh container of ``image``, unmasked /proc; its log."""
     api = docker_client.api
-    host_config = api.create_host_config(
-        binds=[f"{DRIVER}:/driver.py:ro"],
-        cap_drop=["ALL"],
-        network_mode="none",
-        security_opt=["no-new-privileges", *security_opt],
-        tmpfs={"/tmp": "exec,size=256m"},
-        read_only=True,
-    )
-    host_config["MaskedPaths"] = []
-    host_config["ReadonlyPaths"] = []
-    created = api.create_container(
-        image,
-        command,
-        user="1000:1000",
-        host_config=host_config,
-        environment={"HOME": "/tmp", "SANDBOX_KERNEL_DATA_DIR": "/tmp/sk-data"},
-        labels={LABEL_OWNER_PID: str(os.getpid())},
-    )
-    try:
-        api.start(created["Id"])
-        status = api.wait(created["Id"], timeout=300)
-        logs: str = api.logs(created["Id"]).decode(errors="replace")
-    finally:
-        api.remove_container(created["Id"], force=True)
-    assert status["StatusCode"] == 0, logs[-4000:]
+    with narrow_container(
+        api, image, command, binds=[f"{DRIVER}:/driver.py:ro"], security_opt=["no-new-privileges", *security_opt]
+    ) as container_id:
+        code, logs = run_to_end(api, container_id, timeout=300)
+    assert code == 0, logs[-4000:]
     return logs
 
 
@@ -129,7 +109,7 @@ def test_a_notebook_in_the_image_is_bwrap_sandboxed(docker_client: Any, image: s
         [PYTHON, "-I", "/driver.py", "notebook", json.dumps(CELLS)],
         [f"seccomp={PROFILE.read_text()}"],
     )
-    result = json.loads(next(line for line in logs.splitlines() if line.startswith("RESULT "))[len("RESULT ") :])
+    result = driver_result(0, logs)
     outputs = result["outputs"]
     pid, dockerenv, ifaces = stdout_of(outputs[0]).split(" ", 2)
     assert int(pid) < 20 and dockerenv == "False" and ifaces.strip() == "['lo']", text_of(outputs[0])
@@ -159,33 +139,20 @@ async def test_the_image_serves_the_agent_tools_over_http(docker_client: Any, im
 
     port = free_port()
     api = docker_client.api
-    host_config = api.create_host_config(
-        cap_drop=["ALL"],
-        security_opt=["no-new-privileges", f"seccomp={PROFILE.read_text()}"],
-        tmpfs={"/tmp": "exec,size=256m"},
-        read_only=True,
-        port_bindings={8000: ("127.0.0.1", port)},
-    )
-    host_config["MaskedPaths"] = []
-    host_config["ReadonlyPaths"] = []
     command = ["sandbox-kernel", "mcp", "--transport", "streamable-http", "--host", "0.0.0.0", "--port", "8000"]
-    created = api.create_container(
+    with narrow_container(
+        api,
         image,
         [*command, "--user-id", "agent", "--session-id", "web", "--backend", "bwrap"],
-        user="1000:1000",
-        host_config=host_config,
-        ports=[8000],
-        environment={"HOME": "/tmp", "SANDBOX_KERNEL_DATA_DIR": "/tmp/sk-data"},
-        labels={LABEL_OWNER_PID: str(os.getpid())},
-    )
-    try:
-        api.start(created["Id"])
-        answers(f"http://127.0.0.1:{port}/mcp", lambda: api.logs(created["Id"]).decode(errors="replace"))
+        security_opt=["no-new-privileges", f"seccomp={PROFILE.read_text()}"],
+        network_mode="bridge",  # published on 127.0.0.1 only
+        port_bindings={8000: ("127.0.0.1", port)},
+    ) as container_id:
+        api.start(container_id)
+        answers(f"http://127.0.0.1:{port}/mcp", lambda: api.logs(container_id).decode(errors="replace"))
         async with Client(f"http://127.0.0.1:{port}/mcp") as client:
             first = await client.call_tool("repl_execute_cell", {"code": "import os; x = 6 * 7; os.getpid()"})
             again = await client.call_tool("repl_execute_cell", {"code": "x"})
-        texts = ["\n".join(b.text for b in r.content if b.type == "text") for r in (first, again)]
-        assert not first.is_error and int(texts[0].split()[-1]) < 20, texts  # a pid namespace of its own
-        assert "42" in texts[1], texts
-    finally:
-        api.remove_container(created["Id"], force=True)
+    texts = ["\n".join(b.text for b in r.content if b.type == "text") for r in (first, again)]
+    assert not first.is_error and int(texts[0].split()[-1]) < 20, texts  # a pid namespace of its own
+    assert "42" in texts[1], texts

@@ -62,6 +62,14 @@ def require_bwrap() -> None:
         pytest.skip("bubblewrap (bwrap) is not installed")
 
 
+def _unreaped(proc: psutil.Process, kernel_pid: int) -> bool:
+    """Still there: a zombie counts only while the kernel is the one to reap it."""
+    try:
+        return proc.is_running() and (proc.status() != psutil.STATUS_ZOMBIE or proc.ppid() == kernel_pid)
+    except psutil.NoSuchProcess:
+        return False
+
+
 @dataclass
 class Run:
     reply: dict[str, Any]
@@ -131,13 +139,23 @@ class SandboxKernelHandle:
         return found
 
     def kill_sandboxes(self) -> int:
-        """Kill the sandbox from outside, as the OOM killer or an admin would."""
+        """Kill the sandbox from outside, as the OOM killer or an admin would.
+
+        Returns once the kernel has reaped them: a cell sent before that may
+        still reach the dying sandbox and die with it (a loss the kernel reports
+        as CellDied, rightly), which is not what callers mean to test."""
         victims = self.sandboxes()
         for proc in victims:
             try:
                 proc.kill()
             except psutil.NoSuchProcess:
                 pass
+        deadline = time.monotonic() + 30
+        while any(_unreaped(p, self.pid) for p in victims):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the kernel did not reap its killed sandboxes within 30 s: {victims}")
+            time.sleep(0.05)
+        time.sleep(0.2)  # the reaping reaches the kernel's loop as a callback: let it run
         return len(victims)
 
     def run(

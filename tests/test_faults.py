@@ -80,7 +80,7 @@ def test_state_disk_full_the_kernel_goes_on_and_says_what_a_loss_would_cost(tmp_
         # the sandbox is lost: what comes back is what the message said
         assert k.kill_sandboxes() >= 1
         run = k.run("print(x, 'big' in dir())")
-        assert run.stdout == "small False\n", (run.stdout, run.stderr)
+        assert run.status == "ok" and run.stdout == "small False\n", (run.reply, run.stdout, run.stderr)
         assert "checkpoint taken after cell [1]" in run.stderr
         leftovers = [p.name for p in small_disk.rglob("*") if ".tmp-" in p.name]
         assert leftovers == []  # failed writes leave no partial files filling the disk

@@ -117,7 +117,6 @@ def test_sandbox_killed_from_outside_resumes_from_checkpoint(fresh_kernel: Sandb
     assert k.run(setup).status == "ok"
     time.sleep(2.0)  # let the background checkpoint land
     assert k.kill_sandboxes() >= 1
-    time.sleep(0.5)
     run = k.run("print(total(data), p.x, isinstance(p, Point), square(3), list, json.dumps([1]))")
     assert run.status == "ok", run.reply
     assert "6 5 True 9 [9, 8] [1]" in run.stdout

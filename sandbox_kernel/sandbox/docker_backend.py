@@ -20,9 +20,12 @@ The container goes away whatever happens:
 - :meth:`ContainerProcess.kill` removes it by id (``force``), then kills the CLI;
 - it exits by itself when the worker does (shutdown, channel closed) and is then
   removed by the daemon (``auto_remove``);
-- the CLI gets SIGTERM when the kernel process dies, even by SIGKILL
-  (``PR_SET_PDEATHSIG``), and proxies it into the container: docker-init passes it
-  to the worker's first process, whose death stops the whole container;
+- two independent paths when the kernel process dies, even by SIGKILL: the CLI
+  gets SIGTERM (``PR_SET_PDEATHSIG``) and proxies it into the container, where
+  docker-init passes it to the worker's first process, whose death stops the
+  whole container; and the container is made with ``StdinOnce``, so the end of
+  the CLI's attach (its stdin at EOF, or the CLI dead) closes the worker's
+  channel and the worker exits;
 - labels (``sandbox_kernel.managed``, owner pid/start/host/boot) let
   ``python -m sandbox_kernel.docker.gc`` remove anything left by a crash of the
   daemon connection or the host.
@@ -445,9 +448,14 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
             **kwargs,
             "command": command,
             "name": f"{container_prefix()}-kernel-{uuid.uuid4().hex[:12]}",
-            "stdin_open": True,  # with stdin_once: the container's stdin closes when the CLI's does
+            "stdin_open": True,
+            # docker-py sets StdinOnce only for a non-detached create: with it the
+            # daemon closes the container's stdin when the CLI's attach ends (the
+            # kernel died, so the CLI's stdin hit EOF, or the CLI itself died), and
+            # the worker exits on the closed channel, whether or not the CLI got to
+            # forward its SIGTERM. Nothing attaches here: the CLI does, on start.
+            "detach": False,
             "auto_remove": True,
-            "detach": True,
         }
 
     def _create(self, spec: SandboxSpec) -> tuple[Any, str, str]:

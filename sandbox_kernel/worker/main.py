@@ -28,6 +28,10 @@ from .channel import Channel, ChannelClosed
 from .protocol import LATE_OPS, Msg, Op
 
 SHUTDOWN_EXIT = 99
+#: a holder's exit status when the host's channel closed (the host is gone):
+#: the anchor then leaves at once rather than wait for processes cells left
+#: running, so a container ends even when the CLI could not forward a signal
+CHANNEL_CLOSED_EXIT = 98
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -95,7 +99,7 @@ class Holder:
             try:
                 msg = self.channel.recv()
             except ChannelClosed:
-                os._exit(0)
+                os._exit(CHANNEL_CLOSED_EXIT)
             op = msg.get("op")
             if op == Op.SHUTDOWN:
                 self._kill_standby()
@@ -255,7 +259,7 @@ class Holder:
                     incoming = self.channel.recv()
                 except ChannelClosed:
                     os.kill(pid, signal.SIGKILL)
-                    os._exit(0)
+                    os._exit(CHANNEL_CLOSED_EXIT)
                 op = incoming.get("op")
                 if op == Op.INTERRUPT:
                     _signal(pid, signal.SIGINT)
@@ -541,7 +545,9 @@ def main() -> None:
 
 
 def _anchor() -> None:
-    """Reap every orphan; leave when the holder asked to shut down or none is left."""
+    """Reap every orphan; leave when the holder asked to shut down, when it lost
+    the host's channel, or when none is left. Leaving ends the sandbox (the
+    init of its PID namespace, bwrap's or docker-init, kills what remains)."""
     while True:
         try:
             _, status = os.wait()
@@ -549,7 +555,7 @@ def _anchor() -> None:
             os._exit(0)
         except InterruptedError:  # pragma: no cover
             continue
-        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == SHUTDOWN_EXIT:
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) in (SHUTDOWN_EXIT, CHANNEL_CLOSED_EXIT):
             os._exit(0)
 
 

@@ -1,6 +1,6 @@
 """The sandboxed kernel in the single-user image against the same kernel on the host, in one run.
 
-    .venv/bin/python bench/container_kernel.py [--image sandbox-kernel-singleuser:latest] [--cells 40]
+    .venv/bin/python bench/container_kernel.py [--image sandbox-kernel-singleuser:latest] [--cells 40] [--load]
 
 Build the image first (scripts/build-image.sh). The container gets the narrow
 settings of docs/deploy/container.md: uid 1000, no capabilities, the shipped
@@ -11,6 +11,7 @@ runs inside the container (mounted at /bench.py). It reports:
   cell's reply, and the kernel's own start until that reply;
 - the median round trip of a trivial cell, inside the container and on the host.
 
+``--load`` repeats it with one busy process (started and killed by the bench).
 Ratios are container / host. Nothing is asserted: the figures go into the issue notes.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -101,30 +103,46 @@ def in_container(image: str, cells: int) -> dict[str, float]:
     return result
 
 
+def compare(image: str, cells: int) -> None:
+    host = measure(sys.executable, cells)
+    container = in_container(image, cells)
+    ms = 1000
+    print(
+        f"  first cell in a fresh container, from docker start: {container['docker_start_to_first_cell'] * ms:.0f} ms"
+    )
+    print(
+        f"  kernel start to first cell reply: host {host['kernel_start_to_first_cell'] * ms:.0f} ms, "
+        f"container {container['kernel_start_to_first_cell'] * ms:.0f} ms "
+        f"({container['kernel_start_to_first_cell'] / host['kernel_start_to_first_cell']:.2f}x)"
+    )
+    print(
+        f"  trivial cell, median of {cells}: host {host['trivial_median'] * ms:.2f} ms, "
+        f"container {container['trivial_median'] * ms:.2f} ms "
+        f"({container['trivial_median'] / host['trivial_median']:.2f}x)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--image", default="sandbox-kernel-singleuser:latest")
     parser.add_argument("--cells", type=int, default=40)
+    parser.add_argument("--load", action="store_true", help="also measure with one busy process on a core")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inside:
         print("RESULT " + json.dumps(measure(sys.executable, args.cells)))
         return
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "docker"))  # narrow_container
-    host = measure(sys.executable, args.cells)
-    container = in_container(args.image, args.cells)
-    ms = 1000
-    print(f"first cell in a fresh container, from docker start: {container['docker_start_to_first_cell'] * ms:.0f} ms")
-    print(
-        f"kernel start to first cell reply: host {host['kernel_start_to_first_cell'] * ms:.0f} ms, "
-        f"container {container['kernel_start_to_first_cell'] * ms:.0f} ms "
-        f"({container['kernel_start_to_first_cell'] / host['kernel_start_to_first_cell']:.2f}x)"
-    )
-    print(
-        f"trivial cell, median of {args.cells}: host {host['trivial_median'] * ms:.2f} ms, "
-        f"container {container['trivial_median'] * ms:.2f} ms "
-        f"({container['trivial_median'] / host['trivial_median']:.2f}x)"
-    )
+    print("quiet")
+    compare(args.image, args.cells)
+    if args.load:
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            print("one busy process")
+            compare(args.image, args.cells)
+        finally:
+            busy.kill()  # the one process this bench started
+            busy.wait()
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,19 @@ Emit = Callable[[str, dict[str, Any]], None]
 AskInput = Callable[[str, bool], Awaitable[str]]
 
 READY_TIMEOUT = 60.0
+#: before the one retry of a start that failed in a transient way
+START_RETRY_DELAY = 0.25
+#: bwrap's set-up of the sandbox's own network namespace (its loopback): seen
+#: to fail now and then ("Failed RTM_NEWADDR") right after another sandbox's
+#: namespace was torn down; not a configuration problem, unlike the rest
+_TRANSIENT_START_ERRORS = ("bwrap: loopback:",)
 NOTICE = "[sandbox_kernel]"
+
+
+def _transient_start_failure(stderr_tail: Iterable[str]) -> bool:
+    return any(marker in line for line in stderr_tail for marker in _TRANSIENT_START_ERRORS)
+
+
 #: a one-off command of a PROXIED sandbox: start the forwarder, then exec the command
 FORWARDER_THEN_EXEC = (
     "import os, sys; sys.path.insert(0, %r); import proxy_forward as f; "
@@ -372,20 +384,13 @@ class Session:
         if self.sandbox_proxied:
             await self._ensure_proxy()
         spec = self._spec()  # a refused workspace raises SandboxUnavailable with its reason
-        try:
-            process = await self.sandbox.start(spec)
-        except (OSError, RuntimeError) as exc:
-            raise SandboxUnavailable(
-                f"could not start the {self.sandbox.name} sandbox: {exc}. Run `sandbox-kernel doctor` to see what is missing."
-            ) from exc
-        worker = WorkerHandle(process, self.log)
-        if self._closed:  # shut down while this sandbox was starting: leave nothing behind
-            await worker.kill()
-            raise SandboxUnavailable("the session is shut down")
-        try:
-            msg = await asyncio.wait_for(worker.messages.get(), READY_TIMEOUT)
-        except asyncio.TimeoutError:
-            msg = {"type": DEAD, "reason": f"no answer within {READY_TIMEOUT:.0f} s"}
+        worker, msg = await self._start_worker(spec)
+        if msg.get("type") != Msg.READY and _transient_start_failure(worker.stderr_tail) and not self._closed:
+            # The kernel's netlink set-up of a new network namespace can fail
+            # while a killed sandbox's namespace is being torn down: once more.
+            self.log.warning("the sandbox failed to start (%s); trying once more", " ".join(worker.stderr_tail)[-200:])
+            await asyncio.sleep(START_RETRY_DELAY)
+            worker, msg = await self._start_worker(spec)
         if msg.get("type") != Msg.READY or self._closed:
             await worker.kill()
             tail = "\n".join(worker.stderr_tail)
@@ -408,6 +413,27 @@ class Session:
         if recovering:
             await self._restore(worker, emit, reason)
         return worker
+
+    async def _start_worker(self, spec: SandboxSpec) -> tuple[WorkerHandle, dict[str, Any]]:
+        """Start a sandbox and wait for its worker's first message (READY, or
+        why it died)."""
+        try:
+            process = await self.sandbox.start(spec)
+        except (OSError, RuntimeError) as exc:
+            raise SandboxUnavailable(
+                f"could not start the {self.sandbox.name} sandbox: {exc}. Run `sandbox-kernel doctor` to see what is missing."
+            ) from exc
+        worker = WorkerHandle(process, self.log)
+        if self._closed:  # shut down while this sandbox was starting: leave nothing behind
+            await worker.kill()
+            raise SandboxUnavailable("the session is shut down")
+        try:
+            msg = await asyncio.wait_for(worker.messages.get(), READY_TIMEOUT)
+        except asyncio.TimeoutError:
+            msg = {"type": DEAD, "reason": f"no answer within {READY_TIMEOUT:.0f} s"}
+        if msg.get("type") != Msg.READY:
+            await worker.kill()  # its stderr is drained by then: the tail is whole
+        return worker, msg
 
     async def _restore(self, worker: WorkerHandle, emit: Emit | None, reason: str | None) -> None:
         manifest: dict[str, Any] | None = None

@@ -168,6 +168,17 @@ class Holder:
     def _finish_child(self, result: dict[str, Any], takeover: bool) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self._ctl.send({"result": result})
+        if takeover:
+            # The old holder may be reading a late frame (an interrupt sent as
+            # the cell ended): this process, the next holder, must not read the
+            # channel before the old one says it has stopped, or the two could
+            # split a frame between them.
+            while True:
+                try:
+                    if self._ctl.recv().get("released"):
+                        break
+                except (ChannelClosed, ValueError, OSError):
+                    break  # the old holder is gone: nobody else reads
         os.close(self._ctl.read_fd)
         os.close(self._ctl.write_fd)
         if not takeover:
@@ -241,6 +252,7 @@ class Holder:
             pidfd = None
         watch = [res_r, self.channel.read_fd] + ([pidfd] if pidfd is not None else [])
         result: dict[str, Any] | None = None
+        last_interrupt = -INTERRUPT_SPACING
         while result is None:
             ready, _, _ = select.select(watch, [], [], 0.1 if pidfd is None else None)
             if res_r in ready:
@@ -262,7 +274,9 @@ class Holder:
                     os._exit(CHANNEL_CLOSED_EXIT)
                 op = incoming.get("op")
                 if op == Op.INTERRUPT:
-                    _signal(pid, signal.SIGINT)
+                    if time.monotonic() - last_interrupt >= INTERRUPT_SPACING:
+                        last_interrupt = time.monotonic()
+                        _signal(pid, signal.SIGINT)
                 elif op == Op.KILL:
                     _signal(pid, signal.SIGKILL)
                 elif op in (Op.INPUT_REPLY, Op.RATCHET_REPLY):
@@ -275,6 +289,11 @@ class Holder:
                     self._kill_standby()
                     os._exit(SHUTDOWN_EXIT)
                 # anything else cannot arrive: the host sends one request at a time
+        if result is not None and takeover:
+            try:  # this process reads the channel no more: the child may
+                result_channel.send({"released": True})
+            except OSError:
+                pass
         os.close(res_r)
         os.close(ctl_w)
         if pidfd is not None:
@@ -446,6 +465,14 @@ class _Child:
     def __init__(self, pid: int, ctl: Channel) -> None:
         self.pid = pid
         self.ctl = ctl
+
+
+#: the least time between two SIGINTs the holder passes to one request's process:
+#: a burst of interrupts (the button pressed again and again) could otherwise
+#: raise a second KeyboardInterrupt while the first is being handled outside
+#: the cell's code, where nothing catches it, and the process would die
+#: instead of reporting the interrupt
+INTERRUPT_SPACING = 0.05
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -11,6 +11,7 @@ isolation.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 from sandbox_kernel.sandbox import Sandbox, SandboxProcess, SandboxSpec
@@ -35,13 +36,20 @@ class FakeSandbox(Sandbox):
         self.fail_start = fail_start
         #: run this instead of the engine's command (a misbehaving worker)
         self.command = list(command) if command is not None else None
+        #: the next starts die at once, each writing its text to stderr (a
+        #: sandbox whose own set-up failed, as bwrap's does), then clear
+        self.dying_starts: list[str] = []
 
     async def start(self, spec: SandboxSpec) -> SandboxProcess:
         self.launches.append(spec)
         if self.fail_start is not None:
             exc, self.fail_start = self.fail_start, None
             raise exc
-        process = await spawn(self.command or list(spec.command), spec.limits, env=spec.env, cwd=spec.cwd)
+        command = self.command or list(spec.command)
+        if self.dying_starts:
+            text = self.dying_starts.pop(0)
+            command = [sys.executable, "-c", f"import sys; sys.stderr.write({text!r}); sys.exit(1)"]
+        process = await spawn(command, spec.limits, env=spec.env, cwd=spec.cwd)
         handle = SandboxProcess(process, self.name)
         self.processes.append(handle)
         return handle

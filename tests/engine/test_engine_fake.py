@@ -121,6 +121,38 @@ async def test_a_backend_that_cannot_start_gives_a_clear_error(tmp_path: Path) -
         await session.shutdown()
 
 
+LOOPBACK_FAILURE = "bwrap: loopback: Failed RTM_NEWADDR: No child processes\n"
+
+
+async def test_a_transient_network_setup_failure_is_retried_once(tmp_path: Path) -> None:
+    """bwrap's loopback set-up in a new namespace failed once in CI right after a
+    killed sandbox's namespace went: the start is tried once more, and only for
+    that failure; a second one, or any other failure, is the user's error."""
+    sandbox = FakeSandbox()
+    session = _session(tmp_path, sandbox)
+    cells = Cells(session)
+    try:
+        sandbox.dying_starts = [LOOPBACK_FAILURE]
+        result, _, _ = await cells.run("1 + 1")
+        assert result.status == "ok", result
+        assert len(sandbox.launches) == 2
+
+        await sandbox.processes[-1].kill()  # the sandbox dies between cells
+        sandbox.dying_starts = [LOOPBACK_FAILURE, LOOPBACK_FAILURE]
+        result, _, _ = await cells.run("2")
+        assert result.status == "error" and result.ename == "SandboxUnavailable"
+        assert "RTM_NEWADDR" in result.evalue and len(sandbox.launches) == 4  # one retry, no more
+
+        sandbox.dying_starts = ["bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n"]
+        result, _, _ = await cells.run("3")
+        assert result.status == "error" and "Can't mount proc" in result.evalue
+        assert len(sandbox.launches) == 5  # a configuration problem is not retried
+        result, _, _ = await cells.run("4")
+        assert result.status == "ok"
+    finally:
+        await session.shutdown()
+
+
 async def test_a_worker_speaking_garbage_is_dropped(tmp_path: Path) -> None:
     # A worker that writes a frame which is not JSON: the host refuses it and
     # never unpickles or evaluates anything it sent.

@@ -1,0 +1,136 @@
+"""The worker's channel has one reader at a time, whatever the host sends when.
+
+The state holder reads the host's channel; after a cell, the cell's process
+takes over as the next holder, and it reads the channel only once the old
+holder says it has stopped (a late frame, an interrupt sent as the cell ended,
+may be in its hands). Two readers at once would split a frame between them:
+the host would see a broken protocol and replace the sandbox. These tests send
+frames at the moments where the reader changes (interrupts racing the end of
+cells, late input replies, completions and checkpoints between cells) on a
+real bubblewrap sandbox, and check that the sandbox is never replaced and
+every answer belongs to its request. The interrupt storm also checks that a
+burst of interrupts never kills a cell's process: the holder passes at most
+one SIGINT per 50 ms (a second KeyboardInterrupt raised while the first is
+handled outside the cell's code would escape every handler).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kernel_helpers import require_bwrap
+
+from sandbox_kernel.engine import EngineConfig, Session
+from sandbox_kernel.sandbox import get_sandbox
+from sandbox_kernel.worker.protocol import Op
+
+pytestmark = pytest.mark.asyncio
+
+
+def _session(tmp_path: Path) -> Session:
+    require_bwrap()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    return Session(EngineConfig(workspace=workspace, network="none"), sandbox=get_sandbox("bwrap"))
+
+
+def _collect_stdout(lines: list[str]) -> Any:
+    return lambda kind, content: lines.append(content.get("text", "")) if kind == "stream" else None
+
+
+async def test_interrupts_racing_the_end_of_cells_never_split_a_frame(tmp_path: Path) -> None:
+    session = _session(tmp_path)
+    emitted: list[tuple[str, dict[str, Any]]] = []
+    try:
+        first = await session.execute("n = 0", execution_count=1, emit=lambda k, c: emitted.append((k, c)))
+        assert first.status == "ok"
+        worker = session.worker
+        assert worker is not None
+        stop = asyncio.Event()
+        rng = random.Random(7)
+
+        async def interrupter() -> None:
+            # straight onto the channel, running cell or not: late interrupts
+            # are what arrive while the reader changes hands
+            while not stop.is_set():
+                if session.worker is worker:
+                    worker.send({"op": Op.INTERRUPT})
+                await asyncio.sleep(rng.uniform(0, 0.004))
+
+        task = asyncio.ensure_future(interrupter())
+        statuses = []
+        try:
+            for count in range(2, 302):
+                result = await session.execute(
+                    "n += 1\nm = n", execution_count=count, emit=lambda k, c: emitted.append((k, c))
+                )
+                statuses.append((result.status, result.ename))
+                assert result.status != "died", (count, result.evalue)
+        finally:
+            stop.set()
+            await task
+        assert session.worker is worker and worker.alive, "the sandbox was replaced"
+        assert set(statuses) <= {("ok", ""), ("error", "KeyboardInterrupt")}, statuses
+        assert ("ok", "") in statuses
+        notices = [c.get("text", "") for k, c in emitted if k == "stream"]
+        assert not any("replaced" in text or "protocol" in text for text in notices), notices
+        last = await session.execute(
+            "print(n == m, n <= 300)", execution_count=400, emit=lambda k, c: emitted.append((k, c))
+        )
+        assert last.status == "ok"
+        assert emitted[-1] == ("stream", {"name": "stdout", "text": "True True\n"}), emitted[-3:]
+    finally:
+        await session.shutdown()
+
+
+async def test_a_burst_of_interrupts_never_kills_the_cells_process(tmp_path: Path) -> None:
+    """A hundred interrupts at once at a cell that catches the first: the cell
+    ends as interrupted or ok, never as a dead process, and the state stays."""
+    session = _session(tmp_path)
+    try:
+        assert (await session.execute("n = 0", execution_count=1, emit=lambda k, c: None)).status == "ok"
+        worker = session.worker
+        assert worker is not None
+        code = "import time\ntry:\n    time.sleep(0.3)\nexcept KeyboardInterrupt:\n    pass\nn += 1\ntime.sleep(0.2)"
+        for count in range(2, 12):
+            run = asyncio.ensure_future(session.execute(code, execution_count=count, emit=lambda k, c: None))
+            await asyncio.sleep(0.1)
+            for _ in range(100):
+                worker.send({"op": Op.INTERRUPT})
+            result = await run
+            assert result.status in ("ok", "error"), (count, result.status, result.evalue)
+        assert session.worker is worker, "the sandbox was replaced"
+        lines: list[str] = []
+        last = await session.execute("print(n > 0)", execution_count=20, emit=_collect_stdout(lines))
+        assert last.status == "ok" and lines == ["True\n"], lines
+    finally:
+        await session.shutdown()
+
+
+async def test_requests_between_cells_are_answered_in_order(tmp_path: Path) -> None:
+    """Cells, completions (a throw-away child of the holder), checkpoints and
+    late frames mixed: each answer is the right one, the sandbox stays."""
+    session = _session(tmp_path)
+    try:
+        ok = await session.execute("alpha_value = 41", execution_count=1, emit=lambda k, c: None)
+        assert ok.status == "ok"
+        worker = session.worker
+        for count in range(2, 42):
+            assert worker is not None
+            worker.send({"op": Op.INPUT_REPLY, "value": "late"})  # late: nothing asks
+            reply = await session.complete("alpha_v", 7)
+            assert "alpha_value" in reply.get("matches", []), reply
+            lines: list[str] = []
+            run = await session.execute(
+                "alpha_value += 1\nprint(alpha_value)", execution_count=count, emit=_collect_stdout(lines)
+            )
+            assert run.status == "ok" and "".join(lines) == f"{41 + count - 1}\n", (run, lines)
+            if count % 10 == 0:
+                await session.checkpoint()
+        assert session.worker is worker, "the sandbox was replaced"
+    finally:
+        await session.shutdown()

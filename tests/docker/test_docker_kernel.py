@@ -325,35 +325,24 @@ def test_shutdown_leaves_no_container(docker_client: Any, test_image: str, tmp_p
     remove_all(docker_client, k.pid)
 
 
-def test_kernel_killed_takes_its_container_with_it(docker_client: Any, test_image: str, tmp_path: Path) -> None:
-    k = DockerKernel(tmp_path, docker_client, test_image)
-    try:
-        k.run("import subprocess\nbg = subprocess.Popen(['sleep', '300'])")
-        assert len(k.containers()) == 1
-        os.kill(k.pid, signal.SIGKILL)
-        gone = wait_for(lambda: not containers_of(docker_client, k.pid), 20)
-        assert gone, [(c["State"], c["Status"]) for c in containers_of(docker_client, k.pid)]
-    finally:
-        k.handle.kc.stop_channels()
-        k.handle.km.cleanup_resources()
-        remove_all(docker_client, k.pid)
-
-
-def test_kernel_and_its_cli_killed_together_still_take_the_container(
-    docker_client: Any, test_image: str, tmp_path: Path
+@pytest.mark.parametrize("cli_too", [False, True], ids=["kernel", "kernel-and-cli"])
+def test_kernel_killed_takes_its_container_with_it(
+    docker_client: Any, test_image: str, tmp_path: Path, cli_too: bool
 ) -> None:
-    """No signal is forwarded when the docker CLI dies with the kernel (an OOM
-    kill of the group, say): the attach ends, the daemon closes the worker's
-    channel (StdinOnce), and the worker ends the container even though a cell
-    left a process running in it."""
+    """SIGKILL of the kernel ends its container although a cell left a process
+    running in it. With ``cli_too`` the docker CLI dies with the kernel (an OOM
+    kill of the group, say), so no signal is forwarded: the attach ends, the
+    daemon closes the worker's channel (StdinOnce), and the worker ends the
+    container."""
     k = DockerKernel(tmp_path, docker_client, test_image)
     try:
         k.run("import subprocess\nbg = subprocess.Popen(['sleep', '300'])")
         (container,) = k.containers()
-        assert docker_client.api.inspect_container(container["Id"])["Config"]["StdinOnce"] is True
-        clis = [p for p in psutil.Process(k.pid).children(recursive=True) if p.name() == "docker"]
-        assert len(clis) == 1, clis
-        clis[0].kill()
+        if cli_too:
+            assert docker_client.api.inspect_container(container["Id"])["Config"]["StdinOnce"] is True
+            clis = [p for p in psutil.Process(k.pid).children(recursive=True) if p.name() == "docker"]
+            assert len(clis) == 1, clis
+            clis[0].kill()
         os.kill(k.pid, signal.SIGKILL)
         gone = wait_for(lambda: not containers_of(docker_client, k.pid), 20)
         assert gone, [(c["State"], c["Status"]) for c in containers_of(docker_client, k.pid)]

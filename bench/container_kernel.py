@@ -5,7 +5,8 @@
 Build the image first (scripts/build-image.sh). The container gets the narrow
 settings of docs/deploy/container.md: uid 1000, no capabilities, the shipped
 seccomp profile, unmasked /proc, no network. This file is also the driver that
-runs inside the container (mounted at /bench.py). It reports:
+runs inside the container (bench/ mounted at /bench, so both sides time cells
+with kernel_latency's round_trip). It reports:
 
 - the first cell in a fresh container: from ``docker start`` until the first
   cell's reply, and the kernel's own start until that reply;
@@ -24,6 +25,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from kernel_latency import round_trip  # bench/ is the script's folder, first on sys.path
 
 
 def measure(python: str, cells: int) -> dict[str, float]:
@@ -71,18 +74,6 @@ def measure(python: str, cells: int) -> dict[str, float]:
     }
 
 
-def round_trip(kc, code: str) -> float:  # type: ignore[no-untyped-def]
-    t0 = time.perf_counter()
-    msg_id = kc.execute(code)
-    while True:
-        reply = kc.get_shell_msg(timeout=120)
-        if reply["parent_header"].get("msg_id") == msg_id:
-            break
-    if reply["content"]["status"] != "ok":
-        raise RuntimeError(f"{code!r}: {reply['content']}")
-    return time.perf_counter() - t0
-
-
 def in_container(image: str, cells: int) -> dict[str, float]:
     from narrow_container import driver_result, narrow_container, run_to_end
 
@@ -93,8 +84,8 @@ def in_container(image: str, cells: int) -> dict[str, float]:
     with narrow_container(
         api,
         image,
-        ["/opt/sandbox-kernel/bin/python", "/bench.py", "--inside", "--cells", str(cells)],
-        binds=[f"{Path(__file__).resolve()}:/bench.py:ro"],
+        ["/opt/sandbox-kernel/bin/python", "/bench/container_kernel.py", "--inside", "--cells", str(cells)],
+        binds=[f"{Path(__file__).resolve().parent}:/bench:ro"],
         security_opt=["no-new-privileges", "seccomp=" + json.dumps(container_profile())],
     ) as container_id:
         started = time.time()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ipykernel.kernelapp import IPKernelApp
 from jupyter_core.paths import jupyter_config_path
-from traitlets import Type
+from traitlets import DottedObjectName, Type
 from traitlets.config.application import Application
 
 from .kernel import SandboxKernel
@@ -21,6 +21,11 @@ CONFIG_FILE = "sandbox_kernel_config"
 class SandboxKernelApp(IPKernelApp):
     name = "sandbox-kernel"
     kernel_class = Type(SandboxKernel, klass="ipykernel.kernelbase.Kernel").tag(config=True)  # type: ignore[assignment]
+    outstream_class = DottedObjectName(
+        "sandbox_kernel.host_streams.HostOutStream",
+        help="The importstring for the OutStream factory (ours flushes only what host code wrote).",
+        allow_none=True,
+    ).tag(config=True)
 
     def init_path(self) -> None:
         """Never put the working directory (the notebook's folder, which sandboxes

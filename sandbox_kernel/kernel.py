@@ -32,6 +32,7 @@ from . import __version__, requests
 from .engine import Session
 from .engine.ratchet import Ratchet
 from .engine.settings import EngineSettings
+from .host_streams import iopub_barrier
 from .language import language_info
 from .outputs.links import defang_text
 from .outputs.replies import clean_completion_metadata, clean_payloads, clean_user_expressions, plain_text
@@ -92,6 +93,11 @@ class SandboxKernel(Kernel, EngineSettings):
         requests.MAX_CODE_BYTES,
         help="Largest code (in UTF-8 bytes) an execute, complete, inspect or is_complete "
         "request may carry; a larger one gets an error reply naming the limit.",
+    ).tag(config=True)
+    _execute_sleep = Float(
+        0.0,
+        help="Seconds ipykernel sleeps before each execute_reply. Its 0.5 ms default is for output written "
+        "in-process; here every output is on iopub before the reply (see host_streams.iopub_barrier).",
     ).tag(config=True)
     privacy_poll_interval = Float(
         0.25,
@@ -408,6 +414,10 @@ class SandboxKernel(Kernel, EngineSettings):
                 f"the kernel could not run this request: {type(exc).__name__}: {exc}"[:2000],
                 execution_count=self.execution_count,
             ) | {"ename": "KernelError"}
+        finally:
+            # the cell's outputs go out before its reply, as with ipykernel's
+            # flushes (which cost nothing now: host_streams.HostOutStream)
+            iopub_barrier(self.iopub_thread)
 
     async def _execute(
         self, code: str, silent: bool, store_history: bool, user_expressions: dict[str, str], allow_stdin: bool

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import logging
 import os
 import secrets
@@ -151,6 +152,22 @@ class _Problem(Exception):
         self.future = future
 
 
+@functools.lru_cache(maxsize=4096)
+def _session_paths(root: Path, user_id: str, session_id: str) -> tuple[Path, tuple[tuple[Sensitivity, str], ...]]:
+    """A session's file and its high-water markers, highest level first.
+
+    Every read of the ratchet (one per ancestor of the workspace, each cell)
+    needs them, and building them with pathlib cost more than the reads' own
+    stat() calls. Invalid ids raise, and a raise is not cached."""
+    validate_id(user_id, "user_id")
+    validate_id(session_id, "session_id")
+    marks = root.parent / f"{root.name}-highwater" / user_id
+    levels = sorted((level for level in Sensitivity if level > Sensitivity.PUBLIC), reverse=True)
+    return root / user_id / f"{session_id}.json", tuple(
+        (level, str(marks / f"{session_id}@{level.name}")) for level in levels
+    )
+
+
 class PrivacyStore:
     """Per-session privacy files under ``root``. Raise-only: nothing here lowers.
 
@@ -203,16 +220,14 @@ class PrivacyStore:
 
     def highwater(self, user_id: str, session_id: str) -> Sensitivity:
         """The highest level this session is known to have reached (PUBLIC if none)."""
-        for level in sorted(Sensitivity, reverse=True):
-            if level > Sensitivity.PUBLIC and os.path.lexists(self._highwater_path(user_id, session_id, level)):
+        for level, marker in _session_paths(self._root, user_id, session_id)[1]:
+            if os.path.lexists(marker):
                 return level
         return Sensitivity.PUBLIC
 
     def path_for(self, user_id: str, session_id: str) -> Path:
         """The session's file (ids are validated)."""
-        validate_id(user_id, "user_id")
-        validate_id(session_id, "session_id")
-        return self._root / user_id / f"{session_id}.json"
+        return _session_paths(self._root, user_id, session_id)[0]
 
     # ----------------------------------------------------------------- reading
 

@@ -30,6 +30,13 @@ def iopub() -> Iterator[tuple[IOPubThread, zmq.Socket, Session]]:
     try:
         yield thread, sub, session
     finally:
+        # ipykernel's stop() leaves its pipe-gc task pending ("Task was destroyed
+        # but it is pending!" at exit): end it on the IO thread first
+        task = getattr(thread, "_event_pipe_gc_task", None)
+        if task is not None:
+            thread.schedule(task.cancel)
+            iopub_barrier(thread, timeout=5)
+            iopub_barrier(thread, timeout=5)  # one more turn of the loop: the task sees its cancel
         thread.stop()
         thread.close()
         sub.close(linger=0)

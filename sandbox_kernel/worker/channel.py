@@ -4,13 +4,23 @@ A frame is a 4-byte big-endian length followed by UTF-8 JSON. Reads are
 unbuffered and exact, so a process that stops reading mid-stream never
 swallows bytes meant for the process that reads next (the state holder
 hands the channel over to its child after every cell).
+
+Writes come from more than one process: the running request's process, and
+the holder, where threads a finished cell started live on (a thread that
+logs through a handler bound to that cell's stream). A frame over PIPE_BUF
+is not written atomically, so two processes' frames could interleave and the
+host would see a broken protocol and replace the sandbox, losing its state.
+A process-wide record lock (``lockf`` on a shared memfd: POSIX locks exclude
+other processes, the threading lock other threads) makes each frame whole.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import threading
+import weakref
 from typing import Any
 
 from .protocol import HEADER, MAX_FRAME, MAX_OUTPUT_MESSAGE, OUTPUT_TYPES
@@ -20,11 +30,35 @@ class ChannelClosed(EOFError):
     pass
 
 
+def frame_lock_fd() -> int | None:
+    """A file for the frame lock, shared by every process forked after this
+    (None where none can be had: frames are then only whole per process)."""
+    try:
+        return os.memfd_create("sandbox-kernel-frames", os.MFD_CLOEXEC)
+    except (AttributeError, OSError):
+        return None
+
+
+_channels: weakref.WeakSet[Channel] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # A thread of the parent may have held a channel's lock when it forked:
+    # that thread does not exist here, so the lock would never be released.
+    for channel in list(_channels):
+        channel._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Channel:
-    def __init__(self, read_fd: int, write_fd: int) -> None:
+    def __init__(self, read_fd: int, write_fd: int, frame_lock: int | None = None) -> None:
         self.read_fd = read_fd
         self.write_fd = write_fd
         self._lock = threading.Lock()
+        self._frame_lock = frame_lock
+        _channels.add(self)
         #: set to False to drop messages (background threads of a finished cell)
         self.enabled = True
         #: bytes of output the running cell may still send (None: no budget).
@@ -54,10 +88,22 @@ class Channel:
             self.output_budget = (self.output_budget or 0) - len(data)
         frame = HEADER.pack(len(data)) + data
         with self._lock:
-            view = memoryview(frame)
-            while view:
-                written = os.write(self.write_fd, view)
-                view = view[written:]
+            if self._frame_lock is not None:
+                fcntl.lockf(self._frame_lock, fcntl.LOCK_EX)
+            try:
+                view = memoryview(frame)
+                while view:
+                    written = os.write(self.write_fd, view)
+                    view = view[written:]
+            finally:
+                if self._frame_lock is not None:
+                    fcntl.lockf(self._frame_lock, fcntl.LOCK_UN)
+
+    def stop_sending(self) -> None:
+        """Wait for a frame another thread is writing, and let no thread start
+        one: for a process about to exit, which would otherwise leave half a
+        frame in the pipe (the host then sees a broken protocol)."""
+        self._lock.acquire()
 
     def _read_exact(self, n: int) -> bytes:
         chunks = []

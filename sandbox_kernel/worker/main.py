@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import proxy_forward
-from .channel import Channel, ChannelClosed
+from .channel import Channel, ChannelClosed, frame_lock_fd
 from .protocol import LATE_OPS, Msg, Op
 from .streams import FdCapture, stop_captures
 
@@ -335,6 +335,9 @@ class Holder:
         if pidfd is not None:
             os.close(pidfd)
         if result is not None and takeover:
+            # Threads earlier cells left here may be writing a frame: it must
+            # be whole before this process goes.
+            self.channel.stop_sending()
             # The child now holds the state. Tearing this address space down
             # costs CPU just when the host handles DONE and the new holder forks
             # its standby: done last, at the lowest priority.
@@ -601,7 +604,7 @@ def main() -> None:
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    channel = Channel(read_fd, write_fd)
+    channel = Channel(read_fd, write_fd, frame_lock_fd())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     started = time.monotonic()
     from .shell import make_shell

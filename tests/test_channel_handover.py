@@ -134,3 +134,50 @@ async def test_requests_between_cells_are_answered_in_order(tmp_path: Path) -> N
         assert session.worker is worker, "the sandbox was replaced"
     finally:
         await session.shutdown()
+
+
+async def test_an_interrupt_sent_right_after_the_request_stops_the_cell(tmp_path: Path) -> None:
+    """The interrupt button pressed as a cell is sent: the interrupt reaches
+    the sandbox before the cell's code has begun. It used to be ignored there
+    (the cell ran on until the kernel killed it and its sandbox); now the cell
+    ends with a KeyboardInterrupt, whether its code had begun or not, and the
+    session's state and sandbox stay."""
+    session = _session(tmp_path)
+    try:
+        assert (await session.execute("n = 0", execution_count=1, emit=lambda k, c: None)).status == "ok"
+        worker = session.worker
+        assert worker is not None
+        code = "n += 1\nimport time\ntime.sleep(30)"
+        for count in range(2, 22):
+            run = asyncio.ensure_future(session.execute(code, execution_count=count, emit=lambda k, c: None))
+            while session._running is None:  # the request is on its way: interrupt at once
+                await asyncio.sleep(0)
+            session.interrupt()
+            result = await asyncio.wait_for(run, 25)
+            assert (result.status, result.ename) == ("error", "KeyboardInterrupt"), (count, result)
+            assert session.worker is worker, f"the sandbox was replaced at cell {count}"
+        printed: list[str] = []
+        last = await session.execute("print(0 <= n <= 20)", execution_count=30, emit=_collect_stdout(printed))
+        assert last.status == "ok" and printed == ["True\n"], printed
+    finally:
+        await session.shutdown()
+
+
+async def test_cells_do_not_leak_file_descriptors(tmp_path: Path) -> None:
+    """Each cell's process inherits the holder's descriptors. The reader of a
+    cell's fds 1 and 2 left their pipes open at the end: two descriptors more
+    per cell, up to the sandbox's limit of 1024 after about 500 cells."""
+    session = _session(tmp_path)
+    counts: list[str] = []
+    code = "import os, subprocess\nsubprocess.run(['true'])\nprint(len(os.listdir('/proc/self/fd')))"
+    try:
+        for count in range(1, 41):
+            counts.clear()
+            result = await session.execute(code, execution_count=count, emit=_collect_stdout(counts))
+            assert result.status == "ok", result
+            if count == 5:
+                early = int("".join(counts))
+        late = int("".join(counts))
+        assert late - early <= 2, f"{late - early} more descriptors after 35 cells"
+    finally:
+        await session.shutdown()

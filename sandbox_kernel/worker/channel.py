@@ -19,8 +19,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .protocol import HEADER, MAX_FRAME, MAX_OUTPUT_MESSAGE, OUTPUT_TYPES
@@ -50,6 +53,28 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold back a KeyboardInterrupt until the frame is written.
+
+    Raised between two partial writes, it left half a frame in the pipe; raised
+    just after the record lock was taken, it left the lock held and the
+    holder's DONE waiting for it forever (a stop pressed while a cell
+    printed). Only the main thread runs Python signal handlers, so only it
+    needs this; the interrupt is raised as soon as the frame is out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[Any] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(signal.SIGINT, caught[0])
 
 
 class Channel:
@@ -87,7 +112,7 @@ class Channel:
                 return
             self.output_budget = (self.output_budget or 0) - len(data)
         frame = HEADER.pack(len(data)) + data
-        with self._lock:
+        with _interrupts_deferred(), self._lock:
             if self._frame_lock is not None:
                 fcntl.lockf(self._frame_lock, fcntl.LOCK_EX)
             try:

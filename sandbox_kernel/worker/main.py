@@ -145,20 +145,32 @@ class Holder:
         # collector then never walks (and so never copies) the inherited heap.
         gc.freeze()
         delay, deadline = 0.05, time.monotonic() + 10
-        while True:
-            to_child_r, to_child_w = os.pipe()
-            to_holder_r, to_holder_w = os.pipe()
-            try:
-                pid = os.fork()
-                break
-            except BlockingIOError:  # EAGAIN: a process limit; processes may still exit
-                for fd in (to_child_r, to_child_w, to_holder_r, to_holder_w):
-                    os.close(fd)
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+        # SIGINT blocked across the fork: the holder may pass the child a
+        # request and an interrupt before the child has run at all, and with
+        # the holder's disposition (ignore) that interrupt would be lost. A
+        # blocked signal stays pending until the child records it.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        pid = -1
+        try:
+            while True:
+                to_child_r, to_child_w = os.pipe()
+                to_holder_r, to_holder_w = os.pipe()
+                try:
+                    pid = os.fork()
+                    break
+                except BlockingIOError:  # EAGAIN: a process limit; processes may still exit
+                    for fd in (to_child_r, to_child_w, to_holder_r, to_holder_w):
+                        os.close(fd)
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+        finally:
+            if pid != 0:  # the child unblocks it once it records stops
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         if pid == 0:
+            _record_stops()
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             os.close(to_child_w)
             os.close(to_holder_r)
             self._ctl = Channel(to_child_r, to_holder_w)
@@ -369,17 +381,29 @@ class Holder:
         self.channel.set_output_budget(budget if isinstance(budget, int) else None)
         shell.payload_manager.clear_payload()
         shell._last_error = None
+        res = None
         signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
-            res = shell.run_cell(
-                msg.get("code", ""),
-                store_history=bool(msg.get("store_history", True)),
-                silent=bool(msg.get("silent", False)),
-            )
+            if not _stopped_early():
+                res = shell.run_cell(
+                    msg.get("code", ""),
+                    store_history=bool(msg.get("store_history", True)),
+                    silent=bool(msg.get("silent", False)),
+                )
+        except KeyboardInterrupt:  # before IPython runs the code (its own handlers catch it there)
+            res = None
         finally:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        reply: dict[str, Any] = {"status": "ok" if res.success else "error", "execution_count": shell.execution_count}
-        if res.success:
+        if res is None:  # stopped before its code began: shown as an interrupted cell
+            shell.showtraceback((KeyboardInterrupt, KeyboardInterrupt(), None), exception_only=True)
+        reply: dict[str, Any] = {
+            "status": "ok" if res is not None and res.success else "error",
+            "execution_count": shell.execution_count,
+        }
+        if res is None:
+            error = shell._last_error or {}
+            reply.update(ename="KeyboardInterrupt", evalue="", traceback=error.get("traceback") or [])
+        elif res.success:
             expressions = msg.get("user_expressions") or {}
             reply["user_expressions"] = shell.user_expressions(expressions) if isinstance(expressions, dict) else {}
         else:
@@ -412,6 +436,8 @@ class Holder:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         status: dict[str, Any] = {"status": "ok"}
         try:
+            if _stopped_early():
+                raise KeyboardInterrupt
             comms.handle(msg)
         except KeyboardInterrupt:
             status = {"status": "error", "ename": "KeyboardInterrupt", "evalue": "", "traceback": []}
@@ -521,6 +547,30 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
+
+
+_stop_received = False
+
+
+def _record_stop(signum: int, frame: Any) -> None:
+    global _stop_received
+    _stop_received = True
+
+
+def _record_stops() -> None:
+    """In a new child, before SIGINT is unblocked: the holder signals it only
+    once it has passed it a request, so a stop that comes before the
+    request's code begins is kept for that code (a flag inherited from the
+    holder's own past is cleared)."""
+    global _stop_received
+    _stop_received = False
+    signal.signal(signal.SIGINT, _record_stop)
+
+
+def _stopped_early() -> bool:
+    """Whether an interrupt came between the request's arrival and the start
+    of its code (it used to be ignored there, and the cell ran on)."""
+    return _stop_received
 
 
 _TRANSFORM_LISTS = ("cleanup_transforms", "line_transforms", "token_transformers")

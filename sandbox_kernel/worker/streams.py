@@ -211,6 +211,7 @@ class FdCapture:
                     if not chunk:  # every writer closed it
                         poller.unregister(read_end)
                         open_ends.discard(read_end)
+                        os.close(read_end)  # (left open, two fds a cell added up to the fd limit)
                         continue
                     text = decoder.decode(chunk)
                     if text:

@@ -46,6 +46,118 @@ def test_transforms_a_user_registered_run_once_per_cell(kernel: SandboxKernelHan
         ).result["text/plain"]
         == "True"
     )
+    _run_ok(
+        kernel,
+        "ip.input_transformers_cleanup.remove(count_cleanup)\n"
+        "ip.input_transformer_manager.line_transforms.remove(count_line)\n"
+        "ip.input_transformers_post.remove(count_post)",
+    )
+
+
+WARM_UPS = "import sys\nprint(sys.modules['sandbox_kernel_worker.warmup'].runs)"
+
+COUNTING_EVENTS = """
+seen = {'pre_execute': 0, 'pre_run_cell': 0, 'post_execute': 0, 'post_run_cell': 0, 'cleanup': 0, 'line': 0}
+def counter(event):
+    def count(*args):
+        seen[event] += 1
+    return count
+ip = get_ipython()
+callbacks = {event: counter(event) for event in ('pre_execute', 'pre_run_cell', 'post_execute', 'post_run_cell')}
+for event, callback in callbacks.items():
+    ip.events.register(event, callback)
+def count_cleanup(lines):
+    seen['cleanup'] += 1
+    return lines
+def count_line(lines):
+    seen['line'] += 1
+    return lines
+ip.input_transformers_cleanup.append(count_cleanup)
+ip.input_transformer_manager.line_transforms.append(count_line)
+"""
+
+
+def _run_ok(kernel: SandboxKernelHandle, code: str) -> str:
+    run = kernel.run(code)
+    assert run.status == "ok", (code, run.reply)
+    return run.stdout
+
+
+def _spaced(kernel: SandboxKernelHandle, cells: int) -> None:
+    for i in range(cells):
+        _run_ok(kernel, f"y = {i}")
+        time.sleep(0.1)  # idle time: the standby does all of its warm-ups
+
+
+def test_the_run_cell_warm_up_runs_no_callback_and_leaves_no_trace(kernel: SandboxKernelHandle) -> None:
+    """The standby runs a silent ``pass`` through the whole ``run_cell`` while
+    it waits. Event callbacks and transforms a user registered must see each
+    cell once, and the shell must look as if only the user's cells ran: the
+    last result, the execution count, the input history, the cached sources."""
+    _run_ok(kernel, COUNTING_EVENTS)
+    warm_before = int(_run_ok(kernel, WARM_UPS))
+    before = _run_ok(kernel, "print(dict(seen))")
+    _spaced(kernel, 4)
+    after = _run_ok(kernel, "print(dict(seen))")
+    warm_after = int(_run_ok(kernel, WARM_UPS))
+    assert warm_after - warm_before >= 4, "the warm-up did not run: this test would prove nothing"
+    # five: the four cells, and the reads' own (what fired after the first
+    # read's code and before the second's makes one cell)
+    assert {k: v - eval(before)[k] for k, v in eval(after).items()} == dict.fromkeys(eval(after), 5)
+    sizes = "import linecache\nprint(ip.execution_count, len(In), len(ip.compile._filename_map), len(linecache.cache))"
+    first = [int(n) for n in _run_ok(kernel, sizes).split()]
+    _spaced(kernel, 3)
+    _run_ok(kernel, "marker = 'the last cell'")
+    time.sleep(0.1)
+    last = _run_ok(kernel, "print(ip.last_execution_result.info.raw_cell == \"marker = 'the last cell'\")")
+    assert last == "True\n"
+    second = [int(n) for n in _run_ok(kernel, sizes).split()]
+    # count, input history, cached sources: one more for each of the six cells since, none for the warm-ups
+    assert [b - a for a, b in zip(first, second, strict=True)] == [6, 6, 6, 6]
+    _run_ok(
+        kernel,
+        "for event, callback in callbacks.items():\n    ip.events.unregister(event, callback)\n"
+        "ip.input_transformers_cleanup.remove(count_cleanup)\n"
+        "ip.input_transformer_manager.line_transforms.remove(count_line)",
+    )
+
+
+def test_a_shell_method_a_user_wrapped_sees_each_cell_once(kernel: SandboxKernelHandle) -> None:
+    """A user who wraps ``run_code`` (to time cells, say) or adds an AST
+    transformer: the ``run_cell`` warm-up would run their code, so it is
+    skipped, and each cell reaches it once."""
+    _run_ok(
+        kernel,
+        "ip = get_ipython()\ncalls = {'run_code': 0, 'ast': 0}\n"
+        "original = ip.run_code\n"
+        "async def run_code(*args, **kwargs):\n"
+        "    calls['run_code'] += 1\n"
+        "    return await original(*args, **kwargs)\n"
+        "ip.run_code = run_code",
+    )
+    warm_before = int(_run_ok(kernel, WARM_UPS))
+    before = int(_run_ok(kernel, "print(calls['run_code'])"))
+    _spaced(kernel, 4)
+    assert int(_run_ok(kernel, "print(calls['run_code'])")) - before == 5
+    assert int(_run_ok(kernel, WARM_UPS)) == warm_before, "the warm-up ran through the user's wrapper"
+    _run_ok(
+        kernel,
+        "del ip.run_code\nimport ast\n"
+        "class Count(ast.NodeTransformer):\n"
+        "    def visit_Module(self, node):\n"
+        "        calls['ast'] += 1\n"
+        "        return node\n"
+        "ip.ast_transformers.append(Count())",
+    )
+    warm_before = int(_run_ok(kernel, WARM_UPS))
+    before = int(_run_ok(kernel, "print(calls['ast'])"))
+    _spaced(kernel, 4)
+    assert int(_run_ok(kernel, "print(calls['ast'])")) - before == 5
+    assert int(_run_ok(kernel, WARM_UPS)) == warm_before, "the warm-up ran the user's AST transformer"
+    _run_ok(kernel, "ip.ast_transformers.clear()")
+    warm_before = int(_run_ok(kernel, WARM_UPS))
+    _spaced(kernel, 2)
+    assert int(_run_ok(kernel, WARM_UPS)) > warm_before, "with the user's code gone, the warm-up is back"
 
 
 def test_a_partial_line_streams_while_the_cell_runs(kernel: SandboxKernelHandle) -> None:

@@ -10,7 +10,6 @@ leaves the holder untouched: the next cell forks from the last good state.
 
 from __future__ import annotations
 
-import ast
 import builtins
 import fcntl
 import gc
@@ -24,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import proxy_forward
+from . import proxy_forward, warmup
 from .channel import Channel, ChannelClosed, frame_lock_fd
 from .protocol import LATE_OPS, Msg, Op
 from .streams import FdCapture, stop_captures
@@ -241,9 +240,8 @@ class Holder:
 
         This process shares every page with the holder until it writes to it,
         and each first write is a copy-on-write fault: a trivial cell's set-up
-        took 130 of them and its ``run_cell`` 335 (0.4 and 1.4 ms on a 2-core
-        VM); with this, 30 and 225 (0.2 and 1.1 ms). Taken here, they are off
-        the request's path. Everything is done
+        took 130 of them (0.4 ms on a 2-core VM), 30 once done here; the
+        warm-ups (``warmup``) do the same for ``run_cell``. Everything is done
         again with the request's own values; none of it runs user code or is
         seen outside this process. The warm-ups wait until no request came for
         WARM_UP_AFTER: cells and widget messages sent back to back (nbclient,
@@ -259,7 +257,8 @@ class Holder:
         self.shell.payload_manager.clear_payload()
         self.shell._last_error = None
         wait = WARM_UP_AFTER
-        for step in (start_flusher, lambda: _warm_compiler(self.shell)):
+        shell = self.shell
+        for step in (start_flusher, lambda: warmup.warm_compiler(shell), lambda: warmup.warm_run_cell(shell)):
             if select.select([self._ctl.read_fd], [], [], wait)[0]:
                 return
             wait = 0
@@ -573,35 +572,6 @@ def _stopped_early() -> bool:
     return _stop_received
 
 
-_TRANSFORM_LISTS = ("cleanup_transforms", "line_transforms", "token_transformers")
-
-
-def _warm_compiler(shell: Any) -> None:
-    """Run IPython's input transforms, the parser and the compiler on a one-line
-    cell in the standby: a third of a trivial cell's copy-on-write faults in
-    ``run_cell`` were theirs. Transforms a user registered are user code and
-    are left out (the lists are put back before any request runs)."""
-    manager = shell.input_transformer_manager
-    saved = {name: getattr(manager, name, None) for name in _TRANSFORM_LISTS}
-    source = "x = 1\n"
-    try:
-        for name, items in saved.items():
-            if isinstance(items, list):
-                ours = [t for t in items if str(getattr(t, "__module__", "")).startswith("IPython.")]
-                setattr(manager, name, ours)
-        source = manager.transform_cell(source)
-    except Exception:  # a warm-up never fails the standby
-        pass
-    finally:
-        for name, items in saved.items():
-            if items is not None:
-                setattr(manager, name, items)
-    try:
-        compile(ast.parse(source), "<standby>", "exec", getattr(shell.compile, "flags", 0), dont_inherit=True)
-    except Exception:
-        pass
-
-
 _input_ids = itertools.count(1)
 
 
@@ -665,6 +635,7 @@ def main() -> None:
     comms.install(channel)
 
     private.install(shell)
+    warmup.remember(shell)
     sys.stdout = sys.stderr = _Sink()
     _set_subreaper()
     # PROXIED sandboxes: the forwarder's port is bound before the first cell

@@ -156,7 +156,12 @@ class ZMQInteractiveShell(InteractiveShell):
             _refuse_gui(gui)
         self.active_eventloop = None if gui in (None, "", "none") else gui
 
+    #: set while a standby warms ``run_cell`` up: an error met there is nobody's
+    _quiet_errors = False
+
     def _showtraceback(self, etype: Any, evalue: Any, stb: Any) -> None:
+        if self._quiet_errors:
+            return
         _flush_std()
         self._last_error = {"ename": str(etype.__name__), "evalue": str(evalue), "traceback": list(stb)}
         if self.channel is not None and self.channel.enabled:

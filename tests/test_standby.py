@@ -155,6 +155,18 @@ def test_a_shell_method_a_user_wrapped_sees_each_cell_once(kernel: SandboxKernel
     assert int(_run_ok(kernel, "print(calls['ast'])")) - before == 5
     assert int(_run_ok(kernel, WARM_UPS)) == warm_before, "the warm-up ran the user's AST transformer"
     _run_ok(kernel, "ip.ast_transformers.clear()")
+    # a tracer a cell set stays for later cells (the thread is the holder's): it must not see warm-ups
+    _run_ok(
+        kernel,
+        "import sys\ntraced = set()\n"
+        "def tracer(frame, event, arg):\n"
+        "    traced.add(frame.f_code.co_filename)\n"
+        "sys.settrace(tracer)",
+    )
+    warm_before = int(_run_ok(kernel, WARM_UPS))
+    _spaced(kernel, 3)
+    assert int(_run_ok(kernel, WARM_UPS)) == warm_before, "the warm-up ran under the user's tracer"
+    _run_ok(kernel, "sys.settrace(None)")
     warm_before = int(_run_ok(kernel, WARM_UPS))
     _spaced(kernel, 2)
     assert int(_run_ok(kernel, WARM_UPS)) > warm_before, "with the user's code gone, the warm-up is back"

@@ -14,7 +14,10 @@ through is not the one the worker started with (a user who wraps
 ``run_code`` to time cells must see each cell once). It leaves no trace in
 the shell's state: nothing is stored in history, the execution count does
 not move, the last execution result is put back, and an error it might meet
-is not shown.
+is not shown. It is also skipped while a cell's tracer or profiler is set
+(``sys.settrace``, ``sys.setprofile``). Audit hooks (``sys.addaudithook``)
+cannot be listed, so one a cell added sees the warm-ups' ``compile`` and
+``exec`` events.
 """
 
 from __future__ import annotations
@@ -77,6 +80,8 @@ def warm_compiler(shell: Any) -> None:
     """Run IPython's input transforms, the parser and the compiler on a
     one-line cell. Transforms a user registered are user code and are left
     out (the lists are put back before any request runs)."""
+    if _user_is_watching():
+        return
     manager = shell.input_transformer_manager
     saved = _keep_ipythons_transforms(manager)
     source = "x = 1\n"
@@ -99,6 +104,8 @@ def warm_run_cell(shell: Any) -> None:
     global runs
     if _started_with is None or _parts(shell) != _started_with:
         return  # user code replaced part of it: running it would run user code
+    if _user_is_watching():
+        return
     if getattr(shell, "ast_transformers", None) or getattr(shell, "input_transformers_post", None):
         return  # traits: emptied and refilled they would not be the same lists
     if not isinstance(getattr(shell.events, "callbacks", None), dict):
@@ -127,6 +134,12 @@ def warm_run_cell(shell: Any) -> None:
         shell.execution_count = count
         _forget_source(shell, *cached)
     runs += 1
+
+
+def _user_is_watching() -> bool:
+    """A tracer or profiler a cell set (it stays for later cells: their
+    thread is the holder's) would see the warm-ups' frames."""
+    return sys.gettrace() is not None or sys.getprofile() is not None
 
 
 def _forget_source(shell: Any, lines_before: set[str], names_before: set[str]) -> None:

@@ -152,6 +152,12 @@ class _Problem(Exception):
         self.future = future
 
 
+def _highwater_root(root: Path) -> Path:
+    """Where the append-only high-water marks live: beside the store, not in it,
+    so losing the store's folder does not take them along."""
+    return root.parent / f"{root.name}-highwater"
+
+
 @functools.lru_cache(maxsize=4096)
 def _session_paths(root: Path, user_id: str, session_id: str) -> tuple[Path, tuple[tuple[Sensitivity, str], ...]]:
     """A session's file and its high-water markers, highest level first.
@@ -161,7 +167,7 @@ def _session_paths(root: Path, user_id: str, session_id: str) -> tuple[Path, tup
     stat() calls. Invalid ids raise, and a raise is not cached."""
     validate_id(user_id, "user_id")
     validate_id(session_id, "session_id")
-    marks = root.parent / f"{root.name}-highwater" / user_id
+    marks = _highwater_root(root) / user_id
     levels = sorted((level for level in Sensitivity if level > Sensitivity.PUBLIC), reverse=True)
     return root / user_id / f"{session_id}.json", tuple(
         (level, str(marks / f"{session_id}@{level.name}")) for level in levels
@@ -200,12 +206,11 @@ class PrivacyStore:
 
     @property
     def highwater_root(self) -> Path:
-        """Where the append-only high-water marks live: beside the store, not in it,
-        so losing the store's folder does not take them along."""
-        return self._root.parent / f"{self._root.name}-highwater"
+        return _highwater_root(self._root)
 
     def _highwater_path(self, user_id: str, session_id: str, level: Sensitivity) -> Path:
-        return self.highwater_root / user_id / f"{session_id}@{level.name}"
+        """The marker of a level above PUBLIC (ids are validated)."""
+        return Path(dict(_session_paths(self._root, user_id, session_id)[1])[level])
 
     def _record_highwater(self, user_id: str, session_id: str, level: Sensitivity) -> None:
         """Leave an empty marker per level reached; never removed, never lowered."""

@@ -20,13 +20,14 @@ import select
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from . import proxy_forward, warmup
 from .channel import Channel, ChannelClosed, frame_lock_fd
 from .protocol import LATE_OPS, Msg, Op
-from .streams import FdCapture, stop_captures
+from .streams import FdCapture, Sink, stop_captures
 
 SHUTDOWN_EXIT = 99
 #: a holder's exit status when the host's channel closed (the host is gone):
@@ -48,21 +49,6 @@ def _set_subreaper() -> None:
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except Exception:  # pragma: no cover - non-Linux dev machines
         pass
-
-
-class _Sink:
-    """sys.stdout/stderr of an idle holder: background threads write into nothing."""
-
-    encoding = "utf-8"
-
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
 
 
 def _describe_status(status: int) -> dict[str, Any]:
@@ -226,12 +212,12 @@ class Holder:
             elif msg.get("op") == Op.COMM:
                 result = self._comm(msg, self._ctl, out, err, capture)
             else:
-                sys.stdout = sys.stderr = _Sink()  # as before the set-up: a replayed import's prints are dropped
+                sys.stdout = sys.stderr = Sink()  # as before the set-up: a replayed import's prints are dropped
                 result = self._restore(msg, self._ctl)
                 stop_captures(capture)
         except BaseException as exc:
             result = {"status": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": []}
-        sys.stdout = sys.stderr = _Sink()
+        sys.stdout = sys.stderr = Sink()
         self._finish_child(result, takeover=True)
         return None
 
@@ -381,18 +367,15 @@ class Holder:
         shell.payload_manager.clear_payload()
         shell._last_error = None
         res = None
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
-            if not _stopped_early():
+            with _interruptible():
                 res = shell.run_cell(
                     msg.get("code", ""),
                     store_history=bool(msg.get("store_history", True)),
                     silent=bool(msg.get("silent", False)),
                 )
         except KeyboardInterrupt:  # before IPython runs the code (its own handlers catch it there)
-            res = None
-        finally:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            pass
         if res is None:  # stopped before its code began: shown as an interrupted cell
             shell.showtraceback((KeyboardInterrupt, KeyboardInterrupt(), None), exception_only=True)
         reply: dict[str, Any] = {
@@ -432,16 +415,12 @@ class Holder:
         _install_host_requests(self.channel, ctl, False, out, err)
         budget = msg.get("max_output_bytes")
         self.channel.set_output_budget(budget if isinstance(budget, int) else None)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         status: dict[str, Any] = {"status": "ok"}
         try:
-            if _stopped_early():
-                raise KeyboardInterrupt
-            comms.handle(msg)
+            with _interruptible():
+                comms.handle(msg)
         except KeyboardInterrupt:
             status = {"status": "error", "ename": "KeyboardInterrupt", "evalue": "", "traceback": []}
-        finally:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
         for stream in (out, err):
             stream.flush()
         stop_captures(capture)
@@ -566,10 +545,18 @@ def _record_stops() -> None:
     signal.signal(signal.SIGINT, _record_stop)
 
 
-def _stopped_early() -> bool:
-    """Whether an interrupt came between the request's arrival and the start
-    of its code (it used to be ignored there, and the cell ran on)."""
-    return _stop_received
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """Let SIGINT raise KeyboardInterrupt in a request's code, and raise it at
+    once for an interrupt that came between the request's arrival and the
+    start of its code (it used to be ignored there, and the cell ran on)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        if _stop_received:
+            raise KeyboardInterrupt
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 _input_ids = itertools.count(1)
@@ -636,7 +623,7 @@ def main() -> None:
 
     private.install(shell)
     warmup.remember(shell)
-    sys.stdout = sys.stderr = _Sink()
+    sys.stdout = sys.stderr = Sink()
     _set_subreaper()
     # PROXIED sandboxes: the forwarder's port is bound before the first cell
     # can run, and served by the anchor (which never runs user code).

@@ -99,6 +99,22 @@ class OutStream(io.TextIOBase):
             self.channel.send({"type": Msg.STREAM, "name": self.name, "text": text[start : start + CHUNK_CHARS]})
 
 
+class Sink:
+    """sys.stdout/stderr where nothing may be seen: an idle holder (background
+    threads write into nothing), a restore, a standby's warm-up."""
+
+    encoding = "utf-8"
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
 def _start_thread(target: Callable[[], None]) -> None:
     """A daemon thread, without ``Thread.start()``'s wait (see the module's
     docstring). Raises RuntimeError when no thread can start."""

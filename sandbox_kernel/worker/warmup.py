@@ -23,10 +23,11 @@ cannot be listed, so one a cell added sees the warm-ups' ``compile`` and
 from __future__ import annotations
 
 import ast
-import io
 import linecache
 import sys
 from typing import Any
+
+from .streams import Sink
 
 #: the transform lists of IPython's TransformerManager (plain lists, not traits)
 TRANSFORM_LISTS = ("cleanup_transforms", "line_transforms", "token_transformers")
@@ -120,7 +121,7 @@ def warm_run_cell(shell: Any) -> None:
     cached = set(linecache.cache), set(getattr(shell.compile, "_filename_map", ()))
     events.callbacks = {event: [] for event in saved_callbacks}
     shell._quiet_errors = True
-    sys.stdout = sys.stderr = _Discard()  # this process has no other threads that print
+    sys.stdout = sys.stderr = Sink()  # this process has no other threads that print
     try:
         shell.run_cell("pass", store_history=False, silent=True)
     except Exception:
@@ -151,11 +152,6 @@ def _forget_source(shell: Any, lines_before: set[str], names_before: set[str]) -
     if isinstance(names, dict):
         for name in set(names) - names_before:
             names.pop(name, None)
-
-
-class _Discard(io.TextIOBase):
-    def write(self, text: str) -> int:
-        return len(text)
 
 
 def _keep_ipythons_transforms(manager: Any) -> dict[str, Any]:

@@ -196,6 +196,24 @@ class SandboxKernelHandle:
                 break
         return Run(reply["content"], messages)
 
+    def stream_arrivals(self, code: str, timeout: float = 30) -> tuple[list[tuple[float, str]], float]:
+        """Run ``code`` and return each stream text with the time it arrived,
+        and the time of the idle status: for tests of output that must stream
+        while the cell runs."""
+        msg_id = self.kc.execute(code)
+        arrivals = []
+        while True:
+            msg = self.kc.get_iopub_msg(timeout=timeout)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                arrivals.append((time.monotonic(), msg["content"]["text"]))
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                idle_at = time.monotonic()
+                break
+        self.kc.get_shell_msg(timeout=10)
+        return arrivals, idle_at
+
     def shutdown(self) -> None:
         try:
             self.kc.stop_channels()

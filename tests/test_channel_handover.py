@@ -25,6 +25,7 @@ import pytest
 from kernel_helpers import require_bwrap
 
 from sandbox_kernel.engine import EngineConfig, Session
+from sandbox_kernel.engine.worker import WorkerHandle
 from sandbox_kernel.sandbox import get_sandbox
 from sandbox_kernel.worker.protocol import Op
 
@@ -38,6 +39,13 @@ def _session(tmp_path: Path) -> Session:
     return Session(EngineConfig(workspace=workspace, network="none"), sandbox=get_sandbox("bwrap"))
 
 
+async def _counter_at_zero(session: Session, emit: Any = lambda k, c: None) -> WorkerHandle:
+    """Set ``n = 0`` in a first cell; return the sandbox it ran in."""
+    assert (await session.execute("n = 0", execution_count=1, emit=emit)).status == "ok"
+    assert session.worker is not None
+    return session.worker
+
+
 def _collect_stdout(lines: list[str]) -> Any:
     return lambda kind, content: lines.append(content.get("text", "")) if kind == "stream" else None
 
@@ -46,10 +54,7 @@ async def test_interrupts_racing_the_end_of_cells_never_split_a_frame(tmp_path: 
     session = _session(tmp_path)
     emitted: list[tuple[str, dict[str, Any]]] = []
     try:
-        first = await session.execute("n = 0", execution_count=1, emit=lambda k, c: emitted.append((k, c)))
-        assert first.status == "ok"
-        worker = session.worker
-        assert worker is not None
+        worker = await _counter_at_zero(session, emit=lambda k, c: emitted.append((k, c)))
         stop = asyncio.Event()
         rng = random.Random(7)
 
@@ -92,9 +97,7 @@ async def test_a_burst_of_interrupts_never_kills_the_cells_process(tmp_path: Pat
     ends as interrupted or ok, never as a dead process, and the state stays."""
     session = _session(tmp_path)
     try:
-        assert (await session.execute("n = 0", execution_count=1, emit=lambda k, c: None)).status == "ok"
-        worker = session.worker
-        assert worker is not None
+        worker = await _counter_at_zero(session)
         code = "import time\ntry:\n    time.sleep(0.3)\nexcept KeyboardInterrupt:\n    pass\nn += 1\ntime.sleep(0.2)"
         for count in range(2, 12):
             run = asyncio.ensure_future(session.execute(code, execution_count=count, emit=lambda k, c: None))
@@ -144,9 +147,7 @@ async def test_an_interrupt_sent_right_after_the_request_stops_the_cell(tmp_path
     session's state and sandbox stay."""
     session = _session(tmp_path)
     try:
-        assert (await session.execute("n = 0", execution_count=1, emit=lambda k, c: None)).status == "ok"
-        worker = session.worker
-        assert worker is not None
+        worker = await _counter_at_zero(session)
         code = "n += 1\nimport time\ntime.sleep(30)"
         for count in range(2, 22):
             run = asyncio.ensure_future(session.execute(code, execution_count=count, emit=lambda k, c: None))

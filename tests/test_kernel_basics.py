@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import time
 
 from kernel_helpers import SandboxKernelHandle
 
@@ -16,17 +15,9 @@ def test_state_persists_across_cells(kernel: SandboxKernelHandle) -> None:
 
 
 def test_print_streams_while_the_cell_runs(kernel: SandboxKernelHandle) -> None:
-    msg_id = kernel.kc.execute("import time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.6)")
-    arrivals = []
-    while True:
-        msg = kernel.kc.get_iopub_msg(timeout=30)
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "stream":
-            arrivals.append((time.monotonic(), msg["content"]["text"]))
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            break
-    kernel.kc.get_shell_msg(timeout=10)
+    arrivals, _ = kernel.stream_arrivals(
+        "import time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.6)"
+    )
     text = "".join(t for _, t in arrivals)
     assert text == "tick 0\ntick 1\ntick 2\n"
     # live: the first line arrived well before the last one

@@ -89,6 +89,24 @@ def _spaced(kernel: SandboxKernelHandle, cells: int) -> None:
         time.sleep(0.1)  # idle time: the standby does all of its warm-ups
 
 
+def _warm_ups_over_spaced_cells(kernel: SandboxKernelHandle, cells: int) -> int:
+    """How many ``run_cell`` warm-ups ran around ``cells`` spaced cells."""
+    before = int(_run_ok(kernel, WARM_UPS))
+    _spaced(kernel, cells)
+    return int(_run_ok(kernel, WARM_UPS)) - before
+
+
+def _calls_over_spaced_cells(kernel: SandboxKernelHandle, counter: str, cells: int) -> tuple[int, int]:
+    """How far ``calls[counter]`` (kept by the user's code) moved over
+    ``cells`` spaced cells and the two that read it, and how many warm-ups
+    ran meanwhile."""
+    warm_before = int(_run_ok(kernel, WARM_UPS))
+    before = int(_run_ok(kernel, f"print(calls[{counter!r}])"))
+    _spaced(kernel, cells)
+    seen = int(_run_ok(kernel, f"print(calls[{counter!r}])")) - before
+    return seen, int(_run_ok(kernel, WARM_UPS)) - warm_before
+
+
 def test_the_run_cell_warm_up_runs_no_callback_and_leaves_no_trace(kernel: SandboxKernelHandle) -> None:
     """The standby runs a silent ``pass`` through the whole ``run_cell`` while
     it waits. Event callbacks and transforms a user registered must see each
@@ -135,11 +153,9 @@ def test_a_shell_method_a_user_wrapped_sees_each_cell_once(kernel: SandboxKernel
         "    return await original(*args, **kwargs)\n"
         "ip.run_code = run_code",
     )
-    warm_before = int(_run_ok(kernel, WARM_UPS))
-    before = int(_run_ok(kernel, "print(calls['run_code'])"))
-    _spaced(kernel, 4)
-    assert int(_run_ok(kernel, "print(calls['run_code'])")) - before == 5
-    assert int(_run_ok(kernel, WARM_UPS)) == warm_before, "the warm-up ran through the user's wrapper"
+    seen, warm_ups = _calls_over_spaced_cells(kernel, "run_code", 4)
+    assert seen == 5
+    assert warm_ups == 0, "the warm-up ran through the user's wrapper"
     _run_ok(
         kernel,
         "del ip.run_code\nimport ast\n"
@@ -149,11 +165,9 @@ def test_a_shell_method_a_user_wrapped_sees_each_cell_once(kernel: SandboxKernel
         "        return node\n"
         "ip.ast_transformers.append(Count())",
     )
-    warm_before = int(_run_ok(kernel, WARM_UPS))
-    before = int(_run_ok(kernel, "print(calls['ast'])"))
-    _spaced(kernel, 4)
-    assert int(_run_ok(kernel, "print(calls['ast'])")) - before == 5
-    assert int(_run_ok(kernel, WARM_UPS)) == warm_before, "the warm-up ran the user's AST transformer"
+    seen, warm_ups = _calls_over_spaced_cells(kernel, "ast", 4)
+    assert seen == 5
+    assert warm_ups == 0, "the warm-up ran the user's AST transformer"
     _run_ok(kernel, "ip.ast_transformers.clear()")
     # a tracer a cell set stays for later cells (the thread is the holder's): it must not see warm-ups
     _run_ok(
@@ -163,30 +177,15 @@ def test_a_shell_method_a_user_wrapped_sees_each_cell_once(kernel: SandboxKernel
         "    traced.add(frame.f_code.co_filename)\n"
         "sys.settrace(tracer)",
     )
-    warm_before = int(_run_ok(kernel, WARM_UPS))
-    _spaced(kernel, 3)
-    assert int(_run_ok(kernel, WARM_UPS)) == warm_before, "the warm-up ran under the user's tracer"
+    assert _warm_ups_over_spaced_cells(kernel, 3) == 0, "the warm-up ran under the user's tracer"
     _run_ok(kernel, "sys.settrace(None)")
-    warm_before = int(_run_ok(kernel, WARM_UPS))
-    _spaced(kernel, 2)
-    assert int(_run_ok(kernel, WARM_UPS)) > warm_before, "with the user's code gone, the warm-up is back"
+    assert _warm_ups_over_spaced_cells(kernel, 2) > 0, "with the user's code gone, the warm-up is back"
 
 
 def test_a_partial_line_streams_while_the_cell_runs(kernel: SandboxKernelHandle) -> None:
     """Text without a newline is flushed by the standby's flusher thread within
     the flush interval, not held until the cell ends."""
-    msg_id = kernel.kc.execute("import time\nprint('partial', end='')\ntime.sleep(1.5)\nprint(' done')")
-    arrivals = []
-    while True:
-        msg = kernel.kc.get_iopub_msg(timeout=30)
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "stream":
-            arrivals.append((time.monotonic(), msg["content"]["text"]))
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            idle_at = time.monotonic()
-            break
-    kernel.kc.get_shell_msg(timeout=10)
+    arrivals, idle_at = kernel.stream_arrivals("import time\nprint('partial', end='')\ntime.sleep(1.5)\nprint(' done')")
     assert "".join(t for _, t in arrivals) == "partial done\n"
     assert arrivals[0][1] == "partial"
     assert idle_at - arrivals[0][0] > 1.0  # it came while the cell slept

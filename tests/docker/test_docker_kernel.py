@@ -127,18 +127,9 @@ def test_state_persists_across_cells(dk: DockerKernel) -> None:
 
 
 def test_print_streams_while_the_cell_runs(dk: DockerKernel) -> None:
-    kc = dk.handle.kc
-    msg_id = kc.execute("import time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.5)")
-    arrivals = []
-    while True:
-        msg = kc.get_iopub_msg(timeout=30)
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "stream":
-            arrivals.append((time.monotonic(), msg["content"]["text"]))
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            break
-    kc.get_shell_msg(timeout=10)
+    arrivals, _ = dk.handle.stream_arrivals(
+        "import time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.5)"
+    )
     assert "".join(t for _, t in arrivals) == "tick 0\ntick 1\ntick 2\n"
     assert len(arrivals) >= 2 and arrivals[-1][0] - arrivals[0][0] > 0.7
 

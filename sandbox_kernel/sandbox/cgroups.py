@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
@@ -67,6 +67,9 @@ class SandboxCgroup:
     caps: Caps
     #: made (and removed) by us; False for a container's, which the daemon owns
     owned: bool = True
+    #: the counter files, open: read before and after every request, and a
+    #: path walk and open per read cost 0.15 ms of each request's path
+    _files: dict[Path, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # ---- in the child, between fork and exec ------------------------------------
     def join(self) -> None:
@@ -87,13 +90,25 @@ class SandboxCgroup:
             if directory is None:
                 continue
             try:
-                for line in (directory / name).read_text().splitlines():
+                for line in self._read(directory / name).splitlines():
                     parts = line.split()
                     if len(parts) == 2 and parts[0] == key:
                         found[key] = int(parts[1])
             except (OSError, ValueError):
                 continue
         return found
+
+    def _read(self, path: Path) -> str:
+        fd = self._files.get(path)
+        if fd is None:
+            fd = self._files[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return os.pread(fd, 4096, 0).decode("ascii", "replace")  # a cgroup file is made afresh at offset 0
+
+    def close(self) -> None:
+        """Close the counter files (the cgroup is going)."""
+        files, self._files = self._files, {}
+        for fd in files.values():
+            os.close(fd)
 
     def mark(self) -> dict[str, int]:
         """Counters now, to compare after a cell."""
@@ -120,6 +135,7 @@ class SandboxCgroup:
         the last processes exit and the kernel lets go (memory and cpu cgroups
         stay busy a little after the last task is gone). Returns whether all
         went; what is left is collected by :func:`collect_stale` later."""
+        self.close()
         if not self.owned:
             return True
         deadline = time.monotonic() + timeout

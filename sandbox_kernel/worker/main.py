@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import proxy_forward, warmup
+from . import hot_pages, proxy_forward, warmup
 from .channel import Channel, ChannelClosed, frame_lock_fd
 from .protocol import LATE_OPS, Msg, Op
 from .streams import FdCapture, Sink, stop_captures
@@ -70,6 +70,8 @@ class Holder:
 
     # ---- the serving loop --------------------------------------------------------
     standby: _Child | None = None
+    #: how many requests the holder chain has run (tags the hot-page list)
+    generation = 0
 
     def serve(self) -> None:
         fork_error: str | None = None
@@ -182,6 +184,7 @@ class Holder:
         os.close(self._ctl.write_fd)
         if not takeover:
             os._exit(0)
+        self.generation += 1
         self.standby = None  # this process is now the holder; the old one exits
 
     def _spawn_standby(self) -> _Child | None:
@@ -204,6 +207,7 @@ class Holder:
             msg = self._ctl.recv()
         except (ChannelClosed, ValueError):
             os._exit(0)  # the holder went away or shut down
+        hot_pages.started(self.generation)  # a list for this standby still being made is of no use now
         try:
             if capture is None:  # try again now that the cell is here; fail the cell, not the sandbox
                 capture = start_captures(out, err)
@@ -227,7 +231,8 @@ class Holder:
         This process shares every page with the holder until it writes to it,
         and each first write is a copy-on-write fault: a trivial cell's set-up
         took 130 of them (0.4 ms on a 2-core VM), 30 once done here; the
-        warm-ups (``warmup``) do the same for ``run_cell``. Everything is done
+        warm-ups (``warmup``) do the same for ``run_cell``, and ``hot_pages``
+        for the pages the last request wrote. Everything is done
         again with the request's own values; none of it runs user code or is
         seen outside this process. The warm-ups wait until no request came for
         WARM_UP_AFTER: cells and widget messages sent back to back (nbclient,
@@ -244,7 +249,13 @@ class Holder:
         self.shell._last_error = None
         wait = WARM_UP_AFTER
         shell = self.shell
-        for step in (start_flusher, lambda: warmup.warm_compiler(shell), lambda: warmup.warm_run_cell(shell)):
+        steps = (
+            start_flusher,
+            lambda: warmup.warm_compiler(shell),
+            lambda: warmup.warm_run_cell(shell),
+            lambda: hot_pages.prefault(self.generation, self._ctl.read_fd),
+        )
+        for step in steps:
             if select.select([self._ctl.read_fd], [], [], wait)[0]:
                 return
             wait = 0
@@ -342,6 +353,9 @@ class Holder:
                 os.nice(19)
             except OSError:
                 pass
+            # Last, and only if the machine has a moment: the pages the child
+            # wrote, for its standby to copy in while it waits (hot_pages).
+            hot_pages.record(self.generation + 1, pid)
             os._exit(0)
         if result is not None:
             os.waitpid(pid, 0)
@@ -612,6 +626,7 @@ def main() -> None:
     os.dup2(devnull, 1)
     os.close(devnull)
     channel = Channel(read_fd, write_fd, frame_lock_fd())
+    hot_pages.share()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     started = time.monotonic()
     from .shell import make_shell

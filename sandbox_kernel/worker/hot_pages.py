@@ -1,0 +1,194 @@
+"""Copy into an idle standby the pages the last request wrote.
+
+Every page a request's process writes is at first shared with the holder, and
+the first write to it is a copy-on-write fault: about 3 us each on a 2-core VM.
+The warm-ups (``warmup``) take IPython's own ``run_cell`` path off the
+request's time, but a widget's handlers and the user's functions write pages
+of their own: a slider move still took 150 such faults (0.5 ms). Requests
+repeat themselves (the same slider, a cell run again, an agent's loop), so the
+pages the last request wrote are the best guess of those the next will write.
+
+Only the old holder can tell which pages those were: a page the request's
+process copied is no longer shared with it, so the old holder is left as the
+only process that maps its own copy ("exclusively mapped" in
+``/proc/self/pagemap``). Before it exits, at idle priority and only if no newer
+request has started, it lists those pages in memory every process of the
+sandbox shares; the next standby, once idle and warmed up, copies them into
+itself with ``MADV_POPULATE_WRITE``, which breaks the sharing without changing
+a byte. Only ranges that are private and writable in the new holder are
+listed (a shared file mapped at an address a freed page had would otherwise
+be written to: its modification time would change).
+
+The list is a hint: a wrong one costs memory and time, never content. It is
+bounded (MAX_PAGES): a request that wrote more than that (a large array
+changed in place) is no guide to the next. A standby's copies count as its own
+writes, so the next list is the union of what recent requests wrote; once
+that union outgrows the bound one standby goes without, and the list starts
+again from that request's own pages.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import re
+import select
+import struct
+import time
+from array import array
+from typing import Any
+
+PAGE = mmap.PAGESIZE
+
+#: madvise advice (Linux 5.14): fault a range in writable, as a write would
+MADV_POPULATE_WRITE = 23
+
+#: a request that wrote more pages than this is no guide to the next one
+MAX_PAGES = 2048
+
+#: how long the old holder waits before it lists: a request sent back to back
+#: comes sooner, and then the list is of no use (the standby it was for is
+#: running); the standby looks for it only after its warm-ups, 10 ms or more
+#: after it was forked
+LIST_AFTER = 0.005
+
+#: how long an idle standby waits for its list
+WAIT_FOR_LIST = 0.03
+
+#: shared words: the generation whose request has started, that of the list,
+#: and the list's length in runs (each run a start address and a length)
+_HEADER = struct.Struct("<QQQ")
+
+#: pagemap's top byte: bit 63 present, bit 61 a file page or shared memory,
+#: bit 56 mapped by this process alone
+_OWN_COPY = bytes(0x31 if value & 0x81 == 0x81 and not value & 0x20 else 0x30 for value in range(256))
+_RUN = re.compile(b"1+")
+
+_shared: mmap.mmap | None = None
+_madvise: Any = None
+
+#: pages this process copied in while it was a standby (tests read it from a
+#: cell: the copies happened, and changed nothing the cell can see)
+copied_in = 0
+
+
+def _forget_copies() -> None:
+    global copied_in
+    copied_in = 0
+
+
+os.register_at_fork(after_in_child=_forget_copies)
+
+
+def share() -> None:
+    """Map the memory the holders and standbys exchange the list in (before
+    the first fork; where it cannot be had, or on a kernel older than 5.14,
+    there is no hint)."""
+    global _shared, _madvise
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+        madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        madvise.restype = ctypes.c_int
+        probe = mmap.mmap(-1, PAGE, flags=mmap.MAP_PRIVATE)
+        address = ctypes.addressof(ctypes.c_char.from_buffer(probe))
+        supported = madvise(address, PAGE, MADV_POPULATE_WRITE) == 0
+        del address
+        probe.close()
+        if not supported:
+            return
+        _shared = mmap.mmap(-1, _HEADER.size + MAX_PAGES * 16)  # MAP_SHARED: one copy for all
+    except (AttributeError, OSError, ValueError, BufferError):
+        return
+    _madvise = madvise
+
+
+def _header() -> tuple[int, int, int]:
+    assert _shared is not None
+    return _HEADER.unpack_from(_shared, 0)
+
+
+def started(generation: int) -> None:
+    """A standby of this generation got its request: the list for it, if not
+    made yet, is of no use any more."""
+    if _shared is not None:
+        struct.pack_into("<Q", _shared, 0, generation)
+
+
+def _private_writable(pid: int) -> list[tuple[int, int]]:
+    found = []
+    with open(f"/proc/{pid}/maps", "rb") as maps:
+        for line in maps:
+            span, perms = line.split(None, 2)[:2]
+            if perms[:2] == b"rw" and perms[3:4] == b"p":
+                start, end = span.split(b"-")
+                found.append((int(start, 16), int(end, 16)))
+    return found
+
+
+def record(generation: int, holder: int) -> None:
+    """In the old holder, after ``holder`` (its child) ran the request that
+    began this generation: list the pages that child wrote."""
+    if _shared is None:
+        return
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
+    time.sleep(LIST_AFTER)
+    if _header()[0] >= generation:
+        return
+    runs = array("Q")
+    pages = 0
+    try:
+        ranges = _private_writable(holder)
+        pagemap = os.open("/proc/self/pagemap", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        for start, end in ranges:
+            count = (end - start) // PAGE
+            flags = os.pread(pagemap, count * 8, start // PAGE * 8)[7::8].translate(_OWN_COPY)
+            for run in _RUN.finditer(flags):
+                runs.append(start + run.start() * PAGE)
+                runs.append((run.end() - run.start()) * PAGE)
+                pages += run.end() - run.start()
+            if pages > MAX_PAGES:
+                runs = array("Q")
+                break
+    except OSError:
+        return
+    finally:
+        os.close(pagemap)
+    if _header()[0] >= generation:
+        return
+    _shared[_HEADER.size : _HEADER.size + len(runs) * 8] = runs.tobytes()
+    struct.pack_into("<QQ", _shared, 8, generation, len(runs) // 2)
+
+
+def prefault(generation: int, request_fd: int) -> int:
+    """In an idle standby: copy in the pages on the list for its generation,
+    waiting for the list at most WAIT_FOR_LIST (a request on ``request_fd``
+    ends the wait). Returns how many pages this process has copied in."""
+    if _shared is None:
+        return 0
+    deadline = time.monotonic() + WAIT_FOR_LIST
+    while True:
+        _, tag, count = _header()
+        if tag == generation:
+            break
+        if tag > generation or time.monotonic() > deadline:
+            return 0
+        if select.select([request_fd], [], [], 0.002)[0]:
+            return 0
+    if not 0 < count <= MAX_PAGES:
+        return 0
+    global copied_in
+    runs = array("Q")
+    runs.frombytes(_shared[_HEADER.size : _HEADER.size + count * 16])
+    for index in range(0, len(runs), 2):
+        if index % 64 == 0 and index and select.select([request_fd], [], [], 0)[0]:
+            break  # the request is here: it must not wait for the rest
+        if _madvise(runs[index], runs[index + 1], MADV_POPULATE_WRITE) == 0:
+            copied_in += runs[index + 1] // PAGE
+    return copied_in

@@ -1,0 +1,98 @@
+"""An idle standby copies in the pages the last request wrote (``hot_pages``):
+the copies must change nothing a cell can see, and must never write through a
+mapping that is not the process's own private memory (real bwrap, through
+jupyter_client)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from kernel_helpers import SandboxKernelHandle
+
+COPIED_IN = "import sys\nprint(sys.modules['sandbox_kernel_worker.hot_pages'].copied_in)"
+
+#: long enough for the old holder to list and the standby to copy
+IDLE = 0.3
+
+
+def _spaced(kernel: SandboxKernelHandle, code: str) -> str:
+    time.sleep(IDLE)
+    run = kernel.run(code)
+    assert run.status == "ok", (run.stderr, run.errors)
+    return run.stdout
+
+
+def test_spaced_cells_find_the_last_cells_pages_copied_in_and_unchanged(kernel: SandboxKernelHandle) -> None:
+    """Each cell flips bytes of a 1 MiB buffer (so its pages are the hot ones)
+    and notes the digest; the next cell, run by a standby that copied those
+    pages in, must find the same digest."""
+    _spaced(
+        kernel,
+        "import hashlib, os\nbuffer = bytearray(os.urandom(1 << 20))\ndigest = hashlib.sha256(buffer).hexdigest()",
+    )
+    copied = []
+    for round_ in range(5):
+        out = _spaced(
+            kernel,
+            "same = hashlib.sha256(buffer).hexdigest() == digest\n"
+            f"for i in range(0, len(buffer), 4096): buffer[i] ^= {round_ + 1}\n"
+            "digest = hashlib.sha256(buffer).hexdigest()\n"
+            "print(same, sys.modules['sandbox_kernel_worker.hot_pages'].copied_in)"
+            if round_
+            else "import sys\nsame = True\nprint(same, 0)",
+        )
+        same, pages = out.split()
+        assert same == "True", out
+        copied.append(int(pages))
+    # the buffer's 256 pages and the cell machinery's were on each list
+    assert max(copied[2:]) > 256, copied
+    assert _spaced(kernel, "print(hashlib.sha256(buffer).hexdigest() == digest)").strip() == "True"
+
+
+MAP = """
+import ctypes, mmap, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+SIZE = 16 * mmap.PAGESIZE
+address = libc.mmap(None, SIZE, 3, 0x22, -1, 0)  # PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS
+ctypes.memset(address, 1, SIZE)
+with open('shared.bin', 'wb') as fh:
+    fh.write(b'x' * SIZE)
+"""
+
+# The request writes the private pages (the old holder then holds its own
+# copies of them, and would list them), then maps a file shared, read-write,
+# at the very same address, without writing to it.
+REMAP = """
+ctypes.memset(address, 2, SIZE)
+fd = os.open('shared.bin', os.O_RDWR)
+assert libc.mmap(address, SIZE, 3, 0x11, fd, 0) == address  # MAP_SHARED|MAP_FIXED
+os.close(fd)
+"""
+
+
+def test_a_shared_file_mapped_where_written_pages_were_is_never_written(kernel: SandboxKernelHandle) -> None:
+    """Copying a page in is a write fault: through a shared file mapping it
+    would dirty the file and move its modification time (what the host and
+    jupyter_server see of the workspace). The old holder still has private
+    pages at that address, written by the last request; only the new holder's
+    own mappings decide what may be copied."""
+    _spaced(kernel, MAP)
+    shared = kernel.workspace / "shared.bin"
+    _spaced(kernel, REMAP)
+    before = os.stat(shared)
+    pages = [int(_spaced(kernel, COPIED_IN)) for _ in range(3)]
+    after = os.stat(shared)
+    assert max(pages) > 0, pages  # the standbys did copy pages in
+    assert (after.st_mtime_ns, after.st_ctime_ns) == (before.st_mtime_ns, before.st_ctime_ns)
+    assert shared.read_bytes() == b"x" * (16 * os.sysconf("SC_PAGE_SIZE"))
+    assert _spaced(kernel, "print(ctypes.string_at(address, 4))").strip() == "b'xxxx'"
+
+
+def test_cells_back_to_back_copy_nothing(kernel: SandboxKernelHandle) -> None:
+    """A request sent before the standby had a moment finds nothing copied in
+    (and waited for no copying)."""
+    counts = [kernel.run(COPIED_IN).stdout.strip() for _ in range(5)]
+    assert counts[1:].count("0") >= 3, counts

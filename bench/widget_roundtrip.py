@@ -8,7 +8,8 @@ observer's print reaches iopub. Measured through jupyter_client, from the
 send to the printed value (and to the kernel's idle). Also the same with
 pandas and matplotlib imported and 200 MB of arrays in the namespace (the
 sandbox forks per message: is that felt?), and moves sent 30 ms after the
-last one went idle (clicks rather than a drag). Ratios are sandbox / ipykernel.
+last one went idle (clicks rather than a drag). Both kernels run side by side
+and take turns, move by move. Ratios are sandbox / ipykernel.
 Nothing is asserted: the figures go into the issue notes.
 """
 
@@ -78,42 +79,78 @@ def move(kc: Any, comm_id: str, value: int) -> tuple[float, float]:
             return printed, time.perf_counter() - started
 
 
-def measure(kernel_name: str, moves: int, workdir: Path) -> dict[str, float]:
-    km = KernelManager(kernel_name=kernel_name)
-    km.start_kernel(cwd=str(workdir))
-    kc = km.client()
-    kc.start_channels()
-    kc.wait_for_ready(timeout=120)
+#: moves each kernel makes back to back before the other kernel's turn
+BURST = 10
+
+
+def _turns(
+    sliders: dict[str, tuple[Any, str]], moves: int, spaced: bool, start: int
+) -> dict[str, list[tuple[float, float]]]:
+    """The kernels take turns (a burst of BURST moves each, or one spaced move
+    each) so that both meet the same moments of the machine. The first move of
+    a burst follows the other kernel's turn, not its own last move, and is
+    left out."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in sliders}
+    value = start
+    for _ in range(moves if spaced else max(1, moves // BURST)):
+        for name, (kc, comm_id) in sliders.items():
+            if spaced:
+                time.sleep(SPACING)
+                value += 1
+                times[name].append(move(kc, comm_id, value))
+            else:
+                burst = []
+                for _ in range(BURST + 1):
+                    value += 1
+                    burst.append(move(kc, comm_id, value))
+                times[name].extend(burst[1:])
+    return times
+
+
+def measure(kernel_names: tuple[str, ...], moves: int, workdir: Path) -> dict[str, dict[str, float]]:
+    clients = {}
+    sliders = {}
     try:
-        out = run_cell(kc, SETUP)
-        comm_id = out.split("id ", 1)[1].split()[0]
-        _drain(kc)
-        for i in range(5):  # warm up
-            move(kc, comm_id, i + 1)
-        light = [move(kc, comm_id, 100 + i) for i in range(moves)]
-        spaced = []
-        for i in range(moves):  # a click now and then, not a drag: the kernel has gone idle
-            time.sleep(SPACING)
-            spaced.append(move(kc, comm_id, 500 + i))
-        run_cell(
-            kc,
-            "import pandas as pd, numpy as np, matplotlib.pyplot as plt\n"
-            "arrays = [np.ones(12_500_000) for _ in range(2)]  # 200 MB",
-        )
-        _drain(kc)
-        for i in range(3):
-            move(kc, comm_id, 1000 + i)
-        heavy = [move(kc, comm_id, 2000 + i) for i in range(moves)]
+        for name in kernel_names:
+            km = KernelManager(kernel_name=name)
+            (workdir / name).mkdir()
+            km.start_kernel(cwd=str(workdir / name))
+            kc = km.client()
+            kc.start_channels()
+            clients[name] = (km, kc)
+            kc.wait_for_ready(timeout=120)
+            out = run_cell(kc, SETUP)
+            sliders[name] = (kc, out.split("id ", 1)[1].split()[0])
+            _drain(kc)
+            for i in range(5):  # warm up
+                move(kc, sliders[name][1], i + 1)
+        light = _turns(sliders, moves, spaced=False, start=100)
+        # a click now and then, not a drag: the kernel has gone idle
+        spaced = _turns(sliders, moves, spaced=True, start=100_000)
+        for kc, comm_id in sliders.values():
+            run_cell(
+                kc,
+                "import pandas as pd, numpy as np, matplotlib.pyplot as plt\n"
+                "arrays = [np.ones(12_500_000) for _ in range(2)]  # 200 MB",
+            )
+            _drain(kc)
+            for i in range(3):
+                move(kc, comm_id, 1000 + i)
+        heavy = _turns(sliders, moves, spaced=False, start=200_000)
     finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=False)
+        for km, kc in clients.values():
+            kc.stop_channels()
+            km.shutdown_kernel(now=False)
     return {
-        "to_print_s": statistics.median(p for p, _ in light),
-        "to_idle_s": statistics.median(i for _, i in light),
-        "to_print_p90_s": sorted(p for p, _ in light)[int(0.9 * len(light))],
-        "spaced_to_print_s": statistics.median(p for p, _ in spaced),
-        "loaded_to_print_s": statistics.median(p for p, _ in heavy),
-        "loaded_to_idle_s": statistics.median(i for _, i in heavy),
+        name: {
+            "to_print_s": statistics.median(p for p, _ in light[name]),
+            "to_idle_s": statistics.median(i for _, i in light[name]),
+            "to_print_p90_s": sorted(p for p, _ in light[name])[int(0.9 * len(light[name]))],
+            "spaced_to_print_s": statistics.median(p for p, _ in spaced[name]),
+            "loaded_to_print_s": statistics.median(p for p, _ in heavy[name]),
+            "loaded_to_idle_s": statistics.median(i for _, i in heavy[name]),
+        }
+        for name in kernel_names
     }
 
 
@@ -123,9 +160,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "widget_roundtrip.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        stock = measure("python3", args.moves, work)
-        sandbox = measure("sandbox-python", args.moves, work)
+        both = measure(("python3", "sandbox-python"), args.moves, Path(tmp))
+    stock, sandbox = both["python3"], both["sandbox-python"]
     result = {
         "moves": args.moves,
         "ipykernel": stock,

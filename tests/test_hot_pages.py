@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
-from kernel_helpers import SandboxKernelHandle
+from kernel_helpers import SandboxKernelHandle, require_bwrap
 
 COPIED_IN = "import sys\nprint(sys.modules['sandbox_kernel_worker.hot_pages'].copied_in)"
 
@@ -96,3 +97,26 @@ def test_cells_back_to_back_copy_nothing(kernel: SandboxKernelHandle) -> None:
     (and waited for no copying)."""
     counts = [kernel.run(COPIED_IN).stdout.strip() for _ in range(5)]
     assert counts[1:].count("0") >= 3, counts
+
+
+def test_a_standby_near_the_memory_cap_copies_nothing(tmp_path: Path) -> None:
+    """Copies that met the sandbox's memory cap would have the kernel kill its
+    largest process, maybe the holder and the state with it: within a quarter
+    of the cap, nothing is copied in."""
+    require_bwrap()
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "tmp").mkdir()
+    k = SandboxKernelHandle(
+        tmp_path / "ws",
+        tmp_path / "tmp",
+        extra_args=["--SandboxKernel.backend=bwrap", f"--SandboxKernel.memory_limit={1 << 30}"],
+    )
+    try:
+        _spaced(k, "import sys")
+        assert max(int(_spaced(k, COPIED_IN)) for _ in range(3)) > 0  # far from the cap: copies
+        _spaced(k, "held = bytearray(800 << 20)\nfor i in range(0, len(held), 4096): held[i] = 1")
+        assert [int(_spaced(k, COPIED_IN)) for _ in range(3)] == [0, 0, 0]
+        _spaced(k, "del held")
+        assert max(int(_spaced(k, COPIED_IN)) for _ in range(3)) > 0  # and again once freed
+    finally:
+        k.shutdown()

@@ -21,7 +21,9 @@ be written to: its modification time would change).
 
 The list is a hint: a wrong one costs memory and time, never content. It is
 bounded (MAX_PAGES): a request that wrote more than that (a large array
-changed in place) is no guide to the next. A standby's copies count as its own
+changed in place) is no guide to the next. Nothing is copied in by a standby
+within a quarter of the sandbox's memory cap: the copies could meet the cap,
+and the kernel would kill the sandbox's largest process. A standby's copies count as its own
 writes, so the next list is the union of what recent requests wrote; once
 that union outgrows the bound one standby goes without, and the list starts
 again from that request's own pages.
@@ -33,6 +35,7 @@ import ctypes
 import mmap
 import os
 import re
+import resource
 import select
 import struct
 import time
@@ -173,6 +176,23 @@ def record(generation: int, holder: int) -> None:
     struct.pack_into("<QQ", _shared, 8, generation, len(runs) // 2)
 
 
+def _near_memory_cap(more: int) -> bool:
+    """Would ``more`` bytes bring this process within a quarter of the
+    sandbox's memory cap? (Its address-space limit is set to the same value
+    as the cap of its cgroup.) A copy that met the cap would have the kernel
+    kill the largest process of the sandbox, maybe the holder: its state
+    would be lost for the sake of a hint."""
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY:
+        return False
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            resident = int(statm.read().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return True
+    return resident + more > limit * 3 // 4
+
+
 def prefault(generation: int, request_fd: int) -> int:
     """In an idle standby: copy in the pages on the list for its generation,
     waiting for the list at most WAIT_FOR_LIST (a request on ``request_fd``
@@ -193,6 +213,8 @@ def prefault(generation: int, request_fd: int) -> int:
     global copied_in
     runs = array("Q")
     runs.frombytes(_shared[_HEADER.size : _HEADER.size + count * 16])
+    if _near_memory_cap(sum(runs[1::2])):
+        return copied_in
     for index in range(0, len(runs), 2):
         if index % 64 == 0 and index and select.select([request_fd], [], [], 0)[0]:
             break  # the request is here: it must not wait for the rest

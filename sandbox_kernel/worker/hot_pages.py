@@ -21,12 +21,12 @@ be written to: its modification time would change).
 
 The list is a hint: a wrong one costs memory and time, never content. It is
 bounded (MAX_PAGES): a request that wrote more than that (a large array
-changed in place) is no guide to the next. Nothing is copied in by a standby
-within a quarter of the sandbox's memory cap: the copies could meet the cap,
-and the kernel would kill the sandbox's largest process. A standby's copies count as its own
-writes, so the next list is the union of what recent requests wrote; once
-that union outgrows the bound one standby goes without, and the list starts
-again from that request's own pages.
+changed in place) is no guide to the next. A standby's copies count as its
+own writes, so the next list is the union of what recent requests wrote;
+once that union outgrows the bound one standby goes without, and the list
+starts again from that request's own pages. Nothing is copied in by a
+standby within a quarter of the sandbox's memory cap: the copies could meet
+the cap, and the kernel would kill the sandbox's largest process.
 """
 
 from __future__ import annotations
@@ -176,21 +176,44 @@ def record(generation: int, holder: int) -> None:
     struct.pack_into("<QQ", _shared, 8, generation, len(runs) // 2)
 
 
-def _near_memory_cap(more: int) -> bool:
-    """Would ``more`` bytes bring this process within a quarter of the
-    sandbox's memory cap? (Its address-space limit is set to the same value
-    as the cap of its cgroup.) A copy that met the cap would have the kernel
-    kill the largest process of the sandbox, maybe the holder: its state
-    would be lost for the sake of a hint."""
+#: the sandbox's memory cap and use, where its cgroup is in view (a container's;
+#: bwrap hides /sys): cgroup v2, then v1
+_CGROUP_MEMORY = (
+    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+)
+
+
+def _memory_use_and_cap() -> tuple[int, int] | None:
+    """What the sandbox uses of its memory cap: its cgroup's figures when in
+    view, else this process's resident size against its address-space limit
+    (bwrap sets that to the cap of the sandbox's cgroup). None: no cap."""
+    for cap_path, use_path in _CGROUP_MEMORY:
+        try:
+            with open(cap_path, "rb") as cap_file, open(use_path, "rb") as use_file:
+                cap_text, use = cap_file.read().strip(), int(use_file.read())
+        except (OSError, ValueError):
+            continue
+        if cap_text != b"max" and int(cap_text) < 1 << 60:  # v1 says "none" with a huge number
+            return use, int(cap_text)
+        break
     limit = resource.getrlimit(resource.RLIMIT_AS)[0]
     if limit == resource.RLIM_INFINITY:
-        return False
+        return None
+    with open("/proc/self/statm", "rb") as statm:
+        return int(statm.read().split()[1]) * PAGE, limit
+
+
+def _near_memory_cap(more: int) -> bool:
+    """Would ``more`` bytes bring the sandbox within a quarter of its memory
+    cap? A copy that met the cap would have the kernel kill the largest
+    process of the sandbox, maybe the holder: its state would be lost for
+    the sake of a hint."""
     try:
-        with open("/proc/self/statm", "rb") as statm:
-            resident = int(statm.read().split()[1]) * PAGE
+        found = _memory_use_and_cap()
     except (OSError, ValueError, IndexError):
         return True
-    return resident + more > limit * 3 // 4
+    return found is not None and found[0] + more > found[1] * 3 // 4
 
 
 def prefault(generation: int, request_fd: int) -> int:

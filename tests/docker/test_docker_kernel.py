@@ -471,3 +471,24 @@ def test_widgets_work_in_a_container(dk: DockerKernel) -> None:
     )
     assert "is not installed in this Jupyter server" in evil.stderr
     assert [c for c in evil.of("comm_open") if "evil" in str(c)] == []  # its Layout (a standard model) is fine
+
+
+def test_a_standby_near_the_containers_memory_cap_copies_no_pages(fresh_dk: DockerKernel) -> None:
+    """The container's cgroup is in view (Docker mounts it; bwrap hides /sys):
+    within a quarter of its memory cap (256 MiB here) an idle standby copies
+    no pages in (worker/hot_pages.py), so the copies cannot meet the cap and
+    have the kernel kill the holder."""
+    copied = "import sys\nprint(sys.modules['sandbox_kernel_worker.hot_pages'].copied_in)"
+
+    def spaced(code: str) -> str:
+        time.sleep(0.3)
+        run = fresh_dk.run(code)
+        assert run.status == "ok", (run.stderr, run.errors)
+        return run.stdout
+
+    spaced("import sys")
+    assert max(int(spaced(copied)) for _ in range(3)) > 0  # far from the cap: copies
+    spaced("held = bytearray(180 << 20)\nfor i in range(0, len(held), 4096): held[i] = 1")
+    assert [int(spaced(copied)) for _ in range(3)] == [0, 0, 0]
+    spaced("del held")
+    assert max(int(spaced(copied)) for _ in range(3)) > 0

@@ -11,9 +11,11 @@ pages the last request wrote are the best guess of those the next will write.
 Only the old holder can tell which pages those were: a page the request's
 process copied is no longer shared with it, so the old holder is left as the
 only process that maps its own copy ("exclusively mapped" in
-``/proc/self/pagemap``). Before it exits, at idle priority and only if no newer
-request has started, it lists those pages in memory every process of the
-sandbox shares; the next standby, once idle and warmed up, copies them into
+``/proc/self/pagemap``). Before it exits, at the lowest priority (nice 19;
+at SCHED_IDLE, widget moves sent back to back with 250 MB in the namespace
+took 8% longer, likely because its exit, preempted at every turn, held locks
+the new holder's fork needs) and only if no newer request has started, it lists those pages in memory every process of the sandbox shares;
+the next standby, once idle and warmed up, copies them into
 itself with ``MADV_POPULATE_WRITE``, which breaks the sharing without changing
 a byte. Only ranges that are private and writable in the new holder are
 listed (a shared file mapped at an address a freed page had would otherwise
@@ -112,8 +114,10 @@ def _header() -> tuple[int, int, int]:
 
 
 def started(generation: int) -> None:
-    """A standby of this generation got its request: the list for it, if not
-    made yet, is of no use any more."""
+    """The holder passed a request to the standby of this generation: the
+    list for it, if not made yet, is of no use any more (and the old holder
+    making it should go: back to back, its exit put off cost the next
+    requests)."""
     if _shared is not None:
         struct.pack_into("<Q", _shared, 0, generation)
 
@@ -134,10 +138,6 @@ def record(generation: int, holder: int) -> None:
     began this generation: list the pages that child wrote."""
     if _shared is None:
         return
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        pass
     # Polled, not slept: back to back, the next request starts within a
     # millisecond or two, and this process must then go at once (its exit,
     # put off, cost the next requests 10% with 250 MB in the namespace).

@@ -110,6 +110,7 @@ class Holder:
                     child.ctl.send(msg)
                 except OSError:
                     pass  # it died while waiting: reported as a died cell
+                hot_pages.started(self.generation)  # a list for that standby is of no use now
                 self._supervise(child, msg, takeover=True)
             elif op == Op.COMPLETE:
                 self.fork(msg, self._complete)
@@ -207,7 +208,6 @@ class Holder:
             msg = self._ctl.recv()
         except (ChannelClosed, ValueError):
             os._exit(0)  # the holder went away or shut down
-        hot_pages.started(self.generation)  # a list for this standby still being made is of no use now
         try:
             if capture is None:  # try again now that the cell is here; fail the cell, not the sandbox
                 capture = start_captures(out, err)

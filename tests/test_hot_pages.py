@@ -120,3 +120,24 @@ def test_a_standby_near_the_memory_cap_copies_nothing(tmp_path: Path) -> None:
         assert max(int(_spaced(k, COPIED_IN)) for _ in range(3)) > 0  # and again once freed
     finally:
         k.shutdown()
+
+
+def test_a_huge_reservation_is_not_scanned(kernel: SandboxKernelHandle) -> None:
+    """A runtime may reserve far more private writable memory than it uses;
+    the old holder would read 8 bytes of pagemap per page of it. Past 4 GiB
+    mapped it makes no list (and says so at once: the standby does not wait),
+    and once the reservation is gone, lists come back."""
+    _spaced(
+        kernel,
+        "import ctypes, mmap\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.mmap.restype = ctypes.c_void_p\n"
+        "libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)\n"
+        "libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)\n"
+        "RESERVED = 5 << 30\n"
+        "reserve = libc.mmap(None, RESERVED, 3, 0x4022, -1, 0)  # MAP_PRIVATE|MAP_ANONYMOUS|MAP_NORESERVE\n"
+        "assert reserve not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()",
+    )
+    assert [int(_spaced(kernel, COPIED_IN)) for _ in range(3)] == [0, 0, 0]
+    _spaced(kernel, "libc.munmap(reserve, RESERVED)")
+    assert max(int(_spaced(kernel, COPIED_IN)) for _ in range(3)) > 0

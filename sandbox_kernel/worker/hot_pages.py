@@ -52,14 +52,22 @@ MADV_POPULATE_WRITE = 23
 #: a request that wrote more pages than this is no guide to the next one
 MAX_PAGES = 2048
 
-#: how long the old holder waits before it lists: a request sent back to back
-#: comes sooner, and then the list is of no use (the standby it was for is
-#: running); the standby looks for it only after its warm-ups, 10 ms or more
-#: after it was forked
+#: how long the old holder waits for a next request before it lists: one sent
+#: back to back comes sooner, and then the list is of no use (the standby it
+#: was for is running); the standby looks for it only after its warm-ups,
+#: 10 ms or more after it was forked
 LIST_AFTER = 0.005
 
 #: how long an idle standby waits for its list
 WAIT_FOR_LIST = 0.03
+
+#: private writable memory (mapped, not resident) beyond which no list is
+#: made: an allocator or a runtime may reserve tens of GiB, and each page
+#: costs 8 bytes of pagemap to read
+SCAN_LIMIT = 4 << 30
+
+#: pagemap entries read at a time (512 KiB)
+READ_PAGES = 1 << 16
 
 #: shared words: the generation whose request has started, that of the list,
 #: and the list's length in runs (each run a start address and a length)
@@ -152,15 +160,24 @@ def record(generation: int, holder: int) -> None:
     pages = 0
     try:
         ranges = _private_writable(holder)
+    except OSError:
+        return
+    if sum(end - start for start, end in ranges) > SCAN_LIMIT:
+        ranges = []  # an empty list: the standby need not wait for one
+    try:
         pagemap = os.open("/proc/self/pagemap", os.O_RDONLY)
     except OSError:
         return
+    chunks = [
+        (first, min(READ_PAGES, end // PAGE - first))
+        for start, end in ranges
+        for first in range(start // PAGE, end // PAGE, READ_PAGES)
+    ]
     try:
-        for start, end in ranges:
-            count = (end - start) // PAGE
-            flags = os.pread(pagemap, count * 8, start // PAGE * 8)[7::8].translate(_OWN_COPY)
+        for first, count in chunks:
+            flags = os.pread(pagemap, count * 8, first * 8)[7::8].translate(_OWN_COPY)
             for run in _RUN.finditer(flags):
-                runs.append(start + run.start() * PAGE)
+                runs.append((first + run.start()) * PAGE)
                 runs.append((run.end() - run.start()) * PAGE)
                 pages += run.end() - run.start()
             if pages > MAX_PAGES:

@@ -7,9 +7,10 @@ What a user feels when dragging a slider: the frontend sends the new value
 observer's print reaches iopub. Measured through jupyter_client, from the
 send to the printed value (and to the kernel's idle). Also the same with
 pandas and matplotlib imported and 200 MB of arrays in the namespace (the
-sandbox forks per message: is that felt?), and moves sent 30 ms after the
-last one went idle (clicks rather than a drag). Both kernels run side by side
-and take turns, move by move. Ratios are sandbox / ipykernel.
+sandbox forks per message: is that felt?), and moves sent after a pause
+(clicks rather than a drag: 30 ms after the other kernel's turn, about 65 ms
+after the kernel's own last move). Both kernels run side by side and take
+turns, move by move. Ratios are sandbox / ipykernel.
 Nothing is asserted: the figures go into the issue notes.
 """
 

@@ -21,14 +21,16 @@ the issue notes.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 from jupyter_client.manager import KernelManager
@@ -60,26 +62,34 @@ def round_trip(kc, code: str, timeout: float = 120) -> float:
 #: the pause before each spaced cell: a person typing, an agent thinking
 SPACING = 0.03
 
-#: cells each kernel runs back to back before the other kernel's turn
+T = TypeVar("T")
+
+#: cells (or moves) each kernel runs back to back before the other kernel's turn
 BURST = 10
 
 
-def interleaved(clients: dict[str, Any], code: str, cells: int, spaced: bool) -> dict[str, float]:
-    """Median round trip of ``code`` in each kernel, the kernels taking turns
-    (a burst of BURST cells each, or one spaced cell each), so that both meet
-    the same moments of this machine: on a VM, a minute's drift moved stock
-    ipykernel's own figure by 40%. The first cell of a burst follows the other
-    kernel's turn, not its own last cell, and is left out."""
-    times: dict[str, list[float]] = {name: [] for name in clients}
-    for _ in range(cells if spaced else max(1, cells // BURST)):
-        for name, kc in clients.items():
+def take_turns(actions: dict[str, Callable[[], T]], rounds: int, spaced: bool) -> dict[str, list[T]]:
+    """Each kernel's action (a cell, a slider move), the kernels taking turns:
+    a burst of BURST back to back each, or one each after SPACING, so that
+    both meet the same moments of this machine (on a VM, a minute's drift moved
+    stock ipykernel's own figure by 40%). The first action of a burst follows
+    the other kernel's turn, not its own last action, and is left out."""
+    results: dict[str, list[T]] = {name: [] for name in actions}
+    for _ in range(rounds if spaced else max(1, rounds // BURST)):
+        for name, act in actions.items():
             if spaced:
                 time.sleep(SPACING)
-                times[name].append(round_trip(kc, code))
+                results[name].append(act())
             else:
-                burst = [round_trip(kc, code) for _ in range(BURST + 1)]
-                times[name].extend(burst[1:])
-    return {name: statistics.median(values) for name, values in times.items()}
+                burst = [act() for _ in range(BURST + 1)]
+                results[name].extend(burst[1:])
+    return results
+
+
+def interleaved(clients: dict[str, Any], code: str, cells: int, spaced: bool) -> dict[str, float]:
+    """Median round trip of ``code`` in each kernel, the kernels taking turns."""
+    actions = {name: functools.partial(round_trip, kc, code) for name, kc in clients.items()}
+    return {name: statistics.median(times) for name, times in take_turns(actions, cells, spaced).items()}
 
 
 def start(kernel_name: str, workdir: Path) -> tuple[Any, Any, dict[str, float]]:

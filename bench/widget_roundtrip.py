@@ -17,14 +17,17 @@ Nothing is asserted: the figures go into the issue notes.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from jupyter_client.manager import KernelManager
+from kernel_latency import take_turns  # bench/ is the script's folder, first on sys.path
 
 SETUP = (
     "import ipywidgets as w\n"
@@ -32,10 +35,6 @@ SETUP = (
     "s.observe(lambda ch: print('v', ch['new']), 'value')\n"
     "print('id', s.comm.comm_id)"
 )
-
-
-#: the pause before each spaced move (a click, then another)
-SPACING = 0.03
 
 
 def _drain(kc: Any) -> None:
@@ -80,32 +79,17 @@ def move(kc: Any, comm_id: str, value: int) -> tuple[float, float]:
             return printed, time.perf_counter() - started
 
 
-#: moves each kernel makes back to back before the other kernel's turn
-BURST = 10
-
-
 def _turns(
     sliders: dict[str, tuple[Any, str]], moves: int, spaced: bool, start: int
 ) -> dict[str, list[tuple[float, float]]]:
-    """The kernels take turns (a burst of BURST moves each, or one spaced move
-    each) so that both meet the same moments of the machine. The first move of
-    a burst follows the other kernel's turn, not its own last move, and is
-    left out."""
-    times: dict[str, list[tuple[float, float]]] = {name: [] for name in sliders}
-    value = start
-    for _ in range(moves if spaced else max(1, moves // BURST)):
-        for name, (kc, comm_id) in sliders.items():
-            if spaced:
-                time.sleep(SPACING)
-                value += 1
-                times[name].append(move(kc, comm_id, value))
-            else:
-                burst = []
-                for _ in range(BURST + 1):
-                    value += 1
-                    burst.append(move(kc, comm_id, value))
-                times[name].extend(burst[1:])
-    return times
+    """Moves of each kernel's slider, the kernels taking turns (``take_turns``);
+    every move sets a new value."""
+    values = itertools.count(start + 1)
+
+    def mover(kc: Any, comm_id: str) -> Callable[[], tuple[float, float]]:
+        return lambda: move(kc, comm_id, next(values))
+
+    return take_turns({name: mover(kc, comm_id) for name, (kc, comm_id) in sliders.items()}, moves, spaced)
 
 
 def measure(kernel_names: tuple[str, ...], moves: int, workdir: Path) -> dict[str, dict[str, float]]:

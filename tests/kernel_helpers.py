@@ -196,6 +196,15 @@ class SandboxKernelHandle:
                 break
         return Run(reply["content"], messages)
 
+    def stdout_of(self, code: str, after_idle: float = 0.0) -> str:
+        """Run ``code``, which must succeed, and return its stdout; first leave
+        the kernel ``after_idle`` seconds without a request (time for the
+        sandbox's standby to warm up and copy pages in)."""
+        time.sleep(after_idle)
+        run = self.run(code)
+        assert run.status == "ok", (code, run.stderr, run.errors)
+        return run.stdout
+
     def stream_arrivals(self, code: str, timeout: float = 30) -> tuple[list[tuple[float, str]], float]:
         """Run ``code`` and return each stream text with the time it arrived,
         and the time of the idle status: for tests of output that must stream

@@ -6,7 +6,6 @@ jupyter_client)."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 from kernel_helpers import SandboxKernelHandle, require_bwrap
@@ -18,10 +17,7 @@ IDLE = 0.3
 
 
 def _spaced(kernel: SandboxKernelHandle, code: str) -> str:
-    time.sleep(IDLE)
-    run = kernel.run(code)
-    assert run.status == "ok", (run.stderr, run.errors)
-    return run.stdout
+    return kernel.stdout_of(code, after_idle=IDLE)
 
 
 def test_spaced_cells_find_the_last_cells_pages_copied_in_and_unchanged(kernel: SandboxKernelHandle) -> None:

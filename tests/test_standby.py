@@ -46,8 +46,7 @@ def test_transforms_a_user_registered_run_once_per_cell(kernel: SandboxKernelHan
         ).result["text/plain"]
         == "True"
     )
-    _run_ok(
-        kernel,
+    kernel.stdout_of(
         "ip.input_transformers_cleanup.remove(count_cleanup)\n"
         "ip.input_transformer_manager.line_transforms.remove(count_line)\n"
         "ip.input_transformers_post.remove(count_post)",
@@ -77,34 +76,28 @@ ip.input_transformer_manager.line_transforms.append(count_line)
 """
 
 
-def _run_ok(kernel: SandboxKernelHandle, code: str) -> str:
-    run = kernel.run(code)
-    assert run.status == "ok", (code, run.reply)
-    return run.stdout
-
-
 def _spaced(kernel: SandboxKernelHandle, cells: int) -> None:
     for i in range(cells):
-        _run_ok(kernel, f"y = {i}")
+        kernel.stdout_of(f"y = {i}")
         time.sleep(0.1)  # idle time: the standby does all of its warm-ups
 
 
 def _warm_ups_over_spaced_cells(kernel: SandboxKernelHandle, cells: int) -> int:
     """How many ``run_cell`` warm-ups ran around ``cells`` spaced cells."""
-    before = int(_run_ok(kernel, WARM_UPS))
+    before = int(kernel.stdout_of(WARM_UPS))
     _spaced(kernel, cells)
-    return int(_run_ok(kernel, WARM_UPS)) - before
+    return int(kernel.stdout_of(WARM_UPS)) - before
 
 
 def _calls_over_spaced_cells(kernel: SandboxKernelHandle, counter: str, cells: int) -> tuple[int, int]:
     """How far ``calls[counter]`` (kept by the user's code) moved over
     ``cells`` spaced cells and the two that read it, and how many warm-ups
     ran meanwhile."""
-    warm_before = int(_run_ok(kernel, WARM_UPS))
-    before = int(_run_ok(kernel, f"print(calls[{counter!r}])"))
+    warm_before = int(kernel.stdout_of(WARM_UPS))
+    before = int(kernel.stdout_of(f"print(calls[{counter!r}])"))
     _spaced(kernel, cells)
-    seen = int(_run_ok(kernel, f"print(calls[{counter!r}])")) - before
-    return seen, int(_run_ok(kernel, WARM_UPS)) - warm_before
+    seen = int(kernel.stdout_of(f"print(calls[{counter!r}])")) - before
+    return seen, int(kernel.stdout_of(WARM_UPS)) - warm_before
 
 
 def test_the_run_cell_warm_up_runs_no_callback_and_leaves_no_trace(kernel: SandboxKernelHandle) -> None:
@@ -112,28 +105,27 @@ def test_the_run_cell_warm_up_runs_no_callback_and_leaves_no_trace(kernel: Sandb
     it waits. Event callbacks and transforms a user registered must see each
     cell once, and the shell must look as if only the user's cells ran: the
     last result, the execution count, the input history, the cached sources."""
-    _run_ok(kernel, COUNTING_EVENTS)
-    warm_before = int(_run_ok(kernel, WARM_UPS))
-    before = _run_ok(kernel, "print(dict(seen))")
+    kernel.stdout_of(COUNTING_EVENTS)
+    warm_before = int(kernel.stdout_of(WARM_UPS))
+    before = kernel.stdout_of("print(dict(seen))")
     _spaced(kernel, 4)
-    after = _run_ok(kernel, "print(dict(seen))")
-    warm_after = int(_run_ok(kernel, WARM_UPS))
+    after = kernel.stdout_of("print(dict(seen))")
+    warm_after = int(kernel.stdout_of(WARM_UPS))
     assert warm_after - warm_before >= 4, "the warm-up did not run: this test would prove nothing"
     # five: the four cells, and the reads' own (what fired after the first
     # read's code and before the second's makes one cell)
     assert {k: v - eval(before)[k] for k, v in eval(after).items()} == dict.fromkeys(eval(after), 5)
     sizes = "import linecache\nprint(ip.execution_count, len(In), len(ip.compile._filename_map), len(linecache.cache))"
-    first = [int(n) for n in _run_ok(kernel, sizes).split()]
+    first = [int(n) for n in kernel.stdout_of(sizes).split()]
     _spaced(kernel, 3)
-    _run_ok(kernel, "marker = 'the last cell'")
+    kernel.stdout_of("marker = 'the last cell'")
     time.sleep(0.1)
-    last = _run_ok(kernel, "print(ip.last_execution_result.info.raw_cell == \"marker = 'the last cell'\")")
+    last = kernel.stdout_of("print(ip.last_execution_result.info.raw_cell == \"marker = 'the last cell'\")")
     assert last == "True\n"
-    second = [int(n) for n in _run_ok(kernel, sizes).split()]
+    second = [int(n) for n in kernel.stdout_of(sizes).split()]
     # count, input history, cached sources: one more for each of the six cells since, none for the warm-ups
     assert [b - a for a, b in zip(first, second, strict=True)] == [6, 6, 6, 6]
-    _run_ok(
-        kernel,
+    kernel.stdout_of(
         "for event, callback in callbacks.items():\n    ip.events.unregister(event, callback)\n"
         "ip.input_transformers_cleanup.remove(count_cleanup)\n"
         "ip.input_transformer_manager.line_transforms.remove(count_line)",
@@ -144,8 +136,7 @@ def test_a_shell_method_a_user_wrapped_sees_each_cell_once(kernel: SandboxKernel
     """A user who wraps ``run_code`` (to time cells, say) or adds an AST
     transformer: the ``run_cell`` warm-up would run their code, so it is
     skipped, and each cell reaches it once."""
-    _run_ok(
-        kernel,
+    kernel.stdout_of(
         "ip = get_ipython()\ncalls = {'run_code': 0, 'ast': 0}\n"
         "original = ip.run_code\n"
         "async def run_code(*args, **kwargs):\n"
@@ -156,8 +147,7 @@ def test_a_shell_method_a_user_wrapped_sees_each_cell_once(kernel: SandboxKernel
     seen, warm_ups = _calls_over_spaced_cells(kernel, "run_code", 4)
     assert seen == 5
     assert warm_ups == 0, "the warm-up ran through the user's wrapper"
-    _run_ok(
-        kernel,
+    kernel.stdout_of(
         "del ip.run_code\nimport ast\n"
         "class Count(ast.NodeTransformer):\n"
         "    def visit_Module(self, node):\n"
@@ -168,17 +158,16 @@ def test_a_shell_method_a_user_wrapped_sees_each_cell_once(kernel: SandboxKernel
     seen, warm_ups = _calls_over_spaced_cells(kernel, "ast", 4)
     assert seen == 5
     assert warm_ups == 0, "the warm-up ran the user's AST transformer"
-    _run_ok(kernel, "ip.ast_transformers.clear()")
+    kernel.stdout_of("ip.ast_transformers.clear()")
     # a tracer a cell set stays for later cells (the thread is the holder's): it must not see warm-ups
-    _run_ok(
-        kernel,
+    kernel.stdout_of(
         "import sys\ntraced = set()\n"
         "def tracer(frame, event, arg):\n"
         "    traced.add(frame.f_code.co_filename)\n"
         "sys.settrace(tracer)",
     )
     assert _warm_ups_over_spaced_cells(kernel, 3) == 0, "the warm-up ran under the user's tracer"
-    _run_ok(kernel, "sys.settrace(None)")
+    kernel.stdout_of("sys.settrace(None)")
     assert _warm_ups_over_spaced_cells(kernel, 2) > 0, "with the user's code gone, the warm-up is back"
 
 

@@ -481,10 +481,7 @@ def test_a_standby_near_the_containers_memory_cap_copies_no_pages(fresh_dk: Dock
     copied = "import sys\nprint(sys.modules['sandbox_kernel_worker.hot_pages'].copied_in)"
 
     def spaced(code: str) -> str:
-        time.sleep(0.3)
-        run = fresh_dk.run(code)
-        assert run.status == "ok", (run.stderr, run.errors)
-        return run.stdout
+        return fresh_dk.handle.stdout_of(code, after_idle=0.3)
 
     spaced("import sys")
     assert max(int(spaced(copied)) for _ in range(3)) > 0  # far from the cap: copies

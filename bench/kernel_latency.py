@@ -8,7 +8,10 @@ imported, with pandas and matplotlib imported (and a DataFrame), the same
 sent after a pause rather than back to back (``spaced``: 30 ms after the other
 kernel's turn, about 65 ms after the kernel's own last cell), and
 with 500 MB of numpy arrays in the namespace; the PSS of the idle kernel's process
-tree (from /proc/*/smaps_rollup: shared pages counted once, not per process).
+tree (from /proc/*/smaps_rollup: shared pages counted once, not per process);
+and the CPU time each kernel's process tree spends per trivial cell (``_cpu``:
+with two cores, a kernel that needs more CPU than is free on a busy machine
+waits for it, so this is what its loaded figures follow).
 Both kernels run side by side and take turns cell by cell (``interleaved``);
 back to back means the next cell is sent as soon as the last one's idle status
 came, as nbclient does.
@@ -86,10 +89,19 @@ def take_turns(actions: dict[str, Callable[[], T]], rounds: int, spaced: bool) -
     return results
 
 
-def interleaved(clients: dict[str, Any], code: str, cells: int, spaced: bool) -> dict[str, float]:
-    """Median round trip of ``code`` in each kernel, the kernels taking turns."""
+def interleaved(
+    clients: dict[str, Any], code: str, cells: int, spaced: bool, pids: dict[str, int] | None = None
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Median round trip of ``code`` in each kernel, the kernels taking turns;
+    and, given the kernels' pids, the CPU time each kernel's process tree
+    spent per cell over the whole run (its idle work between its turns
+    included)."""
     actions = {name: functools.partial(round_trip, kc, code) for name, kc in clients.items()}
-    return {name: statistics.median(times) for name, times in take_turns(actions, cells, spaced).items()}
+    before = {name: tree_cpu(pid) for name, pid in (pids or {}).items()}
+    turns = take_turns(actions, cells, spaced)
+    time.sleep(0.5)  # the last old holder has gone and was reaped
+    cpu = {name: (tree_cpu(pid) - before[name]) / len(turns[name]) for name, pid in (pids or {}).items()}
+    return {name: statistics.median(times) for name, times in turns.items()}, cpu
 
 
 def start(kernel_name: str, workdir: Path) -> tuple[Any, Any, dict[str, float]]:
@@ -119,24 +131,28 @@ def measure(kernel_names: tuple[str, ...], cells: int, workdir: Path) -> dict[st
         for kc in clients.values():
             round_trip(kc, code)
 
-    def record(key: str, medians: dict[str, float]) -> None:
+    def record(key: str, measured: tuple[dict[str, float], dict[str, float]]) -> None:
+        medians, cpu = measured
         for name, value in medians.items():
             results[name][key] = value
+        for name, value in cpu.items():
+            results[name][key.removesuffix("_s") + "_cpu_s"] = value
 
     try:
         for name in kernel_names:
             kernels[name] = start(name, workdir / name)
             clients[name] = kernels[name][1]
             results[name] = dict(kernels[name][2])
+        pids = {name: kernels[name][0].provisioner.process.pid for name in kernel_names}
         for _ in range(3):
             each("x = 1")
-        record("trivial_cell_bare_s", interleaved(clients, "x = 1", cells, spaced=False))
+        record("trivial_cell_bare_s", interleaved(clients, "x = 1", cells, spaced=False, pids=pids))
         each("import pandas as pd, numpy as np, matplotlib.pyplot as plt")
         each("df = pd.DataFrame({'a': range(1000), 'b': range(1000)})")
         for _ in range(3):
             each("x = 1")
-        record("trivial_cell_s", interleaved(clients, "x = 1", cells, spaced=False))
-        record("trivial_cell_spaced_s", interleaved(clients, "x = 1", cells, spaced=True))
+        record("trivial_cell_s", interleaved(clients, "x = 1", cells, spaced=False, pids=pids))
+        record("trivial_cell_spaced_s", interleaved(clients, "x = 1", cells, spaced=True, pids=pids))
         each(
             "arrays = [np.ones(25_000_000, dtype=np.float64) for _ in range(2)]  # ~400 MB\n"
             "extra = np.ones(12_500_000)  # ~100 MB"
@@ -149,6 +165,21 @@ def measure(kernel_names: tuple[str, ...], cells: int, workdir: Path) -> dict[st
             kc.stop_channels()
             km.shutdown_kernel(now=False)
     return results
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user and system) a process and its descendants have used,
+    with those of descendants already reaped: the sandbox's per-cell
+    processes, its old holders' exits and its standbys' warm-ups all count."""
+    total = 0.0
+    root = psutil.Process(pid)
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue  # it exited meanwhile: counted in its parent's children_* once reaped
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
 
 
 def tree_pss(pid: int) -> float:
@@ -179,6 +210,9 @@ def ratios_of(results: dict[str, dict[str, float]]) -> dict[str, float]:
         "trivial_cell_spaced_vs_ipykernel": ours["trivial_cell_spaced_s"] / base["trivial_cell_spaced_s"],
         "trivial_cell_500mb_vs_ipykernel": ours["trivial_cell_500mb_s"] / base["trivial_cell_500mb_s"],
         "500mb_vs_empty_namespace": ours["trivial_cell_500mb_s"] / ours["trivial_cell_s"],
+        "cpu_per_cell_bare_vs_ipykernel": ours["trivial_cell_bare_cpu_s"] / base["trivial_cell_bare_cpu_s"],
+        "cpu_per_cell_vs_ipykernel": ours["trivial_cell_cpu_s"] / base["trivial_cell_cpu_s"],
+        "cpu_per_cell_spaced_vs_ipykernel": ours["trivial_cell_spaced_cpu_s"] / base["trivial_cell_spaced_cpu_s"],
         "first_cell_vs_ipykernel": ours["first_cell_s"] / base["first_cell_s"],
         "kernel_info_vs_ipykernel": ours["kernel_info_s"] / base["kernel_info_s"],
         "idle_pss_vs_ipykernel": ours["idle_pss_mib"] / base["idle_pss_mib"],

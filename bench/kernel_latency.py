@@ -9,9 +9,10 @@ sent after a pause rather than back to back (``spaced``: 30 ms after the other
 kernel's turn, about 65 ms after the kernel's own last cell), and
 with 500 MB of numpy arrays in the namespace; the PSS of the idle kernel's process
 tree (from /proc/*/smaps_rollup: shared pages counted once, not per process);
-and the CPU time each kernel's process tree spends per trivial cell (``_cpu``:
-with two cores, a kernel that needs more CPU than is free on a busy machine
-waits for it, so this is what its loaded figures follow).
+and the CPU time each kernel's process tree spends per trivial cell (``_cpu``,
+each kernel alone, over CPU_CELLS cells: a kernel that needs more CPU than
+is free on a busy machine waits for it, so this is what its loaded figures
+follow).
 Both kernels run side by side and take turns cell by cell (``interleaved``);
 back to back means the next cell is sent as soon as the last one's idle status
 came, as nbclient does.
@@ -89,19 +90,32 @@ def take_turns(actions: dict[str, Callable[[], T]], rounds: int, spaced: bool) -
     return results
 
 
-def interleaved(
-    clients: dict[str, Any], code: str, cells: int, spaced: bool, pids: dict[str, int] | None = None
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Median round trip of ``code`` in each kernel, the kernels taking turns;
-    and, given the kernels' pids, the CPU time each kernel's process tree
-    spent per cell over the whole run (its idle work between its turns
-    included)."""
+def interleaved(clients: dict[str, Any], code: str, cells: int, spaced: bool) -> dict[str, float]:
+    """Median round trip of ``code`` in each kernel, the kernels taking turns."""
     actions = {name: functools.partial(round_trip, kc, code) for name, kc in clients.items()}
-    before = {name: tree_cpu(pid) for name, pid in (pids or {}).items()}
-    turns = take_turns(actions, cells, spaced)
+    return {name: statistics.median(times) for name, times in take_turns(actions, cells, spaced).items()}
+
+
+#: cells behind each CPU figure: /proc gives CPU times in 10 ms ticks
+CPU_CELLS = 300
+
+#: the pause before each spaced cell when one kernel runs alone: as far apart
+#: as a kernel's own cells are when the two take turns
+CPU_SPACING = 0.065
+
+
+def cpu_per_cell(kc: Any, pid: int, code: str, spaced: bool) -> float:
+    """CPU seconds the kernel's process tree spends per cell of ``code``,
+    run alone CPU_CELLS times (back to back, or a third as many spaced), with
+    the work it does while idle between spaced cells."""
+    cells = CPU_CELLS // 3 if spaced else CPU_CELLS
+    before = tree_cpu(pid)
+    for _ in range(cells):
+        if spaced:
+            time.sleep(CPU_SPACING)
+        round_trip(kc, code)
     time.sleep(0.5)  # the last old holder has gone and was reaped
-    cpu = {name: (tree_cpu(pid) - before[name]) / len(turns[name]) for name, pid in (pids or {}).items()}
-    return {name: statistics.median(times) for name, times in turns.items()}, cpu
+    return (tree_cpu(pid) - before) / cells
 
 
 def start(kernel_name: str, workdir: Path) -> tuple[Any, Any, dict[str, float]]:
@@ -131,12 +145,13 @@ def measure(kernel_names: tuple[str, ...], cells: int, workdir: Path) -> dict[st
         for kc in clients.values():
             round_trip(kc, code)
 
-    def record(key: str, measured: tuple[dict[str, float], dict[str, float]]) -> None:
-        medians, cpu = measured
+    def record(key: str, medians: dict[str, float]) -> None:
         for name, value in medians.items():
             results[name][key] = value
-        for name, value in cpu.items():
-            results[name][key.removesuffix("_s") + "_cpu_s"] = value
+
+    def record_cpu(key: str, code: str, spaced: bool) -> None:
+        for name, kc in clients.items():
+            results[name][key] = cpu_per_cell(kc, pids[name], code, spaced)
 
     try:
         for name in kernel_names:
@@ -146,13 +161,16 @@ def measure(kernel_names: tuple[str, ...], cells: int, workdir: Path) -> dict[st
         pids = {name: kernels[name][0].provisioner.process.pid for name in kernel_names}
         for _ in range(3):
             each("x = 1")
-        record("trivial_cell_bare_s", interleaved(clients, "x = 1", cells, spaced=False, pids=pids))
+        record("trivial_cell_bare_s", interleaved(clients, "x = 1", cells, spaced=False))
+        record_cpu("trivial_cell_bare_cpu_s", "x = 1", spaced=False)
         each("import pandas as pd, numpy as np, matplotlib.pyplot as plt")
         each("df = pd.DataFrame({'a': range(1000), 'b': range(1000)})")
         for _ in range(3):
             each("x = 1")
-        record("trivial_cell_s", interleaved(clients, "x = 1", cells, spaced=False, pids=pids))
-        record("trivial_cell_spaced_s", interleaved(clients, "x = 1", cells, spaced=True, pids=pids))
+        record("trivial_cell_s", interleaved(clients, "x = 1", cells, spaced=False))
+        record("trivial_cell_spaced_s", interleaved(clients, "x = 1", cells, spaced=True))
+        record_cpu("trivial_cell_cpu_s", "x = 1", spaced=False)
+        record_cpu("trivial_cell_spaced_cpu_s", "x = 1", spaced=True)
         each(
             "arrays = [np.ones(25_000_000, dtype=np.float64) for _ in range(2)]  # ~400 MB\n"
             "extra = np.ones(12_500_000)  # ~100 MB"

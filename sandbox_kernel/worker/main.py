@@ -72,6 +72,9 @@ class Holder:
     standby: _Child | None = None
     #: how many requests the holder chain has run (tags the hot-page list)
     generation = 0
+    #: this process, as a standby, waited long enough to warm up: its request
+    #: came after a pause
+    warmed = False
 
     def serve(self) -> None:
         fork_error: str | None = None
@@ -191,6 +194,16 @@ class Holder:
     def _spawn_standby(self) -> _Child | None:
         """Fork the child that will run the next cell now, while idle, so the
         fork and the stream set-up are off the cell's critical path."""
+        from .streams import flusher_running, quiesce
+
+        if self.warmed and flusher_running():
+            # The last request came after a pause (this process warmed up),
+            # so the next may too. The flusher must end before the fork
+            # (quiesce); ending it, and the fork, at once cost a spaced cell
+            # 0.4 ms: they competed for the CPU with the host sending the last
+            # reply. Unless a request comes sooner, wait until that is done.
+            select.select([self.channel.read_fd], [], [], REPLY_WINDOW)
+        quiesce()  # no thread of ours may be alive, or mid-exit, in what the child inherits
         child = self._fork_child()
         if child is not None:
             return child
@@ -247,6 +260,7 @@ class Holder:
         self.channel.set_output_budget(None)
         self.shell.payload_manager.clear_payload()
         self.shell._last_error = None
+        self.warmed = False
         wait = WARM_UP_AFTER
         shell = self.shell
         steps = (
@@ -259,6 +273,7 @@ class Holder:
             if select.select([self._ctl.read_fd], [], [], wait)[0]:
                 return
             wait = 0
+            self.warmed = True
             step()
 
     def _kill_standby(self) -> None:
@@ -525,6 +540,10 @@ class _Child:
 
 #: how long a standby waits for its request before warming up (see Holder._prepare)
 WARM_UP_AFTER = 0.01
+#: time for the host to send a cell's reply and idle status once it has the
+#: cell's result (3 ms was enough on a 2-core VM): work the sandbox can put
+#: off until then should not compete with it for the CPU
+REPLY_WINDOW = 0.003
 
 #: the least time between two SIGINTs the holder passes to one request's process:
 #: a burst of interrupts (the button pressed again and again) could otherwise

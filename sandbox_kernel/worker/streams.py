@@ -115,10 +115,58 @@ class Sink:
         return False
 
 
-def _start_thread(target: Callable[[], None]) -> None:
+def _start_thread(target: Callable[[], None], returned: threading.Event | None = None) -> None:
     """A daemon thread, without ``Thread.start()``'s wait (see the module's
-    docstring). Raises RuntimeError when no thread can start."""
-    _thread.start_new_thread(target, ())
+    docstring); ``returned`` is set once ``target`` has returned. Raises
+    RuntimeError when no thread can start."""
+    _thread.start_new_thread(_run_recorded, (target, returned))
+
+
+#: native ids of this module's threads that have returned but may not have
+#: exited yet (see wait_for_thread_exits)
+_exiting: set[int] = set()
+_exiting_lock = threading.Lock()
+
+
+def _run_recorded(target: Callable[[], None], returned: threading.Event | None) -> None:
+    try:
+        target()
+    finally:
+        with _exiting_lock:
+            _exiting.add(_thread.get_native_id())
+        if returned is not None:
+            returned.set()
+
+
+def wait_for_thread_exits(timeout: float = 0.01) -> bool:
+    """Wait until this module's threads that returned have also exited.
+
+    A thread is gone from the interpreter only some microseconds after its
+    function returned (and after ``Thread.join()`` would return): it still
+    has to free the 16 KiB chunk its frames lived in. A fork in that window,
+    or while the thread is alive, copies the chunk into the child, where no
+    thread frees it: every cell's process is forked from the last, so each
+    one kept those of all before it (a spaced cell left one, through the
+    flusher: 400 cells, 460 more memory mappings, each making every later
+    fork and exit slower). False when some thread has not exited in time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with _exiting_lock:
+            _exiting.difference_update([tid for tid in _exiting if not os.path.exists(f"/proc/self/task/{tid}")])
+            if not _exiting:
+                return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.00005)
+
+
+def _forget_threads() -> None:
+    global _exiting_lock
+    _exiting.clear()  # none of them is in this process
+    _exiting_lock = threading.Lock()  # maybe held by one of them at the fork
+
+
+os.register_at_fork(after_in_child=_forget_threads)
 
 
 class _Flusher:
@@ -130,7 +178,17 @@ class _Flusher:
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._due: dict[OutStream, float] = {}
-        _start_thread(self._run)
+        self._stopping = False
+        self._returned = threading.Event()
+        _start_thread(self._run, self._returned)
+
+    def stop(self, timeout: float = 0.05) -> None:
+        """End the thread, leaving what is due unflushed (a holder's: the
+        request's output was flushed before its result)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._returned.wait(timeout)
 
     def schedule(self, stream: OutStream, at: float) -> None:
         with self._cond:
@@ -141,8 +199,10 @@ class _Flusher:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._due:
+                while not self._due and not self._stopping:
                     self._cond.wait()
+                if self._stopping:
+                    return
                 now = time.monotonic()
                 ready = [stream for stream, at in self._due.items() if at <= now]
                 if not ready:
@@ -180,6 +240,28 @@ def start_flusher() -> None:
         _flusher = None
 
 
+def flusher_running() -> bool:
+    return _flusher is not None
+
+
+def stop_flusher() -> None:
+    """End this process's flusher thread, if it has one."""
+    global _flusher
+    flusher, _flusher = _flusher, None
+    if flusher is not None:
+        flusher.stop()
+
+
+def quiesce() -> None:
+    """Before the holder forks the next standby: end the flusher and wait
+    for this module's threads that returned to be gone, so that the standby,
+    and every process after it, inherits nothing of theirs (see
+    wait_for_thread_exits). A reader thread still forwarding a background
+    process's output stays."""
+    stop_flusher()
+    wait_for_thread_exits()
+
+
 def _forget_flusher() -> None:
     global _flusher
     _flusher = None
@@ -195,6 +277,7 @@ class FdCapture:
     def __init__(self, streams: list[tuple[int, OutStream]]) -> None:
         self._saved: list[tuple[int, int]] = []
         self._readers: dict[int, tuple[OutStream, codecs.IncrementalDecoder]] = {}
+        #: set once the reader has forwarded everything and returned
         self.done = threading.Event()
         try:
             for fd, stream in streams:
@@ -204,7 +287,7 @@ class FdCapture:
                 os.close(write_end)
                 self._saved.append((fd, saved))
                 self._readers[read_end] = (stream, codecs.getincrementaldecoder("utf-8")("replace"))
-            _start_thread(self._pump)
+            _start_thread(self._pump, self.done)
         except BaseException:
             self.release()
             for read_end in self._readers:
@@ -235,7 +318,6 @@ class FdCapture:
         finally:
             for stream, _ in self._readers.values():
                 stream.flush()
-            self.done.set()
 
     def release(self) -> None:
         """Give the fds back to what they were: the reader sees the end of the

@@ -218,7 +218,7 @@ def test_spaced_cells_leave_no_memory_mappings_behind(kernel: SandboxKernelHandl
     a fork (the flusher, which prints partial lines), or one that returned but
     had not yet exited, left its 16 KiB frame chunk mapped in the child and in
     every process after it: one more mapping per spaced cell, for good (400
-    cells, 460 mappings; at 65,530 no process of the sandbox can map memory).
+    cells, 440 mappings; at 65,530 no process of the sandbox can map memory).
     A partial line in each cell starts the flusher in the request too."""
     before = int(kernel.stdout_of(MAPPINGS, after_idle=0.05))
     for _ in range(40):

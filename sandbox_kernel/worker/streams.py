@@ -147,7 +147,7 @@ def wait_for_thread_exits(timeout: float = 0.01) -> bool:
     or while the thread is alive, copies the chunk into the child, where no
     thread frees it: every cell's process is forked from the last, so each
     one kept those of all before it (a spaced cell left one, through the
-    flusher: 400 cells, 460 more memory mappings, each making every later
+    flusher: 400 cells, 440 more memory mappings, each making every later
     fork and exit slower). False when some thread has not exited in time."""
     deadline = time.monotonic() + timeout
     while True:

@@ -14,10 +14,11 @@ only process that maps its own copy ("exclusively mapped" in
 ``/proc/self/pagemap``). Before it exits, at the lowest priority (nice 19;
 at SCHED_IDLE, widget moves sent back to back with 250 MB in the namespace
 took 8% longer, likely because its exit, preempted at every turn, held locks
-the new holder's fork needs) and only if no newer request has started, it lists those pages in memory every process of the sandbox shares;
-the next standby, once idle and warmed up, copies them into
-itself with ``MADV_POPULATE_WRITE``, which breaks the sharing without changing
-a byte. Only ranges that are private and writable in the new holder are
+the new holder's fork needs) and only if no newer request has started, it
+lists those pages in memory every process of the sandbox shares; the next
+standby, once idle and warmed up, copies them into itself with
+``MADV_POPULATE_WRITE``, which breaks the sharing without changing a byte.
+Only ranges that are private and writable in the new holder are
 listed (a shared file mapped at an address a freed page had would otherwise
 be written to: its modification time would change).
 

@@ -27,7 +27,7 @@ from typing import Any
 from . import hot_pages, proxy_forward, warmup
 from .channel import Channel, ChannelClosed, frame_lock_fd
 from .protocol import LATE_OPS, Msg, Op
-from .streams import FdCapture, Sink, stop_captures
+from .streams import FdCapture, Sink, flusher_running, quiesce, stop_captures
 
 SHUTDOWN_EXIT = 99
 #: a holder's exit status when the host's channel closed (the host is gone):
@@ -194,8 +194,6 @@ class Holder:
     def _spawn_standby(self) -> _Child | None:
         """Fork the child that will run the next cell now, while idle, so the
         fork and the stream set-up are off the cell's critical path."""
-        from .streams import flusher_running, quiesce
-
         if self.warmed and flusher_running():
             # The last request came after a pause (this process warmed up),
             # so the next may too. The flusher must end before the fork

@@ -160,15 +160,6 @@ def wait_for_thread_exits(timeout: float = 0.01) -> bool:
         time.sleep(0.00005)
 
 
-def _forget_threads() -> None:
-    global _exiting_lock
-    _exiting.clear()  # none of them is in this process
-    _exiting_lock = threading.Lock()  # maybe held by one of them at the fork
-
-
-os.register_at_fork(after_in_child=_forget_threads)
-
-
 class _Flusher:
     """Flushes partial lines after FLUSH_INTERVAL: one thread per process.
 
@@ -262,12 +253,17 @@ def quiesce() -> None:
     wait_for_thread_exits()
 
 
-def _forget_flusher() -> None:
-    global _flusher
+def _forget_threads() -> None:
+    """In a forked child none of this module's threads exists: forget the
+    parent's flusher (the child starts its own) and its exiting threads, and
+    replace the lock one of them may have held at the fork."""
+    global _flusher, _exiting_lock
     _flusher = None
+    _exiting.clear()
+    _exiting_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_forget_flusher)
+os.register_at_fork(after_in_child=_forget_threads)
 
 
 class FdCapture:

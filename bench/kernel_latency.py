@@ -185,13 +185,18 @@ def measure(kernel_names: tuple[str, ...], cells: int, workdir: Path) -> dict[st
     return results
 
 
+def _tree(pid: int) -> list[psutil.Process]:
+    """A process and its descendants."""
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
 def tree_cpu(pid: int) -> float:
     """CPU seconds (user and system) a process and its descendants have used,
     with those of descendants already reaped: the sandbox's per-cell
     processes, its old holders' exits and its standbys' warm-ups all count."""
     total = 0.0
-    root = psutil.Process(pid)
-    for proc in [root, *root.children(recursive=True)]:
+    for proc in _tree(pid):
         try:
             times = proc.cpu_times()
         except psutil.Error:
@@ -203,8 +208,7 @@ def tree_cpu(pid: int) -> float:
 def tree_pss(pid: int) -> float:
     """MiB of PSS of a process and its descendants (each shared page split among its users)."""
     total = 0
-    procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    for proc in procs:
+    for proc in _tree(pid):
         try:
             with open(f"/proc/{proc.pid}/smaps_rollup") as fh:
                 for line in fh:

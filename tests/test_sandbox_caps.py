@@ -5,6 +5,7 @@ it, the earlier state is kept, and nothing is left behind."""
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -106,6 +107,40 @@ def test_a_fork_storm_stops_at_the_process_cap(tmp_path: Path) -> None:
             break
         time.sleep(0.2)
     assert not leftovers, leftovers
+
+
+@pytest.mark.skipif(not Path("/sys/fs/cgroup").is_dir(), reason="no cgroup filesystem")
+def test_a_cgroup_still_busy_at_shutdown_is_removed_before_the_kernel_exits(tmp_path: Path) -> None:
+    """A cgroup that stays busy after its sandbox is killed (a memory cgroup v1
+    once did, for over half a second) is removed once free, even when the
+    kernel shuts down meanwhile: its exit waits for it, a few seconds at most.
+    The busy-maker is a process of this test moved into the sandbox's memory
+    cgroup, and it ends 2 s after the shutdown begins."""
+    k = _kernel(tmp_path)
+    kernel_pid = k.pid
+    holder = None
+    try:
+        assert k.run("x = 1").status == "ok"
+        sandbox_pid = k.sandboxes()[0].pid
+        lines = Path(f"/proc/{sandbox_pid}/cgroup").read_text().splitlines()
+        paths = {
+            c: path for _, controllers, path in (line.split(":", 2) for line in lines) for c in controllers.split(",")
+        }
+        if Path("/sys/fs/cgroup/memory").is_dir():  # v1: one hierarchy per controller
+            target = Path("/sys/fs/cgroup/memory") / paths["memory"].lstrip("/")
+        else:
+            target = Path("/sys/fs/cgroup") / paths[""].lstrip("/")
+        assert f"sandbox-kernel-{kernel_pid}-" in target.name, target
+        holder = subprocess.Popen(["sleep", "2"])
+        (target / "cgroup.procs").write_text(str(holder.pid))
+        started = time.monotonic()
+    finally:
+        k.shutdown()
+    assert holder is not None
+    took = time.monotonic() - started
+    assert holder.wait(timeout=10) == 0
+    assert not k.km.is_alive()
+    assert not target.exists(), f"{target} left after the kernel exited ({took:.1f} s)"
 
 
 def _open_cgroup_files(pid: int) -> list[str]:

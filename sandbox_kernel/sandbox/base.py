@@ -10,7 +10,6 @@ import asyncio
 import os
 import resource
 import signal
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -186,9 +185,9 @@ class SandboxProcess:
         if self.cgroup is not None:
             cgroup, self.cgroup = self.cgroup, None
             if not await asyncio.to_thread(cgroup.remove, 0.5):
-                # busy a little longer: finish in the background rather than
-                # delay a shutdown; a dead kernel's leftovers are collected later
-                threading.Thread(target=cgroup.remove, daemon=True).start()
+                # busy a little longer: finished in the background (and at
+                # the kernel's exit) rather than delaying a replacement
+                cgroup.remove_later()
 
 
 class Sandbox(ABC):

@@ -17,8 +17,10 @@ with the sandbox. When none can be had (no permission, v2 without delegation),
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,12 @@ ROOT = Path("/sys/fs/cgroup")
 CPU_SHARES = 512
 _names = itertools.count(1)
 _collected = False  # stale cgroups of dead kernels are collected once per process
+#: how long a cgroup still busy after its sandbox went is retried in the background
+RETRY_FOR = 120.0
+#: how long this process's exit waits at most for such cgroups to be removed
+EXIT_WAIT = 4.0
+_leftovers: list[SandboxCgroup] = []
+_leftovers_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,25 @@ class SandboxCgroup:
             )
         return hits
 
+    def remove_later(self) -> None:
+        """Keep removing this cgroup (its sandbox is gone, the kernel still
+        holds it busy) in the background and, for up to EXIT_WAIT, at this
+        process's exit.
+
+        A memory cgroup v1 once stayed busy for over half a second after its
+        last task while a kernel shut down: the retrying thread died with the
+        kernel, and the directory stayed until the next kernel's
+        :func:`collect_stale`. A shutdown now waits for it, a few seconds at most."""
+        with _leftovers_lock:
+            _leftovers.append(self)
+
+        def retry() -> None:
+            if self.remove(RETRY_FOR):
+                with _leftovers_lock:
+                    _leftovers.remove(self)
+
+        threading.Thread(target=retry, name="cgroup-removal", daemon=True).start()
+
     def remove(self, timeout: float = 5.0) -> bool:
         """Remove the (now empty) cgroup directories, retrying all of them while
         the last processes exit and the kernel lets go (memory and cpu cgroups
@@ -154,6 +181,15 @@ class SandboxCgroup:
                 break
             time.sleep(0.02)
         return not left
+
+
+@atexit.register
+def _remove_leftovers() -> None:
+    deadline = time.monotonic() + EXIT_WAIT
+    with _leftovers_lock:
+        leftovers = list(_leftovers)
+    for cgroup in leftovers:
+        cgroup.remove(max(0.0, deadline - time.monotonic()))
 
 
 def collect_stale() -> int:

@@ -112,6 +112,15 @@ class Ratchet:
             return memo[1]
         return self.state
 
+    @property
+    def private(self) -> bool:
+        """Whether private data entered the session: a level read private
+        stays private (raise-only), so only a public one is read again."""
+        memo = self._memo
+        if memo is not None and memo[1].has_private_data:
+            return True
+        return self.recent_state().has_private_data
+
     def _read_state(self) -> PrivacyState:
         own = self.data.state
         if self.folders is None or self.workspace is None:

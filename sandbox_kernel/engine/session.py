@@ -168,7 +168,7 @@ class Session:
     @property
     def private(self) -> bool:
         """Once true, outputs lose external URLs and no sandbox gets network."""
-        return self.ratchet is not None and self.ratchet.recent_state().has_private_data
+        return self.ratchet is not None and self.ratchet.private
 
     @property
     def network_allowed(self) -> bool:
@@ -556,12 +556,13 @@ class Session:
             if emit is not None:
                 emit("stream", {"name": "stderr", "text": notice})
             return
+        if not self.sandbox_has_network:
+            return  # nothing to cut, and no store read (0.3 ms of a request after a pause)
         # The level as read at most 50 ms ago: a rise by another process is
         # acted on by the poll (a fresh read) within its interval either way,
         # and its raiser's wait=True returns only after that cut.
         recent = self.ratchet.recent_state() if self.ratchet is not None else None
-        allowed = recent is not None and recent.network_mode == NetworkMode.FULL
-        if self.sandbox_has_network and not allowed:
+        if recent is None or recent.network_mode != NetworkMode.FULL:
             await self._replace(reason, emit)
             cause = self.ratchet.notice() if self.ratchet is not None else SYSTEM_NOTICE
             notice = (

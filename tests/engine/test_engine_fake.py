@@ -6,7 +6,9 @@ told, what a launch gets); tests/test_*.py prove the same paths isolate.
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -182,6 +184,43 @@ async def test_the_launch_follows_the_ratchet(tmp_path: Path) -> None:
         assert result.status == "ok" and "7" in text
         assert sandbox.launches[-1].isolate_network is True  # replaced, without network
         assert all(spec.isolate_network for spec in sandbox.launches[1:])
+        assert session.private and not session.network_allowed
+    finally:
+        await session.shutdown()
+
+
+async def test_the_level_is_read_at_a_request_only_while_the_sandbox_has_network(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request after a pause reads the stored level while the sandbox has a
+    network to cut: a rise by another process is acted on before the cell.
+    Once private, the sandbox has none and private stays private (raise-only):
+    neither the request nor its outputs' cleaning read the store again (each
+    read cost 0.3 ms of a spaced request's path on a 2-core VM)."""
+    store = PrivacyStore(tmp_path / "privacy")
+    ratchet = Ratchet("alice", "s1", store, workspace=tmp_path / "ws")
+    sandbox = FakeSandbox()
+    session = _session(tmp_path, sandbox, ratchet=ratchet)
+    cells = Cells(session)
+    reads: list[float] = []
+    read_state = ratchet._read_state
+    monkeypatch.setattr(ratchet, "_read_state", lambda: reads.append(time.monotonic()) or read_state())
+    try:
+        await cells.run("x = 7")
+        # another process (its own objects on the same store) raises the level
+        Ratchet("alice", "s1", PrivacyStore(tmp_path / "privacy")).mark("CONFIDENTIAL", "crm export", "api")
+        await asyncio.sleep(0.1)  # older than the last read's allowed age
+        reads.clear()
+        result, text, _ = await cells.run("print(x)")
+        assert reads, "the level was not read before the cell"
+        assert result.status == "ok" and "7" in text and "[SYSTEM]" in text
+        assert sandbox.launches[-1].isolate_network is True  # replaced before the cell ran
+        for _ in range(3):
+            await asyncio.sleep(0.1)
+            reads.clear()
+            result, text, _ = await cells.run("print('see https://example.com/x')")
+            assert result.status == "ok" and "https[:]//example.com" in text  # defanged: private
+            assert reads == []
         assert session.private and not session.network_allowed
     finally:
         await session.shutdown()

@@ -4,6 +4,7 @@ earlier state and leaves the kernel serving; nothing is left behind."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import time
 from pathlib import Path
@@ -113,13 +114,16 @@ def test_sandbox_killed_from_outside_resumes_from_checkpoint(fresh_kernel: Sandb
         "gen = (i for i in range(3))\n"
         "square = lambda v: v * v\n"
         "list = [9, 8]  # shadows a builtin: must be kept\n"
+        "import random\n"
+        "random.seed(11)\n"
     )
     assert k.run(setup).status == "ok"
     time.sleep(2.0)  # let the background checkpoint land
     assert k.kill_sandboxes() >= 1
-    run = k.run("print(total(data), p.x, isinstance(p, Point), square(3), list, json.dumps([1]))")
+    run = k.run("print(total(data), p.x, isinstance(p, Point), square(3), list, json.dumps([1]), random.random())")
     assert run.status == "ok", run.reply
-    assert "6 5 True 9 [9, 8] [1]" in run.stdout
+    # a seeded random module draws on from where it was, as the namespace does
+    assert f"6 5 True 9 [9, 8] [1] {random.Random(11).random()}" in run.stdout
     notice = run.stderr
     assert "sandbox was replaced" in notice
     assert "checkpoint taken after cell [1]" in notice

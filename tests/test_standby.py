@@ -5,6 +5,7 @@ out give the same answers (real bwrap, through jupyter_client)."""
 
 from __future__ import annotations
 
+import random
 import time
 
 from kernel_helpers import SandboxKernelHandle
@@ -191,6 +192,33 @@ def test_cells_back_to_back_and_spaced_out_agree(kernel: SandboxKernelHandle) ->
         if i % 3 == 0:
             time.sleep(0.08)
     assert kernel.run("n").result["text/plain"] == "30"
+
+
+def test_the_random_module_goes_on_across_cells_as_in_ipykernel(kernel: SandboxKernelHandle) -> None:
+    """CPython reseeds ``random`` in every forked child, and every cell runs in
+    one: after ``random.seed(42)`` the next cell drew other numbers than in
+    ipykernel, where a seeded notebook gives the same results on every run.
+    Back to back and spaced out (the warm-ups run first), ``gauss``'s cached
+    second value included, and after a cell that died (the state is the one
+    the cell before it left)."""
+    expected = random.Random(42)
+    assert kernel.run("import random\nrandom.seed(42)").status == "ok"
+    drawn = []
+    for i in range(6):
+        drawn.append(kernel.run("print(repr(random.random()))").stdout.strip())
+        if i >= 3:
+            time.sleep(0.1)  # idle: the standby warms up before the next cell
+    assert drawn == [repr(expected.random()) for _ in range(6)]
+    assert kernel.run("random.seed(7)\nfirst = random.gauss(0, 1)").status == "ok"
+    second = kernel.run("print(repr(random.gauss(0, 1)))").stdout.strip()
+    expected.seed(7)
+    expected.gauss(0, 1)
+    assert second == repr(expected.gauss(0, 1))
+    assert kernel.run("random.seed(3)").status == "ok"
+    died = kernel.run("random.random()\nimport os\nos._exit(1)")
+    assert died.status == "error"
+    expected.seed(3)
+    assert kernel.run("print(repr(random.random()))").stdout.strip() == repr(expected.random())
 
 
 def test_fd_output_reaches_the_right_stream_from_one_reader(kernel: SandboxKernelHandle) -> None:

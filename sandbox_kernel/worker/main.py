@@ -75,6 +75,8 @@ class Holder:
     #: this process, as a standby, waited long enough to warm up: its request
     #: came after a pause
     warmed = False
+    #: the ``random`` module's state when the last request ended (``_random_state``)
+    random_state: object = None
 
     def serve(self) -> None:
         fork_error: str | None = None
@@ -222,6 +224,8 @@ class Holder:
         try:
             if capture is None:  # try again now that the cell is here; fail the cell, not the sandbox
                 capture = start_captures(out, err)
+            if msg.get("op") in (Op.EXECUTE, Op.COMM):
+                _set_random_state(self.random_state)
             if msg.get("op") == Op.EXECUTE:
                 result = self._execute(msg, self._ctl, out, err, capture)
             elif msg.get("op") == Op.COMM:
@@ -232,6 +236,7 @@ class Holder:
                 stop_captures(capture)
         except BaseException as exc:
             result = {"status": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": []}
+        self.random_state = _random_state()
         sys.stdout = sys.stderr = Sink()
         self._finish_child(result, takeover=True)
         return None
@@ -511,15 +516,16 @@ class Holder:
         from .state import checkpoint_failed, write_checkpoint
 
         args = (self.shell, str(msg.get("path")), int(msg.get("cell", 0)), list(msg.get("def_names") or []))
+        random_state = self.random_state  # the forks below are reseeded (_random_state)
         if msg.get("wait"):
-            self.fork(msg, lambda m, c: {"status": "ok", **write_checkpoint(*args)})
+            self.fork(msg, lambda m, c: {"status": "ok", **write_checkpoint(*args, random_state)})
             return
         pid = os.fork()
         if pid == 0:
             if os.fork() == 0:
                 try:
                     os.nice(10)
-                    write_checkpoint(*args)
+                    write_checkpoint(*args, random_state)
                 except OSError as exc:  # a full or read-only disk: the host tells the user
                     checkpoint_failed(args[1], exc)
                 finally:
@@ -564,6 +570,34 @@ _stop_received = False
 def _record_stop(signum: int, frame: Any) -> None:
     global _stop_received
     _stop_received = True
+
+
+def _random_state() -> object:
+    """The ``random`` module's state at the end of a request, for the next one.
+
+    CPython reseeds that module in every forked child (``random`` registers its
+    ``seed`` as an at-fork hook), so after ``random.seed(42)`` the next cell,
+    in a process forked from this one, drew other numbers than in ipykernel.
+    Taken in the request's process: a ``getstate`` a cell replaced runs there,
+    never in the holder. None when the module is not imported or says nothing."""
+    module = sys.modules.get("random")
+    try:
+        return module.getstate() if module is not None else None
+    except Exception:
+        return None
+
+
+def _set_random_state(state: object) -> None:
+    """Put back, before a request's code runs, what ``_random_state`` took
+    when the last request ended (the at-fork reseed, and anything a warm-up
+    drew, are undone)."""
+    module = sys.modules.get("random")
+    if state is None or module is None:
+        return
+    try:
+        module.setstate(state)
+    except Exception:
+        pass  # a module a cell replaced, or an odd state: the reseeded one stays
 
 
 def _record_stops() -> None:

@@ -80,8 +80,12 @@ def _dumps(value: Any) -> bytes:
         return data
 
 
-def write_checkpoint(shell: Any, directory: str, cell: int, def_names: list[str]) -> dict[str, Any]:
-    """Pickle what can be pickled; name what cannot. Newer checkpoints win."""
+def write_checkpoint(
+    shell: Any, directory: str, cell: int, def_names: list[str], random_state: object = None
+) -> dict[str, Any]:
+    """Pickle what can be pickled; name what cannot. Newer checkpoints win.
+    ``random_state``: the ``random`` module's, carried too (a seeded notebook
+    draws on from where it was)."""
     user_ns = shell.user_ns
     hidden = set(getattr(shell, "user_ns_hidden", {}))
     blobs: dict[str, bytes] = {}
@@ -111,7 +115,10 @@ def write_checkpoint(shell: Any, directory: str, cell: int, def_names: list[str]
         current = _read_manifest(directory)
         if current is not None and int(current.get("cell", -1)) > cell:
             return current  # a newer checkpoint already landed
-        blob = pickle.dumps({"vars": blobs, "modules": modules}, protocol=5)
+        carried: dict[str, Any] = {"vars": blobs, "modules": modules}
+        if random_state is not None:
+            carried["random"] = random_state
+        blob = pickle.dumps(carried, protocol=5)
         _atomic_write(os.path.join(directory, "checkpoint.bin"), blob)
         _atomic_write(os.path.join(directory, "checkpoint.json"), json.dumps(manifest).encode())
         try:
@@ -206,6 +213,11 @@ def restore(shell: Any, path: str | None, imports: list[str], defs: list[str]) -
                 restored.append(name)
             except BaseException as exc:
                 failed[name] = f"could not be restored: {type(exc).__name__}: {exc}"
+        if "random" in state:
+            try:
+                importlib.import_module("random").setstate(state["random"])
+            except BaseException as exc:
+                failed["(the random module's state)"] = f"{type(exc).__name__}: {exc}"
     for source in pending:
         error = run(source)
         if error:

@@ -171,6 +171,14 @@ def measure(kernel_names: tuple[str, ...], cells: int, workdir: Path) -> dict[st
         record("trivial_cell_spaced_s", interleaved(clients, "x = 1", cells, spaced=True))
         record_cpu("trivial_cell_cpu_s", "x = 1", spaced=False)
         record_cpu("trivial_cell_spaced_cpu_s", "x = 1", spaced=True)
+        # a thread of an earlier cell alive: the sandbox runs cells in the
+        # holder, beside it, and the fork is the backup (worker/main.py)
+        each("import threading; stop = threading.Event(); threading.Thread(target=stop.wait).start()")
+        for _ in range(3):
+            each("x = 1")
+        record("trivial_cell_thread_alive_s", interleaved(clients, "x = 1", cells, spaced=False))
+        record("trivial_cell_thread_alive_spaced_s", interleaved(clients, "x = 1", cells, spaced=True))
+        each("stop.set()")
         each(
             "arrays = [np.ones(25_000_000, dtype=np.float64) for _ in range(2)]  # ~400 MB\n"
             "extra = np.ones(12_500_000)  # ~100 MB"
@@ -230,6 +238,10 @@ def ratios_of(results: dict[str, dict[str, float]]) -> dict[str, float]:
         "trivial_cell_bare_vs_ipykernel": ours["trivial_cell_bare_s"] / base["trivial_cell_bare_s"],
         "trivial_cell_vs_ipykernel": ours["trivial_cell_s"] / base["trivial_cell_s"],
         "trivial_cell_spaced_vs_ipykernel": ours["trivial_cell_spaced_s"] / base["trivial_cell_spaced_s"],
+        "trivial_cell_thread_alive_vs_ipykernel": ours["trivial_cell_thread_alive_s"]
+        / base["trivial_cell_thread_alive_s"],
+        "trivial_cell_thread_alive_spaced_vs_ipykernel": ours["trivial_cell_thread_alive_spaced_s"]
+        / base["trivial_cell_thread_alive_spaced_s"],
         "trivial_cell_500mb_vs_ipykernel": ours["trivial_cell_500mb_s"] / base["trivial_cell_500mb_s"],
         "500mb_vs_empty_namespace": ours["trivial_cell_500mb_s"] / ours["trivial_cell_s"],
         "cpu_per_cell_bare_vs_ipykernel": ours["trivial_cell_bare_cpu_s"] / base["trivial_cell_bare_cpu_s"],

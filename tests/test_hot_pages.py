@@ -5,6 +5,7 @@ jupyter_client)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -137,3 +138,80 @@ def test_a_huge_reservation_is_not_scanned(kernel: SandboxKernelHandle) -> None:
     assert [int(_spaced(kernel, COPIED_IN)) for _ in range(3)] == [0, 0, 0]
     _spaced(kernel, "libc.munmap(reserve, RESERVED)")
     assert max(int(_spaced(kernel, COPIED_IN)) for _ in range(3)) > 0
+
+
+def test_the_holder_beside_threads_copies_in_what_the_last_cell_wrote(tmp_path: Path) -> None:
+    """While threads of cells are alive, cells run in the holder, and the
+    backup forked before each shares every page with it: after a pause the
+    holder copies in what the last request wrote (the backup lists it),
+    unchanged, as a standby does."""
+    require_bwrap()
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "tmp").mkdir()
+    k = SandboxKernelHandle(tmp_path / "ws", tmp_path / "tmp", extra_args=["--SandboxKernel.backend=bwrap"])
+    try:
+        _spaced(
+            k,
+            "import hashlib, os, sys, threading\n"
+            "stop = threading.Event(); threading.Thread(target=stop.wait).start()\n"
+            "buffer = bytearray(os.urandom(1 << 20))\ndigest = hashlib.sha256(buffer).hexdigest()\n"
+            "pid = os.getpid()",
+        )
+        counts = []
+        for round_ in range(4):
+            out = _spaced(
+                k,
+                "same = hashlib.sha256(buffer).hexdigest() == digest\n"
+                f"for i in range(0, len(buffer), 4096): buffer[i] ^= {round_ + 1}\n"
+                "digest = hashlib.sha256(buffer).hexdigest()\n"
+                "print(same, os.getpid() == pid, sys.modules['sandbox_kernel_worker.hot_pages'].copied_in)",
+            )
+            same, here, copied = out.split()
+            assert (same, here) == ("True", "True"), out  # the holder itself ran it, and nothing changed
+            counts.append(int(copied))
+        # the holder's count only grows: each pause copied in the buffer's 256 pages and more
+        assert min(b - a for a, b in itertools.pairwise(counts)) > 256, counts
+        assert _spaced(k, "stop.set(); print(hashlib.sha256(buffer).hexdigest() == digest)").strip() == "True"
+    finally:
+        k.shutdown()
+
+
+def test_a_list_clipped_to_the_holders_mappings_never_writes_a_shared_file(tmp_path: Path) -> None:
+    """A thread of a cell may map a shared file where the listed private pages
+    were, after the list was made: copying them in would write-fault the
+    file's pages and move its modification time. The list is clipped to the
+    process's private writable mappings first (hot_pages.prefault, in this
+    process, on a real file; unclipped, the time moves)."""
+    import ctypes
+    import mmap
+    import struct
+    from array import array
+
+    from sandbox_kernel.worker import hot_pages
+
+    hot_pages.share()
+    assert hot_pages._shared is not None, "no shared list memory on this machine"
+    size = 16 * mmap.PAGESIZE
+    shared = tmp_path / "shared.bin"
+    shared.write_bytes(b"x" * size)
+    fd = os.open(shared, os.O_RDWR)
+    mapped = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    request_r, request_w = os.pipe()
+    try:
+        holder = ctypes.c_char.from_buffer(mapped)
+        address = ctypes.addressof(holder)
+        del holder
+        hot_pages._shared[hot_pages._HEADER.size : hot_pages._HEADER.size + 16] = array("Q", [address, size]).tobytes()
+        moved = []
+        for generation, clip in ((7, True), (8, False)):
+            os.utime(shared, ns=(10**9, 10**9))
+            struct.pack_into("<QQQ", hot_pages._shared, 0, 0, generation, 1)
+            hot_pages.prefault(generation, request_r, clip=clip)
+            os.fsync(fd)
+            moved.append(os.stat(shared).st_mtime_ns != 10**9)
+        assert moved == [False, True]
+        assert shared.read_bytes() == b"x" * size
+    finally:
+        mapped.close()
+        for end in (fd, request_r, request_w):
+            os.close(end)

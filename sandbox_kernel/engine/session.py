@@ -755,6 +755,11 @@ class Session:
         """Why a request's process died (for its error), after the sandbox the
         ratchet asked for, or a new one if the whole sandbox went, is in place."""
         text = self._kill_reason or (hits[0] if hits else None) or str(done.get("reason") or "the cell's process died")
+        threads = done.get("threads_lost")
+        if isinstance(threads, str) and threads:
+            # the request ran beside them (they live in its process): users of
+            # an executor or a pool must know it is gone
+            text += f"; the threads earlier cells started ended with it ({threads[:600]})"
         if self._replace_reason is not None:
             await self._enforce_ratchet(guarded, self._replace_reason, rerun=True)
             self._notify_privacy_change()

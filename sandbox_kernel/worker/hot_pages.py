@@ -34,6 +34,7 @@ the cap, and the kernel would kill the sandbox's largest process.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import mmap
 import os
@@ -122,6 +123,13 @@ def _header() -> tuple[int, int, int]:
     return _HEADER.unpack_from(_shared, 0)
 
 
+def forget() -> None:
+    """Make no standby use the list there is: a backup took over from a
+    holder whose threads may have changed its mappings since it was made."""
+    if _shared is not None:
+        struct.pack_into("<QQ", _shared, 8, 0, 0)
+
+
 def started(generation: int) -> None:
     """The holder passed a request to the standby of this generation: the
     list for it, if not made yet, is of no use any more (and the old holder
@@ -131,15 +139,13 @@ def started(generation: int) -> None:
         struct.pack_into("<Q", _shared, 0, generation)
 
 
+_PRIVATE_WRITABLE = re.compile(rb"^([0-9a-f]+)-([0-9a-f]+) rw.p", re.MULTILINE)
+
+
 def _private_writable(pid: int) -> list[tuple[int, int]]:
-    found = []
     with open(f"/proc/{pid}/maps", "rb") as maps:
-        for line in maps:
-            span, perms = line.split(None, 2)[:2]
-            if perms[:2] == b"rw" and perms[3:4] == b"p":
-                start, end = span.split(b"-")
-                found.append((int(start, 16), int(end, 16)))
-    return found
+        text = maps.read()
+    return [(int(start, 16), int(end, 16)) for start, end in _PRIVATE_WRITABLE.findall(text)]
 
 
 def record(generation: int, holder: int) -> None:
@@ -234,10 +240,33 @@ def _near_memory_cap(more: int) -> bool:
     return found is not None and found[0] + more > found[1] * 3 // 4
 
 
-def prefault(generation: int, request_fd: int) -> int:
-    """In an idle standby: copy in the pages on the list for its generation,
-    waiting for the list at most WAIT_FOR_LIST (a request on ``request_fd``
-    ends the wait). Returns how many pages this process has copied in."""
+def _clipped(runs: array[int], ranges: list[tuple[int, int]]) -> array[int]:
+    """The parts of ``runs`` (start, length pairs) inside ``ranges``."""
+    starts = [start for start, _ in ranges]
+    kept = array("Q")
+    for index in range(0, len(runs), 2):
+        start, end = runs[index], runs[index] + runs[index + 1]
+        at = max(bisect.bisect_right(starts, start) - 1, 0)
+        while at < len(ranges) and ranges[at][0] < end:
+            low, high = max(start, ranges[at][0]), min(end, ranges[at][1])
+            if low < high:
+                kept.extend((low, high - low))
+            at += 1
+    return kept
+
+
+def prefault(generation: int, request_fd: int, clip: bool = False) -> int:
+    """In an idle standby, or a holder beside threads of cells: copy in the
+    pages on the list for its generation, waiting for the list at most
+    WAIT_FOR_LIST (a request on ``request_fd`` ends the wait). Returns how
+    many pages this process has copied in.
+
+    ``clip``, for the holder: threads of cells run on in it and may have
+    mapped a shared file where listed private pages were since the list was
+    made, so the list is first clipped to the private writable mappings it
+    has now. A standby's mappings are those of a holder that had no such
+    threads, and it skips that (reading ``/proc/self/maps`` with pandas
+    loaded took 1 ms)."""
     if _shared is None:
         return 0
     deadline = time.monotonic() + WAIT_FOR_LIST
@@ -254,6 +283,11 @@ def prefault(generation: int, request_fd: int) -> int:
     global copied_in
     runs = array("Q")
     runs.frombytes(_shared[_HEADER.size : _HEADER.size + count * 16])
+    if clip:
+        try:
+            runs = _clipped(runs, _private_writable(os.getpid()))
+        except OSError:
+            return copied_in
     if _near_memory_cap(sum(runs[1::2])):
         return copied_in
     for index in range(0, len(runs), 2):

@@ -6,6 +6,14 @@ anchor (first process, subreaper, never runs user code)
 
 A cell whose process dies (os._exit, segfault, OOM, killed on timeout)
 leaves the holder untouched: the next cell forks from the last good state.
+
+Threads do not follow a fork. When earlier cells left threads running (a
+``ThreadPoolExecutor``, a ``multiprocessing.Pool``, a client's event loop),
+a forked child would find their objects without their threads and wait on
+them forever, so the roles turn round: the request runs in the holder, where
+the threads are, and the forked child (the backup) keeps the state from
+before it, watches it as the holder watches a child, and takes over if the
+holder dies (``Holder._spawn_backup``).
 """
 
 from __future__ import annotations
@@ -19,12 +27,13 @@ import os
 import select
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import hot_pages, proxy_forward, warmup
+from . import deaths, hot_pages, proxy_forward, warmup
 from .channel import Channel, ChannelClosed, frame_lock_fd
 from .protocol import LATE_OPS, Msg, Op
 from .streams import FdCapture, Sink, flusher_running, quiesce, stop_captures
@@ -67,6 +76,8 @@ class Holder:
     def __init__(self, channel: Channel, shell: Any) -> None:
         self.channel = channel
         self.shell = shell
+        #: backups not yet reaped (this process is their parent)
+        self.backups: list[int] = []
 
     # ---- the serving loop --------------------------------------------------------
     standby: _Child | None = None
@@ -77,23 +88,28 @@ class Holder:
     warmed = False
     #: the ``random`` module's state when the last request ended (``_random_state``)
     random_state: object = None
+    #: a request the holder read but could not start (its backup was gone)
+    pending: dict[str, Any] | None = None
 
     def serve(self) -> None:
         fork_error: str | None = None
         while True:
+            self._reap_backups()
             if self.standby is None:
                 try:
-                    self.standby = self._spawn_standby()
+                    self.standby = self._spawn_backup() if _threads_of_cells() else self._spawn_standby()
                 except OSError as exc:  # e.g. the process limit, held by earlier cells' processes
                     fork_error = f"cannot start a process for the cell: {exc}"
                 else:
                     fork_error = None
                     if self.standby is None:
                         continue  # this process just ran a cell and is now the holder
-            try:
-                msg = self.channel.recv()
-            except ChannelClosed:
-                os._exit(CHANNEL_CLOSED_EXIT)
+            msg, self.pending = self.pending, None
+            if msg is None:
+                try:
+                    msg = self.channel.recv()
+                except ChannelClosed:
+                    os._exit(CHANNEL_CLOSED_EXIT)
             op = msg.get("op")
             if op == Op.SHUTDOWN:
                 self._kill_standby()
@@ -111,6 +127,9 @@ class Holder:
                 )
             elif op in (Op.EXECUTE, Op.RESTORE, Op.COMM) and self.standby is not None:
                 child, self.standby = self.standby, None
+                if child.backup:
+                    self._run_here(child, msg)
+                    continue
                 try:
                     child.ctl.send(msg)
                 except OSError:
@@ -221,11 +240,19 @@ class Holder:
             msg = self._ctl.recv()
         except (ChannelClosed, ValueError):
             os._exit(0)  # the holder went away or shut down
+        if msg.get("op") in (Op.EXECUTE, Op.COMM):
+            _set_random_state(self.random_state)
+        self._run_request(msg, out, err, capture)
+        return None
+
+    def _run_request(self, msg: dict[str, Any], out: Any, err: Any, capture: FdCapture | None) -> None:
+        """Run a request of user code in this process and take over as the
+        holder once the process that watched it has let go of the channel."""
+        from .streams import start_captures
+
         try:
             if capture is None:  # try again now that the cell is here; fail the cell, not the sandbox
                 capture = start_captures(out, err)
-            if msg.get("op") in (Op.EXECUTE, Op.COMM):
-                _set_random_state(self.random_state)
             if msg.get("op") == Op.EXECUTE:
                 result = self._execute(msg, self._ctl, out, err, capture)
             elif msg.get("op") == Op.COMM:
@@ -239,7 +266,102 @@ class Holder:
         self.random_state = _random_state()
         sys.stdout = sys.stderr = Sink()
         self._finish_child(result, takeover=True)
-        return None
+
+    def _spawn_backup(self) -> _Child | None:
+        """Fork the copy that keeps the state from before the next request,
+        when earlier cells left threads running here (see the module's
+        docstring): the request will run in this process, with its threads.
+
+        In the holder, the backup's record. The backup waits; when the holder
+        passes it the request, it watches it as the holder watches a child
+        (``_supervise``: interrupts, input replies, the result, a death). It
+        exits once the request ended well, and takes over as the holder,
+        returning None, if the holder dies (a death while idle too: a
+        background thread's segfault)."""
+        if self.warmed:  # as for a standby: let the last reply go out first
+            select.select([self.channel.read_fd], [], [], REPLY_WINDOW)
+        quiesce()
+        holder = os.getpid()
+        mark = deaths.mark()
+        threads = _thread_names()
+        child = self._fork_child()
+        if child is not None:
+            child.backup = True
+            self._warm_up_here()
+            return child
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are for the holder's request
+        self.backups = []  # the holder's children, not this process's
+        ctl = self._ctl
+        try:
+            pidfd: int | None = os.pidfd_open(holder)
+        except OSError:
+            pidfd = None  # already gone
+        msg: dict[str, Any] | None = None
+        holder_died = pidfd is None
+        if pidfd is not None:
+            ready, _, _ = select.select([ctl.read_fd, pidfd], [], [])
+            if ctl.read_fd in ready:
+                try:
+                    msg = ctl.recv()
+                except (ChannelClosed, ValueError):
+                    msg = None
+            if msg is None:
+                holder_died = bool(select.select([pidfd], [], [], 1.0)[0])
+            os.close(pidfd)
+        if msg is None:
+            os.close(ctl.read_fd)
+            os.close(ctl.write_fd)
+            if not holder_died:
+                os._exit(0)  # the holder let it go
+            hot_pages.forget()
+            return None  # the holder died idle (a thread's crash) or as it passed the request
+        self._supervise(_Child(holder, ctl), msg, takeover=True, watching_holder=(mark, threads))
+        hot_pages.forget()
+        return None  # the holder died running the request: this process holds the state now
+
+    def _warm_up_here(self) -> None:
+        """In the holder, once its backup is forked and no request came for
+        WARM_UP_AFTER: copy in the pages the last request wrote (the backup
+        listed them, ``hot_pages``), as a standby does, so the next request
+        does not fault on them one by one (they are shared with the backup)."""
+        self.warmed = False
+        if select.select([self.channel.read_fd], [], [], WARM_UP_AFTER)[0]:
+            return
+        self.warmed = True
+        hot_pages.prefault(self.generation, self.channel.read_fd, clip=True)
+
+    def _run_here(self, backup: _Child, msg: dict[str, Any]) -> None:
+        """Run a request in this process (the holder), watched by its backup."""
+        from .streams import OutStream, start_captures
+
+        self.backups.append(backup.pid)
+        hot_pages.started(self.generation)  # the list the last backup may still be making is of no use
+        _record_stops()  # from here an interrupt is kept for the request's code
+        try:
+            backup.ctl.send(msg)
+        except OSError:  # the backup was killed from outside: a new one, then the request
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            os.close(backup.ctl.read_fd)
+            os.close(backup.ctl.write_fd)
+            self.pending = msg
+            return
+        self._ctl = backup.ctl
+        out = OutStream("stdout", self.channel, 1)
+        err = OutStream("stderr", self.channel, 2)
+        try:
+            capture: FdCapture | None = start_captures(out, err)
+        except RuntimeError:
+            capture = None
+        self._run_request(msg, out, err, capture)
+
+    def _reap_backups(self) -> None:
+        for pid in list(self.backups):
+            try:
+                done = os.waitpid(pid, os.WNOHANG)[0]
+            except ChildProcessError:  # reaped by a cell's own os.wait()
+                done = pid
+            if done:
+                self.backups.remove(pid)
 
     def _prepare(self, out: Any, err: Any) -> None:
         """Do now, while idle, the set-up every request repeats before its code runs.
@@ -297,7 +419,14 @@ class Holder:
         else:
             self._supervise(child, msg, takeover=False)
 
-    def _supervise(self, child: _Child, msg: dict[str, Any], takeover: bool) -> None:
+    def _supervise(
+        self, child: _Child, msg: dict[str, Any], takeover: bool, watching_holder: tuple[int, str] | None = None
+    ) -> None:
+        """Relay the host's messages about a request to the process running
+        it, and report its end. ``watching_holder``: this is a backup and the
+        process is the holder, its parent, whose exit status only the anchor
+        can wait for (the ``deaths`` mark taken before the fork), and the
+        names of the threads that die with it."""
         pid = child.pid
         result_channel = child.ctl
         res_r = result_channel.read_fd
@@ -379,8 +508,15 @@ class Holder:
             os.waitpid(pid, 0)
             self.channel.send({"type": Msg.DONE, "id": msg.get("id"), **result})
             return
-        _, status = os.waitpid(pid, 0)
-        self.channel.send({"type": Msg.DONE, "id": msg.get("id"), "status": "died", **_describe_status(status)})
+        if watching_holder is None:
+            _, status = os.waitpid(pid, 0)
+            death = _describe_status(status)
+        else:
+            mark, threads = watching_holder
+            seen = deaths.status_of(pid, mark)
+            death = _describe_status(seen) if seen is not None else {"reason": "the cell's process ended"}
+            death["threads_lost"] = threads  # what used them (an executor, a pool) would wait forever: said
+        self.channel.send({"type": Msg.DONE, "id": msg.get("id"), "status": "died", **death})
 
     # ---- request bodies (run in the forked child) -------------------------------------------
     def _execute(
@@ -540,6 +676,42 @@ class _Child:
     def __init__(self, pid: int, ctl: Channel) -> None:
         self.pid = pid
         self.ctl = ctl
+        #: a backup (``Holder._spawn_backup``), not a standby: requests run in the holder
+        self.backup = False
+
+
+def _threads_of_cells() -> bool:
+    """Whether threads that cells started are alive in this process (the
+    holder): they would be missing in a forked child. Threads started with
+    ``_thread`` alone (ours, in ``streams``) are not counted."""
+    main = threading.main_thread()
+    return _pidfd_works() and any(
+        thread is not main and not isinstance(thread, threading._DummyThread) and thread.is_alive()
+        for thread in threading.enumerate()
+    )
+
+
+def _thread_names(most: int = 8, length: int = 60) -> str:
+    """The threads of cells alive here, for the message if they die (their
+    names are the cells', so only a few, and short)."""
+    names = sorted(t.name[:length] for t in threading.enumerate() if t is not threading.main_thread())
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return ", ".join(names[:most]) + more
+
+
+_pidfd: bool | None = None
+
+
+def _pidfd_works() -> bool:
+    """A backup can watch the holder, its parent, only through a pidfd (Linux 5.3)."""
+    global _pidfd
+    if _pidfd is None:
+        try:
+            os.close(os.pidfd_open(os.getpid()))
+            _pidfd = True
+        except (AttributeError, OSError):
+            _pidfd = False
+    return _pidfd
 
 
 #: how long a standby waits for its request before warming up (see Holder._prepare)
@@ -678,6 +850,7 @@ def main() -> None:
     os.close(devnull)
     channel = Channel(read_fd, write_fd, frame_lock_fd())
     hot_pages.share()
+    deaths.share()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     started = time.monotonic()
     from .shell import make_shell
@@ -721,11 +894,12 @@ def _anchor() -> None:
     init of its PID namespace, bwrap's or docker-init, kills what remains)."""
     while True:
         try:
-            _, status = os.wait()
+            pid, status = os.wait()
         except ChildProcessError:
             os._exit(0)
         except InterruptedError:  # pragma: no cover
             continue
+        deaths.record(pid, status)
         if os.WIFEXITED(status) and os.WEXITSTATUS(status) in (SHUTDOWN_EXIT, CHANNEL_CLOSED_EXIT):
             os._exit(0)
 

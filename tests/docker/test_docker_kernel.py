@@ -159,6 +159,35 @@ def test_interrupt_raises_keyboardinterrupt_and_keeps_state(dk: DockerKernel) ->
     assert dk.run("counter").result["text/plain"] == "1"
 
 
+def test_threads_of_a_cell_work_in_later_cells_and_a_death_beside_them_keeps_the_state(
+    fresh_dk: DockerKernel,
+) -> None:
+    """In a container too (its seccomp profiles, docker-init as the namespace's
+    init): an executor made in one cell works in the next, the cell beside its
+    thread runs in the holder, and the holder's death leaves the backup
+    serving with the state, the cause and the lost thread named."""
+    dk = fresh_dk
+    start = dk.run(
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "import os, signal, time\n"
+        "executor = ThreadPoolExecutor(1, thread_name_prefix='in-container')\n"
+        "kept = executor.submit(abs, -3).result()"
+    )
+    assert start.status == "ok", start.reply
+    for i in range(5):
+        assert dk.run(f"print(executor.submit(abs, -{i}).result())", timeout=30).stdout.strip() == str(i)
+    msg_id = dk.handle.kc.execute("kept = 4\ntime.sleep(60)")
+    time.sleep(1.0)
+    dk.handle.km.interrupt_kernel()
+    reply = dk.handle.kc.get_shell_msg(timeout=20)
+    assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["ename"] == "KeyboardInterrupt"
+    assert dk.run("print(kept, executor.submit(abs, -5).result())").stdout.strip() == "4 5"
+    died = dk.run("kept = 6\nos.kill(os.getpid(), signal.SIGSEGV)")
+    assert died.reply["ename"] == "CellDied", died.reply
+    assert "SIGSEGV" in died.reply["evalue"] and "in-container_0" in died.reply["evalue"], died.reply
+    assert dk.run("print(kept)").stdout.strip() == "4"
+
+
 def test_input_without_stdin_is_refused(dk: DockerKernel) -> None:
     run = dk.run("input('x')", allow_stdin=False)
     assert run.status == "error" and run.reply["ename"] == "StdinNotImplementedError"

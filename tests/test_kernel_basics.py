@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import time
 
 from kernel_helpers import SandboxKernelHandle
 
@@ -22,6 +23,21 @@ def test_print_streams_while_the_cell_runs(kernel: SandboxKernelHandle) -> None:
     assert text == "tick 0\ntick 1\ntick 2\n"
     # live: the first line arrived well before the last one
     assert len(arrivals) >= 2 and arrivals[-1][0] - arrivals[0][0] > 0.8
+
+
+def test_a_stream_kept_from_an_earlier_cell_writes_into_the_running_cell(kernel: SandboxKernelHandle) -> None:
+    """As in ipykernel, where sys.stdout is one stream: ``out = sys.stdout``
+    kept by a cell (a logging handler without flush, ``tqdm(file=...)``, a
+    default argument) writes into whichever cell runs, in order with
+    print. Each cell's process has its own stream objects; a write to an
+    earlier one waited unsent in its buffer and came out cells later."""
+    kernel.run("import sys, time\nout, err = sys.stdout, sys.stderr\ndef say(text, file=sys.stdout): file.write(text)")
+    for pause in (0.0, 0.3):  # back to back, and after the standby warmed up
+        time.sleep(pause)
+        run = kernel.run("out.write('a\\n'); print('b'); say('c\\n'); err.write('d\\n'); out.write('e')")
+        assert run.status == "ok", run.errors
+        assert run.stdout == "a\nb\nc\ne" and run.stderr == "d\n", (run.stdout, run.stderr)
+    assert kernel.run("print('f')").stdout == "f\n"  # nothing of the earlier cells came late
 
 
 def test_dataframe_renders_as_table(kernel: SandboxKernelHandle) -> None:

@@ -31,8 +31,22 @@ FLUSH_INTERVAL = 0.05
 CHUNK_CHARS = 256 * 1024
 
 
+#: the stream of each name that the running (or last) request's process made
+_current: dict[str, OutStream] = {}
+
+
 class OutStream(io.TextIOBase):
-    """A text stream that batches writes into ``stream`` messages."""
+    """A text stream that batches writes into ``stream`` messages.
+
+    Each request's process makes its own pair, but a cell may keep one (``out
+    = sys.stdout``, a logging handler, ``tqdm(file=sys.stderr)``, a default
+    argument): in ipykernel that is the one stream of the kernel, and writing
+    to it in a later cell shows there, in order. So a write to an earlier
+    request's stream goes to the current stream of its name (it waited in the
+    old one's buffer, unsent, and came out cells later or never). Only from
+    the main thread, where cells run: a thread an earlier cell left writing
+    to its stream keeps its own buffer, so its lines and the cell's never mix
+    (tests/test_background_threads.py)."""
 
     def __init__(self, name: str, channel: Channel, fileno: int) -> None:
         super().__init__()
@@ -43,6 +57,7 @@ class OutStream(io.TextIOBase):
         self._lock = threading.RLock()
         self._last_flush = 0.0
         self._pending = False  # a partial line waits for the flusher
+        _current[name] = self
 
     @property
     def encoding(self) -> str:  # type: ignore[override]
@@ -66,6 +81,9 @@ class OutStream(io.TextIOBase):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         if not text:
             return 0
+        current = _current.get(self.name, self)
+        if current is not self and _thread.get_ident() == threading.main_thread().ident:
+            return current.write(text)
         with self._lock:
             self._buffer.append(text)
             now = time.monotonic()

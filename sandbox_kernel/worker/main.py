@@ -90,8 +90,10 @@ class Holder:
     random_state: object = None
     #: a request the holder read but could not start (its backup was gone)
     pending: dict[str, Any] | None = None
-    #: objects there were after the last full garbage collection (``_collect_if_due``)
+    #: objects there were after the last full garbage collection, and how
+    #: many requests' processes kept since (``_collect_if_due``)
     collected_at = 0
+    grown = 0
 
     def serve(self) -> None:
         fork_error: str | None = None
@@ -333,19 +335,26 @@ class Holder:
         never freed, in any later process (200 MB of them stayed after
         ``del``). CPython collects the oldest generation once the objects that
         reached it grew by a quarter since the last full collection; the
-        frozen count is that measure here. Then the holder, whose heap every
-        later process inherits, collects (as ipykernel would have, during
-        some cell), and the next processes fork from the cleaned heap."""
-        gc.freeze()
-        frozen = gc.get_freeze_count()
-        if not self.collected_at:
-            self.collected_at = frozen  # the worker's own start-up: nothing of cells to free
-        if frozen - self.collected_at <= self.collected_at // 4:
+        objects each request's process kept are that measure here. Then the
+        holder, whose heap every later process inherits, collects (as
+        ipykernel would have, during some cell), and the next processes fork
+        from the cleaned heap."""
+        # What this process made and kept: the objects not frozen at its
+        # fork (its cell's, its set-up's). Counting the frozen ones walks
+        # the whole heap (gc.get_freeze_count is a list walk: 100,000
+        # objects with pandas loaded, and back-to-back cells took 1.6x as
+        # long); the young generations are as small as what the cell kept.
+        self.grown += sum(len(gc.get_objects(generation)) for generation in range(3))
+        if not self.collected_at:  # the worker's own start-up: nothing of cells to free
+            gc.freeze()
+            self.collected_at, self.grown = gc.get_freeze_count(), 0
+            return
+        if self.grown <= self.collected_at // 4:
             return
         gc.unfreeze()
         _collect_all(2)
         gc.freeze()
-        self.collected_at = gc.get_freeze_count()
+        self.collected_at, self.grown = gc.get_freeze_count(), 0
 
     def _warm_up_here(self) -> None:
         """In the holder, once its backup is forked and no request came for

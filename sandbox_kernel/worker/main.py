@@ -231,15 +231,7 @@ class Holder:
         child = self._fork_child()
         if child is not None:
             return child
-        from .streams import OutStream, start_captures
-
-        out = OutStream("stdout", self.channel, 1)
-        err = OutStream("stderr", self.channel, 2)
-        capture: FdCapture | None = None
-        try:
-            capture = start_captures(out, err)
-        except RuntimeError:  # "can't start new thread": the sandbox's process cap is spent now
-            capture = None
+        out, err, capture = self._open_streams()
         self._prepare(out, err)
         try:
             msg = self._ctl.recv()
@@ -314,16 +306,16 @@ class Holder:
             if msg is None:
                 holder_died = bool(select.select([pidfd], [], [], 1.0)[0])
             os.close(pidfd)
-        if msg is None:
+        if msg is not None:  # returns only if the holder died running it
+            self._supervise(_Child(holder, ctl), msg, takeover=True, watching_holder=(mark, threads))
+        else:
             os.close(ctl.read_fd)
             os.close(ctl.write_fd)
             if not holder_died:
                 os._exit(0)  # the holder let it go
-            hot_pages.forget()
-            return None  # the holder died idle (a thread's crash) or as it passed the request
-        self._supervise(_Child(holder, ctl), msg, takeover=True, watching_holder=(mark, threads))
+        # the holder died (idle, as it passed the request, or running it): this process holds the state now
         hot_pages.forget()
-        return None  # the holder died running the request: this process holds the state now
+        return None
 
     def _collect_if_due(self) -> None:
         """A full garbage collection in the holder, before it forks, when
@@ -369,8 +361,6 @@ class Holder:
 
     def _run_here(self, backup: _Child, msg: dict[str, Any]) -> None:
         """Run a request in this process (the holder), watched by its backup."""
-        from .streams import OutStream, start_captures
-
         self.backups.append(backup.pid)
         hot_pages.started(self.generation)  # the list the last backup may still be making is of no use
         _record_stops()  # from here an interrupt is kept for the request's code
@@ -383,13 +373,19 @@ class Holder:
             self.pending = msg
             return
         self._ctl = backup.ctl
+        self._run_request(msg, *self._open_streams())
+
+    def _open_streams(self) -> tuple[Any, Any, FdCapture | None]:
+        """A request's stdout and stderr, and the capture of fds 1 and 2
+        (None when its reader thread cannot start: the request tries again)."""
+        from .streams import OutStream, start_captures
+
         out = OutStream("stdout", self.channel, 1)
         err = OutStream("stderr", self.channel, 2)
         try:
-            capture: FdCapture | None = start_captures(out, err)
-        except RuntimeError:
-            capture = None
-        self._run_request(msg, out, err, capture)
+            return out, err, start_captures(out, err)
+        except RuntimeError:  # "can't start new thread": the sandbox's process cap is spent now
+            return out, err, None
 
     def _reap_backups(self) -> None:
         for pid in list(self.backups):

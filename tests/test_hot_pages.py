@@ -96,6 +96,23 @@ def test_cells_back_to_back_copy_nothing(kernel: SandboxKernelHandle) -> None:
     assert counts[1:].count("0") >= 3, counts
 
 
+def test_no_list_is_made_after_a_request_sent_back_to_back(kernel: SandboxKernelHandle) -> None:
+    """The old holder lists what a request wrote only if that request came
+    after a pause: one sent back to back is likely followed by another, whose
+    standby would have no time to copy anything in, and listing cost up to a
+    fifth of the kernel's CPU per cell. So a cell after a burst finds nothing
+    copied in (whatever the pause before it), and the next one does."""
+    after_burst, after_pause = [], []
+    for _ in range(3):
+        for _ in range(3):
+            kernel.kc.execute("x = 1")  # queued: each is sent to the sandbox as the last one ends
+        kernel.run("x = 1")
+        after_burst.append(int(_spaced(kernel, COPIED_IN)))
+        after_pause.append(int(_spaced(kernel, COPIED_IN)))
+    assert 0 in after_burst, after_burst
+    assert max(after_pause) > 0, after_pause
+
+
 def test_a_standby_near_the_memory_cap_copies_nothing(tmp_path: Path) -> None:
     """Copies that met the sandbox's memory cap would have the kernel kill its
     largest process, maybe the holder and the state with it: within a quarter

@@ -14,7 +14,9 @@ only process that maps its own copy ("exclusively mapped" in
 ``/proc/self/pagemap``). Before it exits, at the lowest priority (nice 19;
 at SCHED_IDLE, widget moves sent back to back with 250 MB in the namespace
 took 8% longer, likely because its exit, preempted at every turn, held locks
-the new holder's fork needs) and only if no newer request has started, it
+the new holder's fork needs), only after a request that came after a pause
+(one sent back to back is likely followed by another, whose standby would
+have no time to use a list) and only if no newer request has started, it
 lists those pages in memory every process of the sandbox shares; the next
 standby, once idle and warmed up, copies them into itself with
 ``MADV_POPULATE_WRITE``, which breaks the sharing without changing a byte.

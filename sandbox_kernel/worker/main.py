@@ -81,6 +81,9 @@ class Holder:
 
     # ---- the serving loop --------------------------------------------------------
     standby: _Child | None = None
+    #: this process's end of the pipe from the holder it took over from,
+    #: which exits once it is closed (``_let_old_holder_go``)
+    _old_holder_fd: int | None = None
     #: how many requests the holder chain has run (tags the hot-page list)
     generation = 0
     #: this process, as a standby, waited long enough to warm up: its request
@@ -185,6 +188,7 @@ class Holder:
             if pid != 0:  # the child unblocks it once it records stops
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         if pid == 0:
+            self._let_old_holder_go(forked=False)  # only the copy of the pipe it inherited
             _record_stops()
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             os.close(to_child_w)
@@ -193,11 +197,14 @@ class Holder:
             return None
         os.close(to_child_r)
         os.close(to_holder_w)
+        self._let_old_holder_go(forked=True)
         return _Child(pid, Channel(to_holder_r, to_child_w))
 
     def _finish_child(self, result: dict[str, Any], takeover: bool) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        self._ctl.send({"result": result})
+        # ``warmed``: whether the request came after a pause, for the old
+        # holder (no list of hot pages after one sent back to back)
+        self._ctl.send({"result": result, "warmed": self.warmed})
         if takeover:
             # The old holder may be reading a late frame (an interrupt sent as
             # the cell ended): this process, the next holder, must not read the
@@ -210,11 +217,33 @@ class Holder:
                 except (ChannelClosed, ValueError, OSError):
                     break  # the old holder is gone: nobody else reads
         os.close(self._ctl.read_fd)
-        os.close(self._ctl.write_fd)
         if not takeover:
             os._exit(0)
+        # kept until this process forks again: the old holder exits then
+        self._old_holder_fd = self._ctl.write_fd
         self.generation += 1
         self.standby = None  # this process is now the holder; the old one exits
+
+    def _let_old_holder_go(self, forked: bool) -> None:
+        """Tell the old holder, which waits for it, that this process forked
+        (its next standby or backup), and close the pipe to it. Not a bare
+        end of file: a process a cell forked holds a copy of the pipe too.
+
+        Tearing the old holder's address space down and forking this one's
+        are each a walk of every page table (3-4 ms each with pandas loaded,
+        on a 2-core VM), and done at once they took turns on the same locks
+        (the anon_vma trees the two processes share) and CPUs: back to back,
+        a trivial cell took 15-20% longer than with the exit put after the
+        fork."""
+        fd, self._old_holder_fd = self._old_holder_fd, None
+        if fd is None:
+            return
+        if forked:
+            try:
+                os.write(fd, b"\0")
+            except OSError:
+                pass  # it is gone already
+        os.close(fd)
 
     def _spawn_standby(self) -> _Child | None:
         """Fork the child that will run the next cell now, while idle, so the
@@ -470,12 +499,14 @@ class Holder:
             pidfd = None
         watch = [res_r, self.channel.read_fd] + ([pidfd] if pidfd is not None else [])
         result: dict[str, Any] | None = None
+        after_pause = True
         last_interrupt = -INTERRUPT_SPACING
         while result is None:
             ready, _, _ = select.select(watch, [], [], 0.1 if pidfd is None else None)
             if res_r in ready:
                 try:
-                    result = result_channel.recv()["result"]
+                    report = result_channel.recv()
+                    result, after_pause = report["result"], report.get("warmed") is not False
                 except (ChannelClosed, ValueError, KeyError):
                     break  # the child died while (or before) reporting
                 continue
@@ -516,26 +547,35 @@ class Holder:
             self.channel.send({"type": Msg.DONE, "id": msg.get("id"), **result})
             try:  # this process reads the channel no more: the child may
                 result_channel.send({"released": True})
+                released = True
+            except OSError:
+                released = False
+            # Threads earlier cells left here may be writing a frame: it
+            # must be whole, and no other begun, before this process goes.
+            self.channel.stop_sending()
+            # The child now holds the state. Tearing this address space
+            # down costs CPU just when the host handles DONE: done last, at
+            # the lowest priority, and only once the child forked
+            # (``_let_old_holder_go``) or died.
+            try:
+                os.nice(19)
             except OSError:
                 pass
+            if released:
+                select.select([res_r], [], [], OLD_HOLDER_WAIT)
         os.close(res_r)
         os.close(ctl_w)
         if pidfd is not None:
             os.close(pidfd)
         if result is not None and takeover:
-            # Threads earlier cells left here may be writing a frame: it must
-            # be whole before this process goes.
-            self.channel.stop_sending()
-            # The child now holds the state. Tearing this address space down
-            # costs CPU just when the host handles DONE and the new holder forks
-            # its standby: done last, at the lowest priority.
-            try:
-                os.nice(19)
-            except OSError:
-                pass
             # Last, and only if the machine has a moment: the pages the child
             # wrote, for its standby to copy in while it waits (hot_pages).
-            hot_pages.record(self.generation + 1, pid)
+            # Not after a request sent back to back: the next will likely be
+            # too, and its standby has no time to copy anything in (listing
+            # took 1.5-4 ms of CPU per cell with pandas loaded, of 20-25 ms
+            # for the whole kernel).
+            if after_pause:
+                hot_pages.record(self.generation + 1, pid)
             os._exit(0)
         if result is not None:
             os.waitpid(pid, 0)
@@ -765,6 +805,9 @@ WARM_UP_AFTER = 0.01
 #: cell's result (3 ms was enough on a 2-core VM): work the sandbox can put
 #: off until then should not compete with it for the CPU
 REPLY_WINDOW = 0.003
+#: the longest the old holder waits for the new one to fork before it exits
+#: (a full garbage collection may come first, ``Holder._collect_if_due``)
+OLD_HOLDER_WAIT = 0.5
 
 #: the least time between two SIGINTs the holder passes to one request's process:
 #: a burst of interrupts (the button pressed again and again) could otherwise

@@ -4,7 +4,8 @@ kernel, through nbclient, give the same output structure in every code cell
 
 The notebooks are the kind public notebooks are made of: a pandas tour, a
 matplotlib page (``%matplotlib inline`` first), rich display and magics,
-widgets and progress bars (and the widget models nbclient saves), and errors.
+widgets and progress bars (and the widget models nbclient saves), top-level
+``await`` with tasks that outlive their cell, and errors.
 Differences that are on purpose are listed in
 ``KNOWN_DIFFERENCES`` (and the README); today there are none.
 """
@@ -60,6 +61,16 @@ NOTEBOOKS: dict[str, list[str]] = {
         "out = widgets.Output()\nwith out:\n    print('inside')\nout",
         "from tqdm.notebook import tqdm as tq\nfor _ in tq(range(5)):\n    pass",
         "slider.value = 9\nslider.value",
+    ],
+    "asyncio": [
+        "import asyncio\nasync def twice(x):\n    await asyncio.sleep(0.01)\n    return 2 * x\nawait twice(2)",
+        "task = asyncio.ensure_future(twice(21))",
+        "await task",
+        "loop = asyncio.get_running_loop()\nloop.is_running()",
+        "background = asyncio.create_task(asyncio.sleep(0.05, result='done'))",
+        "import time\ntime.sleep(0.2)\nprint('slept')",
+        "background.done(), await background",
+        "asyncio.run(twice(1))",
     ],
     "errors": [
         "1 / 0",
@@ -134,6 +145,7 @@ def test_same_output_structure_as_ipykernel(name: str, tmp_path: Path) -> None:
             "application/vnd.jupyter.widget-view+json" in mimes
             and {"IntSliderModel", "OutputModel", "FloatProgressModel", "HTMLModel"} <= set(models)
         ),
+        "asyncio": lambda: errors == ["RuntimeError"] and len(mimes) == 1,
         "errors": lambda: (
             errors == ["ZeroDivisionError", "NameError", "SyntaxError", "ValueError", "ModuleNotFoundError"]
         ),

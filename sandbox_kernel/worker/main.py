@@ -13,7 +13,9 @@ a forked child would find their objects without their threads and wait on
 them forever, so the roles turn round: the request runs in the holder, where
 the threads are, and the forked child (the backup) keeps the state from
 before it, watches it as the holder watches a child, and takes over if the
-holder dies (``Holder._spawn_backup``).
+holder dies (``Holder._spawn_backup``). The same holds while tasks of cells
+wait on the event loop requests run in (``cell_loop``): the holder runs the
+loop while idle, so they go on between cells, as in ipykernel.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import deaths, hot_pages, proxy_forward, warmup
+from . import cell_loop, deaths, hot_pages, proxy_forward, warmup
 from .channel import Channel, ChannelClosed, frame_lock_fd
 from .protocol import LATE_OPS, Msg, Op
 from .streams import FdCapture, Sink, flusher_running, quiesce, stop_captures
@@ -104,7 +106,7 @@ class Holder:
             self._reap_backups()
             if self.standby is None:
                 try:
-                    self.standby = self._spawn_backup() if _threads_of_cells() else self._spawn_standby()
+                    self.standby = self._spawn_backup() if _background_of_cells() else self._spawn_standby()
                 except OSError as exc:  # e.g. the process limit, held by earlier cells' processes
                     fork_error = f"cannot start a process for the cell: {exc}"
                 else:
@@ -113,6 +115,9 @@ class Holder:
                         continue  # this process just ran a cell and is now the holder
             msg, self.pending = self.pending, None
             if msg is None:
+                if self.standby is not None and self.standby.backup and cell_loop.busy():
+                    # tasks of cells go on while idle, as in ipykernel
+                    cell_loop.run_until_readable(self.channel.read_fd)
                 try:
                     msg = self.channel.recv()
                 except ChannelClosed:
@@ -610,8 +615,9 @@ class Holder:
         res = None
         try:
             with _interruptible():
-                res = shell.run_cell(
-                    msg.get("code", ""),
+                res = cell_loop.run_cell(
+                    shell,
+                    str(msg.get("code", "")),
                     store_history=bool(msg.get("store_history", True)),
                     silent=bool(msg.get("silent", False)),
                 )
@@ -659,7 +665,7 @@ class Holder:
         status: dict[str, Any] = {"status": "ok"}
         try:
             with _interruptible():
-                comms.handle(msg)
+                cell_loop.call(lambda: comms.handle(msg))
         except KeyboardInterrupt:
             status = {"status": "error", "ename": "KeyboardInterrupt", "evalue": "", "traceback": []}
         for stream in (out, err):
@@ -765,14 +771,18 @@ def _collect(generation: int = 2) -> int:
     return _collect_all(generation)
 
 
-def _threads_of_cells() -> bool:
+def _background_of_cells() -> bool:
     """Whether threads that cells started are alive in this process (the
-    holder): they would be missing in a forked child. Threads started with
-    ``_thread`` alone (ours, in ``streams``) are not counted."""
+    holder), or tasks they started wait on its event loop: a forked child
+    would find the threads missing and the tasks frozen. Threads started
+    with ``_thread`` alone (ours, in ``streams``) are not counted."""
     main = threading.main_thread()
-    return _pidfd_works() and any(
-        thread is not main and not isinstance(thread, threading._DummyThread) and thread.is_alive()
-        for thread in threading.enumerate()
+    return _pidfd_works() and (
+        any(
+            thread is not main and not isinstance(thread, threading._DummyThread) and thread.is_alive()
+            for thread in threading.enumerate()
+        )
+        or cell_loop.busy()
     )
 
 

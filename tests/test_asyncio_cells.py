@@ -54,6 +54,18 @@ TICKER = (
 
 
 @pytest.mark.timeout(120)
+def test_asyncio_is_loaded_only_once_a_cell_uses_it(kernel: SandboxKernelHandle) -> None:
+    """Loaded up front, asyncio (and ssl, concurrent.futures: 38 modules)
+    made every process the worker forks larger. A cell that imports it and
+    at once uses the running loop still finds it, as in ipykernel."""
+    name = "'asyn' + 'cio'"  # a cell that says the word would be taken for an async one
+    assert ok(kernel, f"import sys\nprint({name} in sys.modules)") == "False\n"
+    out = ok(kernel, "import asyncio\nt = asyncio.create_task(asyncio.sleep(0.05, result=3))\nprint(t.done())")
+    assert out == "False\n"
+    assert ok(kernel, "print(await t)") == "3\n"
+
+
+@pytest.mark.timeout(120)
 def test_a_task_runs_on_between_cells_and_later_cells_await_it(kernel: SandboxKernelHandle) -> None:
     ok(kernel, TICKER)
     before = int(ok(kernel, "print(ticks)"))
@@ -73,6 +85,32 @@ def test_a_task_runs_on_between_cells_and_later_cells_await_it(kernel: SandboxKe
     # nothing waits on the loop any more: cells run in forked children again
     pids = {ok(kernel, "print(os.getpid())") for _ in range(3)}
     assert len(pids) == 3, pids
+
+
+@pytest.mark.timeout(120)
+def test_a_sync_cell_is_inside_the_loop_and_what_it_schedules_shows_in_it(kernel: SandboxKernelHandle) -> None:
+    """The loop is running for a cell's synchronous code, as in ipykernel, and
+    what the code scheduled or woke takes its first steps before the cell's
+    idle (ipykernel runs them right after; nbclient would miss their output)."""
+    out = ok(
+        kernel,
+        "import asyncio\n"
+        "loop = asyncio.get_running_loop()\n"
+        "async def say():\n    print('task')\n"
+        "asyncio.ensure_future(say())\n"
+        "loop.call_soon(print, 'soon')\n"
+        "print('cell', loop.is_running(), asyncio.get_event_loop() is loop)",
+    )
+    assert out == "cell True True\ntask\nsoon\n", out
+    for code in ("loop.run_until_complete(asyncio.sleep(0))", "asyncio.run(asyncio.sleep(0))"):
+        run = kernel.run(code)
+        assert [e["ename"] for e in run.errors] == ["RuntimeError"], (code, run.errors)
+    ok(
+        kernel,
+        "fut = loop.create_future()\nasync def waiter():\n    print('got', await fut)\nw = asyncio.ensure_future(waiter())",
+    )
+    assert ok(kernel, "fut.set_result(5)\nprint('set')") == "set\ngot 5\n"
+    assert ok(kernel, "print(w.done())") == "True\n"
 
 
 @pytest.mark.timeout(120)
@@ -108,3 +146,16 @@ def test_a_request_that_dies_beside_a_task_keeps_the_state_and_the_task(kernel: 
     before = int(ok(kernel, "print(ticks)"))
     time.sleep(0.5)
     assert int(ok(kernel, "print(ticks)")) > before + 10
+
+
+@pytest.mark.timeout(120)
+def test_a_reader_a_dead_cell_registered_does_not_make_later_loops_spin(kernel: SandboxKernelHandle) -> None:
+    """A forked process that runs the loop gets an epoll instance of its own.
+    They used to share the holder's: a reader a cell registered there outlived
+    the cell when its process died, and a pipe with data nobody reads woke
+    every later loop at once, for ever (a busy loop during each ``await``)."""
+    ok(kernel, "import asyncio, os, time\nr, w = os.pipe()\nos.write(w, b'x')")
+    died = kernel.run("asyncio.get_running_loop().add_reader(r, lambda: None)\nawait asyncio.sleep(0)\nos._exit(1)")
+    assert died.errors[0]["ename"] == "CellDied", died.errors
+    out = ok(kernel, "cpu = time.process_time()\nawait asyncio.sleep(0.5)\nprint(time.process_time() - cpu)")
+    assert float(out) < 0.25, out

@@ -113,8 +113,8 @@ def _mark_running() -> None:
     fork). What the code schedules runs right after it (``_run_ready``),
     and later in awaits and between requests."""
     global _marked
-    if _marked is not None or threading.current_thread() is not threading.main_thread():
-        return
+    if _marked is not None or threading.get_ident() != threading.main_thread().ident:
+        return  # (an import in a thread: the running loop is per thread)
     import asyncio
 
     current = loop()

@@ -238,8 +238,8 @@ class Holder:
         are each a walk of every page table (3-4 ms each with pandas loaded,
         on a 2-core VM), and done at once they took turns on the same locks
         (the anon_vma trees the two processes share) and CPUs: back to back,
-        a trivial cell took 15-20% longer than with the exit put after the
-        fork."""
+        a trivial cell took up to 18% longer (interleaved runs; the noise of
+        a 2-core VM hides it in some) than with the exit put after the fork."""
         fd, self._old_holder_fd = self._old_holder_fd, None
         if fd is None:
             return

@@ -70,8 +70,11 @@ async def test_interrupts_racing_the_end_of_cells_never_split_a_frame(tmp_path: 
         statuses = []
         try:
             for count in range(2, 302):
+                # one statement: IPython runs a cell's statements one by one, so
+                # an interrupt may land between two of them and leave the first
+                # done (as in ipykernel); this one is done whole or not at all
                 result = await session.execute(
-                    "n += 1\nm = n", execution_count=count, emit=lambda k, c: emitted.append((k, c))
+                    "n, m = n + 1, n + 1", execution_count=count, emit=lambda k, c: emitted.append((k, c))
                 )
                 statuses.append((result.status, result.ename))
                 assert result.status != "died", (count, result.evalue)

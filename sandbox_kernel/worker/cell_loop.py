@@ -84,10 +84,13 @@ def _finish(task: asyncio.Future[Any]) -> None:
         stop.cancel()
 
 
-def _run(coro: Any) -> Any:
+def _run(awaitable: Any) -> Any:
+    """Run the loop until ``awaitable`` (a coroutine or a future) is done."""
+    import asyncio
+
     current = loop()
     _own_selector(current)
-    task = current.create_task(coro)
+    task = asyncio.ensure_future(awaitable, loop=current)
     try:
         return current.run_until_complete(task)
     finally:
@@ -301,13 +304,9 @@ def run_until_readable(fd: int) -> None:
 
     current.add_reader(fd, wake)
     try:
-        _run(_wait(ready))
+        _run(ready)
     finally:
         current.remove_reader(fd)
-
-
-async def _wait(ready: asyncio.Future[None]) -> None:
-    await ready
 
 
 def _own_selector(current: asyncio.AbstractEventLoop) -> None:

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kernel_helpers import SandboxKernelHandle, require_bwrap
+from kernel_helpers import SandboxKernelHandle, bwrap_kernel
 
 _FOLDER_MARKS = {"docker": pytest.mark.docker, "browser": pytest.mark.browser}
 
@@ -28,24 +28,13 @@ def workspace(tmp_path: Path) -> Path:
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxKernelHandle]:
     """One bwrap kernel shared by a test module (starting one costs ~1 s)."""
-    require_bwrap()
-    root = tmp_path_factory.mktemp("kernel")
-    (root / "ws").mkdir()
-    (root / "tmp").mkdir()
-    handle = SandboxKernelHandle(
-        root / "ws", root / "tmp", extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.network=full"]
-    )
+    handle = bwrap_kernel(tmp_path_factory.mktemp("kernel"), "--SandboxKernel.network=full")
     yield handle
     handle.shutdown()
 
 
 @pytest.fixture
 def fresh_kernel(tmp_path: Path) -> Iterator[SandboxKernelHandle]:
-    require_bwrap()
-    (tmp_path / "ws").mkdir()
-    (tmp_path / "tmp").mkdir()
-    handle = SandboxKernelHandle(
-        tmp_path / "ws", tmp_path / "tmp", extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.network=full"]
-    )
+    handle = bwrap_kernel(tmp_path, "--SandboxKernel.network=full")
     yield handle
     handle.shutdown()

@@ -52,6 +52,20 @@ def wait_until(check: Callable[[], bool], what: str, proc: subprocess.Popen, tim
     raise AssertionError(f"{what} did not start in {timeout}s")
 
 
+def bwrap_kernel(root: Path, *args: str) -> SandboxKernelHandle:
+    """A kernel on bubblewrap, its workspace and TMPDIR made under ``root``
+    (``ws``, ``tmp``), with ``args`` as further options."""
+    require_bwrap()
+    (root / "ws").mkdir()
+    (root / "tmp").mkdir()
+    return SandboxKernelHandle(root / "ws", root / "tmp", extra_args=["--SandboxKernel.backend=bwrap", *args])
+
+
+def ok(kernel: SandboxKernelHandle, code: str, timeout: float = 30) -> str:
+    """The stdout of ``code``, which must succeed within ``timeout`` s."""
+    return kernel.stdout_of(code, timeout=timeout)
+
+
 def require_bwrap() -> None:
     """Skip without bubblewrap, except under CI=true where that is a failure."""
     import pytest
@@ -196,12 +210,12 @@ class SandboxKernelHandle:
                 break
         return Run(reply["content"], messages)
 
-    def stdout_of(self, code: str, after_idle: float = 0.0) -> str:
-        """Run ``code``, which must succeed, and return its stdout; first leave
-        the kernel ``after_idle`` seconds without a request (time for the
-        sandbox's standby to warm up and copy pages in)."""
+    def stdout_of(self, code: str, after_idle: float = 0.0, timeout: float = 60) -> str:
+        """Run ``code``, which must succeed within ``timeout`` s, and return its
+        stdout; first leave the kernel ``after_idle`` seconds without a request
+        (time for the sandbox's standby to warm up and copy pages in)."""
         time.sleep(after_idle)
-        run = self.run(code)
+        run = self.run(code, timeout=timeout)
         assert run.status == "ok", (code, run.stderr, run.errors)
         return run.stdout
 

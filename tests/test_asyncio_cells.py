@@ -17,27 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kernel_helpers import SandboxKernelHandle, require_bwrap
+from kernel_helpers import SandboxKernelHandle, bwrap_kernel, ok
 
 
 @pytest.fixture
 def kernel(tmp_path: Path) -> Iterator[SandboxKernelHandle]:
-    require_bwrap()
-    (tmp_path / "ws").mkdir()
-    (tmp_path / "tmp").mkdir()
-    handle = SandboxKernelHandle(
-        tmp_path / "ws",
-        tmp_path / "tmp",
-        extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.cell_timeout=8"],
-    )
+    handle = bwrap_kernel(tmp_path, "--SandboxKernel.cell_timeout=8")
     yield handle
     handle.shutdown()
-
-
-def ok(kernel: SandboxKernelHandle, code: str, timeout: float = 30) -> str:
-    run = kernel.run(code, timeout=timeout)
-    assert run.status == "ok", (code, run.errors, run.stderr)
-    return run.stdout
 
 
 TICKER = (

@@ -9,7 +9,7 @@ import itertools
 import os
 from pathlib import Path
 
-from kernel_helpers import SandboxKernelHandle, require_bwrap
+from kernel_helpers import SandboxKernelHandle, bwrap_kernel
 
 COPIED_IN = "import sys\nprint(sys.modules['sandbox_kernel_worker.hot_pages'].copied_in)"
 
@@ -117,14 +117,7 @@ def test_a_standby_near_the_memory_cap_copies_nothing(tmp_path: Path) -> None:
     """Copies that met the sandbox's memory cap would have the kernel kill its
     largest process, maybe the holder and the state with it: within a quarter
     of the cap, nothing is copied in."""
-    require_bwrap()
-    (tmp_path / "ws").mkdir()
-    (tmp_path / "tmp").mkdir()
-    k = SandboxKernelHandle(
-        tmp_path / "ws",
-        tmp_path / "tmp",
-        extra_args=["--SandboxKernel.backend=bwrap", f"--SandboxKernel.memory_limit={1 << 30}"],
-    )
+    k = bwrap_kernel(tmp_path, f"--SandboxKernel.memory_limit={1 << 30}")
     try:
         _spaced(k, "import sys")
         assert max(int(_spaced(k, COPIED_IN)) for _ in range(3)) > 0  # far from the cap: copies
@@ -162,10 +155,7 @@ def test_the_holder_beside_threads_copies_in_what_the_last_cell_wrote(tmp_path: 
     backup forked before each shares every page with it: after a pause the
     holder copies in what the last request wrote (the backup lists it),
     unchanged, as a standby does."""
-    require_bwrap()
-    (tmp_path / "ws").mkdir()
-    (tmp_path / "tmp").mkdir()
-    k = SandboxKernelHandle(tmp_path / "ws", tmp_path / "tmp", extra_args=["--SandboxKernel.backend=bwrap"])
+    k = bwrap_kernel(tmp_path)
     try:
         _spaced(
             k,

@@ -18,29 +18,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kernel_helpers import SandboxKernelHandle, require_bwrap
+from kernel_helpers import SandboxKernelHandle, bwrap_kernel, ok
 
 PROCESS_COUNT = "import os\nprint(sum(name.isdigit() for name in os.listdir('/proc')))"
 
 
-def _kernel(root: Path, *args: str) -> SandboxKernelHandle:
-    require_bwrap()
-    (root / "ws").mkdir()
-    (root / "tmp").mkdir()
-    return SandboxKernelHandle(root / "ws", root / "tmp", extra_args=["--SandboxKernel.backend=bwrap", *args])
-
-
 @pytest.fixture
 def kernel(tmp_path: Path) -> Iterator[SandboxKernelHandle]:
-    handle = _kernel(tmp_path, "--SandboxKernel.cell_timeout=8")
+    handle = bwrap_kernel(tmp_path, "--SandboxKernel.cell_timeout=8")
     yield handle
     handle.shutdown()
-
-
-def ok(kernel: SandboxKernelHandle, code: str, timeout: float = 30) -> str:
-    run = kernel.run(code, timeout=timeout)
-    assert run.status == "ok", (code, run.errors, run.stderr)
-    return run.stdout
 
 
 @pytest.mark.timeout(240)

@@ -17,8 +17,8 @@ class ProtocolError(Exception):
     """The worker sent something that is not a valid message; the sandbox is dropped."""
 
 
-async def read_message(reader: asyncio.StreamReader) -> dict[str, Any] | None:
-    """Next message, or None at end of stream."""
+async def read_message(reader: asyncio.StreamReader) -> tuple[dict[str, Any], int] | None:
+    """Next message and the size of its frame, or None at end of stream."""
     try:
         header = await reader.readexactly(HEADER.size)
     except asyncio.IncompleteReadError as exc:
@@ -38,7 +38,7 @@ async def read_message(reader: asyncio.StreamReader) -> dict[str, Any] | None:
         raise ProtocolError(f"frame is not JSON: {exc}") from exc
     if not isinstance(msg, dict) or msg.get("type") not in WORKER_TYPES:
         raise ProtocolError(f"unexpected message: {str(msg)[:200]}")
-    return msg
+    return msg, length
 
 
 def encode(msg: dict[str, Any]) -> bytes:

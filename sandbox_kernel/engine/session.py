@@ -19,6 +19,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Any
 
 from ..network import EgressLog, EgressPolicy, EgressProxy
 from ..network.host_addresses import local_addresses
-from ..outputs import OutputLimiter, sanitize_bundle
+from ..outputs import OutputLimiter, format_bytes, sanitize_bundle
 from ..outputs.links import defang_text
 from ..outputs.widgets import WIDGET_VIEW_MIME, WidgetComms, WidgetRefused, message_size
 from ..privacy.enforcement import EnforcementRecord
@@ -55,6 +56,8 @@ START_RETRY_DELAY = 0.25
 #: namespace was torn down; not a configuration problem, unlike the rest
 _TRANSIENT_START_ERRORS = ("bwrap: loopback:",)
 NOTICE = "[sandbox_kernel]"
+#: how many requests' outputs frames may name (``Session._forward``)
+RECENT_PARENTS = 32
 
 
 def _transient_start_failure(stderr_tail: Iterable[str]) -> bool:
@@ -135,6 +138,9 @@ class Session:
         self._lock = asyncio.Lock()
         self._ids = itertools.count(1)
         self._running: str | None = None
+        #: the output of recent requests by their parent's msg_id: a frame a
+        #: task of an earlier cell sent names its cell (``_forward``)
+        self._recent_emits: OrderedDict[str, Emit] = OrderedDict()
         self._kill_reason: str | None = None
         self._checkpoint_handle: asyncio.TimerHandle | None = None
         self._last_done_count = 0
@@ -428,7 +434,7 @@ class Session:
             await worker.kill()
             raise SandboxUnavailable("the session is shut down")
         try:
-            msg = await asyncio.wait_for(worker.messages.get(), READY_TIMEOUT)
+            msg = await asyncio.wait_for(worker.next_message(), READY_TIMEOUT)
         except asyncio.TimeoutError:
             msg = {"type": DEAD, "reason": f"no answer within {READY_TIMEOUT:.0f} s"}
         if msg.get("type") != Msg.READY:
@@ -735,11 +741,20 @@ class Session:
         # the worker stops sending a little after the host's budget: the host
         # still counts and notes the cut, but a flood never crosses the pipe
         budget = self.config.max_output_bytes + self.config.max_output_bytes // 10 + (1 << 20)
+        worker.stop_forwarding()  # output from here on is this request's
+        parent_id = request.get("parent_id")
+        if isinstance(parent_id, str) and parent_id and not request.get("silent"):
+            self._recent_emits[parent_id] = guarded
+            self._recent_emits.move_to_end(parent_id)
+            while len(self._recent_emits) > RECENT_PARENTS:
+                self._recent_emits.popitem(last=False)
         worker.send({**request, "id": rid, "max_output_bytes": budget})
         try:
             done = await self._await_done(worker, rid, guarded, ask_input=ask_input, timeout=timeout)
         finally:
             self._running = None
+            if not request.get("silent"):
+                self._forward_between_requests(worker, emit, guarded, limiter)
         dropped = done.get("dropped_output")
         if isinstance(dropped, int) and dropped > 0:
             limiter.discarded += dropped  # what the worker did not even send
@@ -908,7 +923,7 @@ class Session:
             elif deadline is not None:
                 wait = max(0.0, deadline - time.monotonic())
             try:
-                msg = await asyncio.wait_for(worker.messages.get(), wait)
+                msg = await asyncio.wait_for(worker.next_message(), wait)
             except asyncio.TimeoutError:
                 if killed_at is None:
                     self._kill_reason = f"the cell timed out after {timeout:g} s and was killed"
@@ -1003,7 +1018,44 @@ class Session:
             self._notify_privacy_change()
         return notice
 
+    def _forward_between_requests(
+        self, worker: WorkerHandle, emit: Emit, guarded: Emit, limiter: OutputLimiter
+    ) -> None:
+        """What threads and tasks of cells (and processes they started) print
+        or display, and the widgets they update, between requests: published
+        at once under the last request's parent, as ipykernel does with
+        output from threads (a progress bar a thread moves, a log a server
+        thread writes). It shares that request's output budget; once the
+        budget is spent, the rest is dropped until the next request, and
+        said once."""
+        noted = limiter.truncated
+
+        def forward(msg: dict[str, Any]) -> None:
+            nonlocal noted
+            self._forward(msg, guarded)
+            if not noted and limiter.truncated:
+                noted = True
+                emit(
+                    "stream",
+                    {
+                        "name": "stderr",
+                        "text": f"\n{NOTICE} output sent after the cell ended is over the cell's budget "
+                        f"({format_bytes(limiter.max_bytes)}, set SandboxKernel.max_output_bytes): the rest "
+                        "is dropped until the next cell runs.\n",
+                    },
+                )
+
+        worker.forward_between(forward)
+
     def _forward(self, msg: dict[str, Any], emit: Emit) -> None:
+        """Publish an output frame through ``emit``, or through the emit of
+        the earlier request the frame names: an asyncio task prints under the
+        cell that created it, as in ipykernel. Only this session's recent
+        requests can be named (what any other name says is ignored), and each
+        keeps its own output budget."""
+        parent = msg.get("parent")
+        if isinstance(parent, str) and parent:
+            emit = self._recent_emits.get(parent, emit)
         kind = msg.get("type")
         if kind == Msg.STREAM:
             name, text = msg.get("name"), msg.get("text")

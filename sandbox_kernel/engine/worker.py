@@ -5,17 +5,30 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from ..sandbox import SandboxProcess
+from ..worker.protocol import OUTPUT_TYPES
 from .channel import ProtocolError, encode, read_message
 
 DEAD = "_dead"
 
+#: bytes of frames the queue may hold before the reader stops reading: the
+#: sandbox's writers then wait on the full pipe. Frames come from untrusted
+#: code at pipe speed, and between requests nothing takes them out of the
+#: queue: a thread a cell left writing used to grow the kernel by hundreds
+#: of MB a second, for as long as nobody ran a cell.
+QUEUE_BYTES = 8 * 1024 * 1024
+
 
 class WorkerHandle:
     """Reads the worker's frames into a queue; a dead or misbehaving worker
-    becomes a single ``_dead`` message with the reason."""
+    becomes a single ``_dead`` message with the reason.
+
+    Between requests, output frames (threads and tasks of earlier cells, and
+    processes they started, go on printing and updating widgets, as in
+    ipykernel) go to ``between`` as they arrive instead (``forward_between``)."""
 
     def __init__(self, process: SandboxProcess, log: logging.Logger) -> None:
         self.process = process
@@ -23,8 +36,53 @@ class WorkerHandle:
         self.messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.stderr_tail: deque[str] = deque(maxlen=40)
         self.dead_reason: str | None = None
+        self._between: Callable[[dict[str, Any]], None] | None = None
+        self._queued = 0  # bytes of the frames in ``messages``
+        self._sizes: dict[int, int] = {}  # id of a queued frame -> its size
+        self._room = asyncio.Event()
+        self._room.set()
         self._reader = asyncio.ensure_future(self._read())
         self._stderr = asyncio.ensure_future(self._drain_stderr())
+
+    async def next_message(self) -> dict[str, Any]:
+        """The next frame of the queue (what a request waits for)."""
+        msg = await self.messages.get()
+        self._queued -= self._sizes.pop(id(msg), 0)
+        if self._queued <= QUEUE_BYTES:
+            self._room.set()
+        return msg
+
+    def forward_between(self, forward: Callable[[dict[str, Any]], None]) -> None:
+        """Until ``stop_forwarding``, pass output frames to ``forward`` as they
+        arrive (those queued already first, in order), not to the queue."""
+        self._between = forward
+        kept: list[dict[str, Any]] = []
+        while not self.messages.empty():
+            msg = self.messages.get_nowait()
+            size = self._sizes.pop(id(msg), 0)
+            if msg.get("type") in OUTPUT_TYPES:
+                self._queued -= size
+                self._pass_on(msg)
+            else:
+                kept.append(msg)
+                self._sizes[id(msg)] = size
+        for msg in kept:
+            self.messages.put_nowait(msg)
+        if self._queued <= QUEUE_BYTES:
+            self._room.set()
+
+    def stop_forwarding(self) -> None:
+        """Output frames go to the queue again: a request is about to start."""
+        self._between = None
+
+    def _pass_on(self, msg: dict[str, Any]) -> None:
+        forward = self._between
+        if forward is None:
+            return
+        try:
+            forward(msg)
+        except Exception:  # pragma: no cover - a frontend's emit failing must not stop the reader
+            self.log.exception("forwarding output sent between requests failed")
 
     @property
     def alive(self) -> bool:
@@ -34,9 +92,18 @@ class WorkerHandle:
         reason = "the sandbox closed its channel"
         try:
             while True:
-                msg = await read_message(self.process.stdout)
-                if msg is None:
+                await self._room.wait()
+                sized = await read_message(self.process.stdout)
+                if sized is None:
                     break
+                msg, size = sized
+                if self._between is not None and msg.get("type") in OUTPUT_TYPES:
+                    self._pass_on(msg)
+                    continue
+                self._sizes[id(msg)] = size
+                self._queued += size
+                if self._queued > QUEUE_BYTES:
+                    self._room.clear()
                 self.messages.put_nowait(msg)
         except ProtocolError as exc:
             reason = f"the sandbox broke the protocol ({exc})"

@@ -38,7 +38,7 @@ from typing import Any
 from . import cell_loop, deaths, hot_pages, proxy_forward, warmup
 from .channel import Channel, ChannelClosed, frame_lock_fd
 from .protocol import LATE_OPS, Msg, Op
-from .streams import FdCapture, Sink, flusher_running, quiesce, stop_captures
+from .streams import FdCapture, Sink, begin_request, flusher_running, quiesce, stop_captures
 
 SHUTDOWN_EXIT = 99
 #: a holder's exit status when the host's channel closed (the host is gone):
@@ -295,7 +295,10 @@ class Holder:
         except BaseException as exc:
             result = {"status": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": []}
         self.random_state = _random_state()
-        sys.stdout = sys.stderr = Sink()
+        # sys.stdout and sys.stderr stay the request's streams, as ipykernel's
+        # stay its own: what threads and tasks of cells print between requests
+        # goes out at once (the host publishes it under the last request), and
+        # the request's output budget still holds for it.
         self._finish_child(result, takeover=True)
 
     def _spawn_backup(self) -> _Child | None:
@@ -478,6 +481,7 @@ class Holder:
         """Run a query (completion, inspection, checkpoint) in a throw-away child."""
         child = self._fork_child()
         if child is None:
+            sys.stdout = sys.stderr = Sink()  # a completer's prints are no cell's output
             try:
                 result = body(msg, self._ctl)
             except BaseException as exc:
@@ -608,6 +612,7 @@ class Holder:
         from . import comms
 
         comms.set_parent(str(msg.get("parent_id") or ""), "execute_request")
+        begin_request(str(msg.get("parent_id") or ""))
         budget = msg.get("max_output_bytes")
         self.channel.set_output_budget(budget if isinstance(budget, int) else None)
         shell.payload_manager.clear_payload()
@@ -649,7 +654,6 @@ class Holder:
         out.flush()
         err.flush()
         reply["dropped_output"] = self.channel.dropped_output
-        self.channel.set_output_budget(None)
         return reply
 
     def _comm(self, msg: dict[str, Any], ctl: Channel, out: Any, err: Any, capture: FdCapture | None) -> dict[str, Any]:
@@ -660,6 +664,7 @@ class Holder:
 
         sys.stdout, sys.stderr = out, err
         _install_host_requests(self.channel, ctl, False, out, err)
+        begin_request(str(msg.get("parent_id") or ""))
         budget = msg.get("max_output_bytes")
         self.channel.set_output_budget(budget if isinstance(budget, int) else None)
         status: dict[str, Any] = {"status": "ok"}
@@ -674,7 +679,6 @@ class Holder:
         out.flush()
         err.flush()
         status["dropped_output"] = self.channel.dropped_output
-        self.channel.set_output_budget(None)
         return status
 
     def _restore(self, msg: dict[str, Any], ctl: Channel) -> dict[str, Any]:
@@ -738,6 +742,7 @@ class Holder:
         pid = os.fork()
         if pid == 0:
             if os.fork() == 0:
+                sys.stdout = sys.stderr = Sink()  # what pickling prints is no cell's output
                 try:
                     os.nice(10)
                     write_checkpoint(*args, random_state)

@@ -23,6 +23,7 @@ from traitlets.config import Config
 from . import pip_magic
 from .channel import Channel
 from .protocol import Msg
+from .streams import parent_tag
 
 
 def _flush_std() -> None:
@@ -50,13 +51,19 @@ class ChannelDisplayPublisher(DisplayPublisher):
         msg_type = "update_display_data" if update else "display_data"
         if self.channel is not None and self.channel.enabled:
             self.channel.send(
-                {"type": msg_type, "data": data, "metadata": metadata or {}, "transient": transient or {}}
+                {
+                    "type": msg_type,
+                    "data": data,
+                    "metadata": metadata or {},
+                    "transient": transient or {},
+                    **parent_tag(),
+                }
             )
 
     def clear_output(self, wait: bool = False) -> None:
         _flush_std()
         if self.channel is not None and self.channel.enabled:
-            self.channel.send({"type": Msg.CLEAR_OUTPUT, "wait": bool(wait)})
+            self.channel.send({"type": Msg.CLEAR_OUTPUT, "wait": bool(wait), **parent_tag()})
 
 
 class ChannelDisplayHook(DisplayHook):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import _thread
 import codecs
+import contextvars
 import fcntl
 import io
 import os
@@ -33,6 +34,31 @@ CHUNK_CHARS = 256 * 1024
 
 #: the stream of each name that the running (or last) request's process made
 _current: dict[str, OutStream] = {}
+
+#: the Jupyter message (its msg_id) that the request running code here came
+#: for. An asyncio task copies the context it is created in, so what a task
+#: prints later, while another cell runs or none, is published under the
+#: cell that created it, as with ipykernel's parent header (a contextvar
+#: there too). Threads start with an empty context: their output goes under
+#: the last request, as in ipykernel.
+request_parent: contextvars.ContextVar[str] = contextvars.ContextVar("request_parent", default="")
+_running_parent = ""
+
+
+def begin_request(parent_id: str) -> None:
+    """The request about to run came for ``parent_id`` (its code and what it
+    creates see it)."""
+    global _running_parent
+    _running_parent = parent_id
+    request_parent.set(parent_id)
+
+
+def parent_tag(parent: str | None = None) -> dict[str, str]:
+    """What a frame of output says of its parent: nothing when it is the last
+    request's (the host's default), else the earlier request it belongs to."""
+    if parent is None:
+        parent = request_parent.get()
+    return {"parent": parent} if parent and parent != _running_parent else {}
 
 
 class OutStream(io.TextIOBase):
@@ -54,6 +80,7 @@ class OutStream(io.TextIOBase):
         self.channel = channel
         self._fileno = fileno
         self._buffer: list[str] = []
+        self._buffer_parent = ""  # request_parent of what the buffer holds
         self._lock = threading.RLock()
         self._last_flush = 0.0
         self._pending = False  # a partial line waits for the flusher
@@ -84,7 +111,12 @@ class OutStream(io.TextIOBase):
         current = _current.get(self.name, self)
         if current is not self and _thread.get_ident() == threading.main_thread().ident:
             return current.write(text)
+        parent = request_parent.get()
         with self._lock:
+            if parent != self._buffer_parent:
+                if self._buffer:  # one frame, one parent: what waits goes out first
+                    self.flush()
+                self._buffer_parent = parent
             self._buffer.append(text)
             now = time.monotonic()
             if "\n" in text and now - self._last_flush >= FLUSH_INTERVAL:
@@ -106,6 +138,7 @@ class OutStream(io.TextIOBase):
                 return
             text = "".join(self._buffer)
             self._buffer.clear()
+            tag = parent_tag(self._buffer_parent)
         if not self.channel.enabled:
             return
         # One huge write becomes bounded frames (a 400 MB write used to exceed
@@ -114,7 +147,7 @@ class OutStream(io.TextIOBase):
             if self.channel.output_exhausted:
                 self.channel.dropped_output += len(text) - start
                 return
-            self.channel.send({"type": Msg.STREAM, "name": self.name, "text": text[start : start + CHUNK_CHARS]})
+            self.channel.send({"type": Msg.STREAM, "name": self.name, "text": text[start : start + CHUNK_CHARS], **tag})
 
 
 class Sink:

@@ -1,7 +1,8 @@
 """ipywidgets in a real JupyterLab and Notebook 7, with the sandboxed kernel.
 
 A slider is moved in the page and the sandbox sees the value; an ``interact``
-output follows the slider; a tqdm progress bar renders as a widget; a widget
+output follows the slider; a tqdm progress bar renders as a widget; a progress
+bar that a thread moves after its cell ended moves in the page; a widget
 with a script in its HTML and one naming a module from a CDN are neutralised.
 Screenshots: test-artifacts/browser/NN-widgets-*.png.
 """
@@ -71,6 +72,24 @@ def test_progress_bar_renders_as_a_widget(page: Page, lab: LabServer, shot: Shot
     expect(cell.locator(".widget-html-content").first).to_contain_text("work")
     expect(cell.locator(".widget-html-content").last).to_contain_text("40/40")
     shot(page, "widgets-tqdm")
+
+
+def test_progress_bar_a_thread_moves_after_its_cell_ended(page: Page, lab: LabServer, shot: Shots) -> None:
+    """ipywidgets' own example ("Updating a widget in the background"): the
+    bar used to stay at 0 until another cell ran."""
+    lab.put_notebook("w/background.ipynb")
+    open_notebook(page, lab, "w/background.ipynb")
+    cell, _ = run_cell(
+        page,
+        "import threading, time, ipywidgets as w; from IPython.display import display; "
+        "progress = w.FloatProgress(value=0.0, min=0.0, max=1.0); display(progress); "
+        "threading.Thread(target=lambda: [(time.sleep(0.3), setattr(progress, 'value', (i + 1) / 10)) "
+        "for i in range(10)]).start()",
+    )
+    expect(cell.locator(".widget-hprogress")).to_be_visible(timeout=CELL_TIMEOUT)
+    bar = cell.locator(".widget-hprogress .progress-bar")
+    expect(bar).to_have_attribute("style", re.compile(r"width:\s*100%"), timeout=CELL_TIMEOUT)
+    shot(page, "widgets-background-progress")
 
 
 def test_malicious_widgets_are_neutralised(page: Page, lab: LabServer, shot: Shots) -> None:

@@ -1,0 +1,269 @@
+"""What threads and tasks of cells send after their cell ended (real bwrap).
+
+In ipykernel a thread's prints and the widgets it updates reach the frontend at
+once, under the last request's parent: the ipywidgets documentation's own
+example moves a progress bar from a thread after its cell ended. Here that
+output goes out as it comes, and the host's memory stays bounded whatever the
+sandbox writes while no cell runs (the sandbox's frames are untrusted).
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from jupyter_client.manager import KernelManager
+from kernel_helpers import SandboxKernelHandle, bwrap_kernel
+
+# ipywidgets' "Asynchronous Widgets" example, "Updating a widget in the background"
+PROGRESS_FROM_A_THREAD = """
+import threading, time
+import ipywidgets as widgets
+from IPython.display import display
+progress = widgets.FloatProgress(value=0.0, min=0.0, max=1.0)
+def work(progress):
+    for i in range(8):
+        time.sleep(0.2)
+        progress.value = float(i + 1) / 8
+    print('work done')
+display(progress)
+threading.Thread(target=work, args=(progress,)).start()
+"""
+
+
+def _collect(kc: Any, until: Callable[[list[dict[str, Any]]], bool], timeout: float = 30) -> list[dict[str, Any]]:
+    """iopub messages (with the time each arrived) until ``until`` holds."""
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while not until(got):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out; got {[(m['msg_type'], m['content']) for m in got][-20:]}")
+        try:
+            msg = kc.get_iopub_msg(timeout=0.2)
+        except queue.Empty:
+            continue
+        msg["arrived"] = time.monotonic()
+        got.append(msg)
+    return got
+
+
+def _idle_index(messages: list[dict[str, Any]], msg_id: str) -> int:
+    return next(
+        i
+        for i, m in enumerate(messages)
+        if m["msg_type"] == "status"
+        and m["content"]["execution_state"] == "idle"
+        and m["parent_header"].get("msg_id") == msg_id
+    )
+
+
+def _progress_after_idle(kc: Any) -> tuple[list[float], list[str], str]:
+    msg_id = kc.execute(PROGRESS_FROM_A_THREAD)
+    messages = _collect(
+        kc, lambda got: any(m["msg_type"] == "stream" and "work done" in m["content"]["text"] for m in got)
+    )
+    after = messages[_idle_index(messages, msg_id) + 1 :]
+    values = [
+        m["content"]["data"]["state"]["value"]
+        for m in after
+        if m["msg_type"] == "comm_msg" and "value" in m["content"]["data"].get("state", {})
+    ]
+    parents = sorted({m["parent_header"].get("msg_id") for m in after if m["msg_type"] in ("comm_msg", "stream")})
+    return values, parents, msg_id
+
+
+@pytest.mark.timeout(120)
+def test_a_progress_bar_a_thread_moves_after_its_cell_ended_moves_as_in_ipykernel(
+    kernel: SandboxKernelHandle, tmp_path: Path
+) -> None:
+    values, parents, msg_id = _progress_after_idle(kernel.kc)
+    # every step reaches the frontend without another cell being run, under the cell's parent
+    # (before: none until the next cell, and 'work done' never)
+    assert values[-4:] == [0.625, 0.75, 0.875, 1.0], values
+    assert parents == [msg_id]
+    stock = KernelManager(kernel_name="python3")
+    stock.start_kernel(cwd=str(tmp_path))
+    client = stock.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        stock_values, stock_parents, stock_id = _progress_after_idle(client)
+    finally:
+        client.stop_channels()
+        stock.shutdown_kernel(now=True)
+    assert stock_parents == [stock_id]
+    assert values[-4:] == stock_values[-4:]
+
+
+BACKGROUND_PRINTERS = """
+import asyncio, threading, time
+def ticks():
+    for i in range(10):
+        time.sleep(0.2)
+        print('thread', i, flush=True)
+threading.Thread(target=ticks).start()
+async def beats():
+    for i in range(10):
+        await asyncio.sleep(0.2)
+        print('task', i, flush=True)
+task = asyncio.get_running_loop().create_task(beats())
+"""
+
+
+@pytest.mark.timeout(120)
+def test_what_threads_and_tasks_print_goes_out_at_once_under_the_cell_ipykernel_names(
+    kernel: SandboxKernelHandle,
+) -> None:
+    kc = kernel.kc
+    first = kc.execute(BACKGROUND_PRINTERS)
+    messages = _collect(kc, lambda got: sum(m["msg_type"] == "stream" for m in got) >= 4, timeout=30)
+    second = kc.execute("time.sleep(0.6)\nprint('second done')")
+
+    def all_ticks(got: list[dict[str, Any]]) -> bool:
+        text = "".join(m["content"]["text"] for m in messages + got if m["msg_type"] == "stream")
+        return "thread 9" in text and "task 9" in text and "second done" in text
+
+    messages += _collect(kc, all_ticks, timeout=30)
+    streams = [
+        (m["parent_header"].get("msg_id"), line)
+        for m in messages
+        if m["msg_type"] == "stream"
+        for line in m["content"]["text"].splitlines()
+    ]
+    lines = [line for _, line in streams]
+    # nothing lost (before: every line printed while no cell ran was dropped)
+    assert sorted(line for line in lines if line.startswith("thread")) == [f"thread {i}" for i in range(10)]
+    assert sorted(line for line in lines if line.startswith("task")) == [f"task {i}" for i in range(10)]
+    # a task's lines go under the cell that created it, as in ipykernel (its parent is a
+    # contextvar the task copied), also those printed after the second cell began
+    second_sent = next(
+        m["arrived"] for m in messages if m["msg_type"] == "status" and m["parent_header"].get("msg_id") == second
+    )
+    late_tasks = [
+        m
+        for m in messages
+        if m["msg_type"] == "stream" and "task" in m["content"]["text"] and m["arrived"] > second_sent
+    ]
+    assert late_tasks, "no task line came after the second cell began"
+    assert {parent for parent, line in streams if line.startswith("task")} == {first}
+    # a thread's lines printed while no cell ran go under the last cell, those printed
+    # while the second runs under it, as in ipykernel (a thread has no parent of its own)
+    idle_at = messages[_idle_index(messages, first)]["arrived"]
+    between = [
+        m["parent_header"].get("msg_id")
+        for m in messages
+        if m["msg_type"] == "stream" and "thread" in m["content"]["text"] and idle_at < m["arrived"] < second_sent
+    ]
+    assert between and set(between) == {first}, between
+    assert any(parent == second and line.startswith("thread") for parent, line in streams), streams
+
+
+def test_a_frame_can_name_only_a_recent_cell_of_its_own_session(kernel: SandboxKernelHandle) -> None:
+    """The sandbox says which earlier cell a task's output belongs to; the host
+    looks the name up among its own recent requests and uses nothing else of it."""
+    kc = kernel.kc
+    earlier = kc.execute("pass")
+    _collect(
+        kc,
+        lambda got: any(
+            m["msg_type"] == "status"
+            and m["parent_header"].get("msg_id") == earlier
+            and m["content"]["execution_state"] == "idle"
+            for m in got
+        ),
+    )
+    code = f"""
+import sys
+for parent in ({earlier!r}, 'never-sent', 7, ['x'], {{'msg_id': {earlier!r}}}):
+    sys.stdout.channel.send({{"type": "stream", "name": "stdout", "text": f"named {{parent!r}}\\n", "parent": parent}})
+"""
+    later = kc.execute(code)
+    messages = _collect(
+        kc,
+        lambda got: any(
+            m["msg_type"] == "status"
+            and m["parent_header"].get("msg_id") == later
+            and m["content"]["execution_state"] == "idle"
+            for m in got
+        ),
+    )
+    under = {
+        m["content"]["text"].strip(): m["parent_header"].get("msg_id") for m in messages if m["msg_type"] == "stream"
+    }
+    assert under.pop(f"named {earlier!r}") == earlier
+    assert under == {
+        "named 'never-sent'": later,
+        "named 7": later,
+        "named ['x']": later,
+        f"named {{'msg_id': {earlier!r}}}": later,
+    }
+
+
+def _watch(handle: SandboxKernelHandle, seconds: float) -> tuple[int, list[dict[str, Any]]]:
+    """The most the kernel process grew (RSS, bytes) over ``seconds``, and
+    the iopub messages that came meanwhile."""
+    process = psutil.Process(handle.pid)
+    start = peak = process.memory_info().rss
+    messages = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        peak = max(peak, process.memory_info().rss)
+        try:
+            messages.append(handle.kc.get_iopub_msg(timeout=0.1))
+        except queue.Empty:
+            pass
+    return peak - start, messages
+
+
+# The sandbox's own output budget is bypassed: cell code can do anything the
+# worker can, so the host must hold whatever arrives.
+RAW_FRAMES = """
+import sys, threading
+channel = sys.stdout.channel
+kept = 'still here'
+def flood():
+    channel.output_budget = None
+    for i in range(300):
+        channel.send({FRAME})
+threading.Thread(target=flood, daemon=True).start()
+"""
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    "frame",
+    [
+        # output: forwarded as it comes, within the cell's budget
+        '{"type": "stream", "name": "stdout", "text": "x" * 1000000 + "\\n"}',
+        # not output, and answering nothing: queued for the next request, up to a bound
+        '{"type": "reply", "id": "q-junk", "pad": "x" * 1000000}',
+    ],
+    ids=["output", "junk"],
+)
+def test_frames_a_thread_floods_between_cells_do_not_grow_the_host(frame: str, tmp_path: Path) -> None:
+    handle = bwrap_kernel(tmp_path, "--SandboxKernel.max_output_bytes=2000000")
+    try:
+        assert handle.run("1").status == "ok"
+        msg_id = handle.kc.execute(RAW_FRAMES.replace("{FRAME}", frame))
+        # 300 MB written meanwhile; before, the kernel held all of it (+420 MiB)
+        growth, messages = _watch(handle, 6.0)
+        assert growth < 100 * 1024 * 1024, f"the kernel grew by {growth >> 20} MiB"
+        mine = [m for m in messages if m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream"]
+        sent = sum(len(m["content"]["text"]) for m in mine)
+        if "stream" in frame:
+            # the budget holds after the cell ended too, and the cut is said once
+            assert 1_000_000 < sent < 2_100_000, sent
+            notes = [m["content"]["text"] for m in mine if "over the cell's budget" in m["content"]["text"]]
+            assert len(notes) == 1 and "max_output_bytes" in notes[0], [m["content"]["text"][:80] for m in mine]
+        else:
+            assert sent == 0
+        run = handle.run("kept", timeout=120)  # the next cell drains what was held back
+        assert run.status == "ok", run.stderr
+        assert run.result == {"text/plain": "'still here'"}
+    finally:
+        handle.shutdown()

@@ -52,14 +52,16 @@ def _collect(kc: Any, until: Callable[[list[dict[str, Any]]], bool], timeout: fl
     return got
 
 
-def _idle_index(messages: list[dict[str, Any]], msg_id: str) -> int:
-    return next(
-        i
-        for i, m in enumerate(messages)
-        if m["msg_type"] == "status"
-        and m["content"]["execution_state"] == "idle"
-        and m["parent_header"].get("msg_id") == msg_id
+def _is_idle(msg: dict[str, Any], msg_id: str) -> bool:
+    return (
+        msg["msg_type"] == "status"
+        and msg["content"]["execution_state"] == "idle"
+        and msg["parent_header"].get("msg_id") == msg_id
     )
+
+
+def _idle_index(messages: list[dict[str, Any]], msg_id: str) -> int:
+    return next(i for i, m in enumerate(messages) if _is_idle(m, msg_id))
 
 
 def _progress_after_idle(kc: Any) -> tuple[list[float], list[str], str]:
@@ -163,6 +165,22 @@ def test_what_threads_and_tasks_print_goes_out_at_once_under_the_cell_ipykernel_
     assert any(parent == second and line.startswith("thread") for parent, line in streams), streams
 
 
+def test_a_silent_request_does_not_take_the_output_of_threads_between_cells(kernel: SandboxKernelHandle) -> None:
+    """Extensions (variable inspectors) send silent requests between cells;
+    a thread's output after one still goes out at once, under the last cell."""
+    kc = kernel.kc
+    first = kc.execute(
+        "import threading, time\n"
+        "gate = threading.Event()\n"
+        "threading.Thread(target=lambda: (gate.wait(), time.sleep(0.5), print('after silent', flush=True))).start()"
+    )
+    _collect(kc, lambda got: any(_is_idle(m, first) for m in got))
+    quiet = kc.execute("gate.set()", silent=True)
+    messages = _collect(kc, lambda got: sum("after silent" in m["content"].get("text", "") for m in got) >= 1)
+    text = [(m["parent_header"].get("msg_id"), m["content"]["text"]) for m in messages if m["msg_type"] == "stream"]
+    assert text and all(parent == first for parent, _ in text), (quiet, text)
+
+
 def test_a_frame_can_name_only_a_recent_cell_of_its_own_session(kernel: SandboxKernelHandle) -> None:
     """The sandbox says which earlier cell a task's output belongs to; the host
     looks the name up among its own recent requests and uses nothing else of it."""
@@ -170,12 +188,7 @@ def test_a_frame_can_name_only_a_recent_cell_of_its_own_session(kernel: SandboxK
     earlier = kc.execute("pass")
     _collect(
         kc,
-        lambda got: any(
-            m["msg_type"] == "status"
-            and m["parent_header"].get("msg_id") == earlier
-            and m["content"]["execution_state"] == "idle"
-            for m in got
-        ),
+        lambda got: any(_is_idle(m, earlier) for m in got),
     )
     code = f"""
 import sys
@@ -185,12 +198,7 @@ for parent in ({earlier!r}, 'never-sent', 7, ['x'], {{'msg_id': {earlier!r}}}):
     later = kc.execute(code)
     messages = _collect(
         kc,
-        lambda got: any(
-            m["msg_type"] == "status"
-            and m["parent_header"].get("msg_id") == later
-            and m["content"]["execution_state"] == "idle"
-            for m in got
-        ),
+        lambda got: any(_is_idle(m, later) for m in got),
     )
     under = {
         m["content"]["text"].strip(): m["parent_header"].get("msg_id") for m in messages if m["msg_type"] == "stream"

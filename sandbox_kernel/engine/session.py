@@ -141,6 +141,8 @@ class Session:
         #: the output of recent requests by their parent's msg_id: a frame a
         #: task of an earlier cell sent names its cell (``_forward``)
         self._recent_emits: OrderedDict[str, Emit] = OrderedDict()
+        #: where output sent between requests goes (``_forward_between_requests``)
+        self._between: Callable[[dict[str, Any]], None] | None = None
         self._kill_reason: str | None = None
         self._checkpoint_handle: asyncio.TimerHandle | None = None
         self._last_done_count = 0
@@ -753,8 +755,10 @@ class Session:
             done = await self._await_done(worker, rid, guarded, ask_input=ask_input, timeout=timeout)
         finally:
             self._running = None
-            if not request.get("silent"):
-                self._forward_between_requests(worker, emit, guarded, limiter)
+            if not request.get("silent"):  # a silent request's output is nobody's: the last one's goes on
+                self._between = self._forward_between_requests(emit, guarded, limiter)
+            if self._between is not None:
+                worker.forward_between(self._between)
         dropped = done.get("dropped_output")
         if isinstance(dropped, int) and dropped > 0:
             limiter.discarded += dropped  # what the worker did not even send
@@ -1019,15 +1023,16 @@ class Session:
         return notice
 
     def _forward_between_requests(
-        self, worker: WorkerHandle, emit: Emit, guarded: Emit, limiter: OutputLimiter
-    ) -> None:
-        """What threads and tasks of cells (and processes they started) print
-        or display, and the widgets they update, between requests: published
-        at once under the last request's parent, as ipykernel does with
-        output from threads (a progress bar a thread moves, a log a server
-        thread writes). It shares that request's output budget; once the
-        budget is spent, the rest is dropped until the next request, and
-        said once."""
+        self, emit: Emit, guarded: Emit, limiter: OutputLimiter
+    ) -> Callable[[dict[str, Any]], None]:
+        """Where what threads and tasks of cells (and processes they started)
+        print or display, and the widgets they update, goes between requests:
+        published at once under the last request's parent, as ipykernel does
+        with output from threads (a progress bar a thread moves, a log a
+        server thread writes). It shares that request's output budget; once
+        the budget is spent, the rest is dropped until the next request, and
+        said once. Not a silent request's (extensions send them between
+        cells): it would drop everything, and ipykernel's shows nowhere."""
         noted = limiter.truncated
 
         def forward(msg: dict[str, Any]) -> None:
@@ -1045,7 +1050,7 @@ class Session:
                     },
                 )
 
-        worker.forward_between(forward)
+        return forward
 
     def _forward(self, msg: dict[str, Any], emit: Emit) -> None:
         """Publish an output frame through ``emit``, or through the emit of

@@ -151,3 +151,40 @@ def test_same_output_structure_as_ipykernel(name: str, tmp_path: Path) -> None:
         ),
     }
     assert expected[name](), (mimes, errors, models)
+
+
+FAST_PRINTS = [
+    "print('a'); print('b'); print('c')",
+    "help(len)",
+    "%time sum(range(10))",
+    "import sys; print('o'); print('e', file=sys.stderr); print('o2', end=''); print(' end')",
+    "import logging; logging.getLogger('parity').warning('one'); logging.getLogger('parity').warning('two')",
+    "from IPython.display import display; print('before'); display(1); print('after')",
+]
+
+
+def saved_streams(kernel: str, folder: Path) -> list[list[tuple[str, str]]]:
+    """The stream outputs nbclient saves for each of FAST_PRINTS: one per
+    message (nbclient does not merge them by default, nor does papermill)."""
+    folder.mkdir(parents=True)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in FAST_PRINTS]
+    NotebookClient(nb, kernel_name=kernel, timeout=60, resources={"metadata": {"path": str(folder)}}).execute()
+    return [
+        [(o["name"], o["text"]) if o["output_type"] == "stream" else (o["output_type"], "") for o in cell.outputs]
+        for cell in nb.cells
+    ]
+
+
+def test_a_fast_cells_prints_are_saved_as_ipykernel_saves_them(tmp_path: Path) -> None:
+    """Within ipykernel's flush interval (0.2 s) a cell's prints are one
+    stream message, so one output in a notebook nbclient or papermill
+    saves; the sandbox sent the first line at once and the rest apart (two
+    outputs where ipykernel saves one)."""
+    require_bwrap()
+    stock = saved_streams("python3", tmp_path / "stock")
+    sandboxed = saved_streams("sandbox-python", tmp_path / "sandboxed")
+    timing = 2  # %time's figures differ from run to run: only the outputs' count and names
+    assert [[name for name, _ in cell] for cell in sandboxed] == [[name for name, _ in cell] for cell in stock]
+    assert [c for i, c in enumerate(sandboxed) if i != timing] == [c for i, c in enumerate(stock) if i != timing]
+    assert sandboxed[0] == [("stdout", "a\nb\nc\n")]

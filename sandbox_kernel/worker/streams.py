@@ -27,7 +27,10 @@ from collections.abc import Callable
 from .channel import Channel
 from .protocol import Msg
 
-FLUSH_INTERVAL = 0.05
+#: how long written text waits to be sent with what follows, as in ipykernel
+#: (its ``flush_interval``): a cell's prints within it are one stream output,
+#: which nbclient and papermill save as such (each message is an output there)
+FLUSH_INTERVAL = 0.2
 #: characters per stream message (at most 1 MiB of UTF-8)
 CHUNK_CHARS = 256 * 1024
 
@@ -82,7 +85,7 @@ class OutStream(io.TextIOBase):
         self._buffer: list[str] = []
         self._buffer_parent = ""  # request_parent of what the buffer holds
         self._lock = threading.RLock()
-        self._last_flush = 0.0
+        self._buffered = 0  # characters in the buffer
         self._pending = False  # a partial line waits for the flusher
         _current[name] = self
 
@@ -118,8 +121,8 @@ class OutStream(io.TextIOBase):
                     self.flush()
                 self._buffer_parent = parent
             self._buffer.append(text)
-            now = time.monotonic()
-            if "\n" in text and now - self._last_flush >= FLUSH_INTERVAL:
+            self._buffered += len(text)
+            if self._buffered >= CHUNK_CHARS:  # a flood is sent (or dropped, over budget) as it comes
                 self.flush()
             elif not self._pending:
                 flusher = _get_flusher()
@@ -127,17 +130,17 @@ class OutStream(io.TextIOBase):
                     self.flush()
                 else:
                     self._pending = True
-                    flusher.schedule(self, now + FLUSH_INTERVAL)
+                    flusher.schedule(self, time.monotonic() + FLUSH_INTERVAL)
         return len(text)
 
     def flush(self) -> None:
         with self._lock:
             self._pending = False
-            self._last_flush = time.monotonic()
             if not self._buffer:
                 return
             text = "".join(self._buffer)
             self._buffer.clear()
+            self._buffered = 0
             tag = parent_tag(self._buffer_parent)
         if not self.channel.enabled:
             return
@@ -212,10 +215,9 @@ def wait_for_thread_exits(timeout: float = 0.01) -> bool:
 
 
 class _Flusher:
-    """Flushes partial lines after FLUSH_INTERVAL: one thread per process.
-
-    ``print("v", 1)`` writes "v" before its newline; a timer thread per such
-    write used to cost a thread start in every request that printed."""
+    """Sends what a stream holds FLUSH_INTERVAL after its first write since
+    the last send: one thread per process (a timer thread per write used to
+    cost a thread start in every request that printed)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())

@@ -165,6 +165,29 @@ def test_what_threads_and_tasks_print_goes_out_at_once_under_the_cell_ipykernel_
     assert any(parent == second and line.startswith("thread") for parent, line in streams), streams
 
 
+def test_a_thread_printing_without_pause_across_the_end_of_its_cell_loses_no_line(
+    kernel: SandboxKernelHandle,
+) -> None:
+    """The holder stops its flusher thread before each fork; a stream that
+    waited for it stayed marked so, and every later line of the thread was
+    held back for good (3 lines of 2000 arrived)."""
+    kc = kernel.kc
+    kc.execute(
+        "import threading, time\n"
+        "def ticks():\n"
+        "    for i in range(2000):\n"
+        "        print('tick', i)\n"
+        "        time.sleep(0.001)\n"
+        "threading.Thread(target=ticks).start()"
+    )
+
+    def lines(got: list[dict[str, Any]]) -> list[str]:
+        return "".join(m["content"]["text"] for m in got if m["msg_type"] == "stream").splitlines()
+
+    messages = _collect(kc, lambda got: "tick 1999" in lines(got), timeout=60)
+    assert lines(messages) == [f"tick {i}" for i in range(2000)]
+
+
 def test_a_silent_request_does_not_take_the_output_of_threads_between_cells(kernel: SandboxKernelHandle) -> None:
     """Extensions (variable inspectors) send silent requests between cells;
     a thread's output after one still goes out at once, under the last cell."""

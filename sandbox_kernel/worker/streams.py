@@ -226,13 +226,15 @@ class _Flusher:
         self._returned = threading.Event()
         _start_thread(self._run, self._returned)
 
-    def stop(self, timeout: float = 0.05) -> None:
-        """End the thread, leaving what is due unflushed (a holder's: the
-        request's output was flushed before its result)."""
+    def stop(self, timeout: float = 0.05) -> list[OutStream]:
+        """End the thread; return the streams it had yet to flush."""
         with self._cond:
             self._stopping = True
             self._cond.notify()
+            due = list(self._due)
+            self._due.clear()
         self._returned.wait(timeout)
+        return due
 
     def schedule(self, stream: OutStream, at: float) -> None:
         with self._cond:
@@ -265,8 +267,15 @@ class _Flusher:
 _flusher: _Flusher | None = None
 
 
+#: set from ``quiesce`` until the fork: a thread of a cell that writes then
+#: must not start a flusher that the forked process would inherit
+_quiescing = False
+
+
 def _get_flusher() -> _Flusher | None:
-    if _flusher is None:
+    """This process's flusher, started if need be; None when none may run
+    (the write is then sent at once)."""
+    if _flusher is None and not _quiescing:
         start_flusher()
     return _flusher
 
@@ -289,11 +298,18 @@ def flusher_running() -> bool:
 
 
 def stop_flusher() -> None:
-    """End this process's flusher thread, if it has one."""
+    """End this process's flusher thread, if it has one, and send what it
+    had yet to: a stream stays marked as waiting for the flusher until it
+    flushes, so a thread printing between cells (the holder stops its
+    flusher before every fork) had every later line held back for good."""
     global _flusher
     flusher, _flusher = _flusher, None
     if flusher is not None:
-        flusher.stop()
+        for stream in flusher.stop():
+            try:
+                stream.flush()
+            except Exception:  # a broken channel: the holder finds out when it reads
+                pass
 
 
 def quiesce() -> None:
@@ -301,9 +317,17 @@ def quiesce() -> None:
     for this module's threads that returned to be gone, so that the standby,
     and every process after it, inherits nothing of theirs (see
     wait_for_thread_exits). A reader thread still forwarding a background
-    process's output stays."""
+    process's output stays. Until the fork, what threads of cells write
+    is sent at once."""
+    global _quiescing
+    _quiescing = True
     stop_flusher()
     wait_for_thread_exits()
+
+
+def _forked() -> None:
+    global _quiescing
+    _quiescing = False
 
 
 def _forget_threads() -> None:
@@ -314,9 +338,10 @@ def _forget_threads() -> None:
     _flusher = None
     _exiting.clear()
     _exiting_lock = threading.Lock()
+    _forked()
 
 
-os.register_at_fork(after_in_child=_forget_threads)
+os.register_at_fork(after_in_child=_forget_threads, after_in_parent=_forked)
 
 
 class FdCapture:

@@ -60,8 +60,14 @@ def parent_tag(parent: str | None = None) -> dict[str, str]:
     """What a frame of output says of its parent: nothing when it is the last
     request's (the host's default), else the earlier request it belongs to."""
     if parent is None:
-        parent = request_parent.get()
+        parent = writer_parent()
     return {"parent": parent} if parent and parent != _running_parent else {}
+
+
+def writer_parent() -> str:
+    """The request the code writing now belongs to: a thread's is the
+    running (or last) request's, as ipykernel's global parent header."""
+    return request_parent.get() or _running_parent
 
 
 class OutStream(io.TextIOBase):
@@ -86,7 +92,7 @@ class OutStream(io.TextIOBase):
         self._buffer_parent = ""  # request_parent of what the buffer holds
         self._lock = threading.RLock()
         self._buffered = 0  # characters in the buffer
-        self._pending = False  # a partial line waits for the flusher
+        self._pending = False  # what the buffer holds waits for the flusher
         _current[name] = self
 
     @property
@@ -114,7 +120,7 @@ class OutStream(io.TextIOBase):
         current = _current.get(self.name, self)
         if current is not self and _thread.get_ident() == threading.main_thread().ident:
             return current.write(text)
-        parent = request_parent.get()
+        parent = writer_parent()
         with self._lock:
             if parent != self._buffer_parent:
                 if self._buffer:  # one frame, one parent: what waits goes out first

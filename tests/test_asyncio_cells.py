@@ -78,7 +78,8 @@ def test_a_task_runs_on_between_cells_and_later_cells_await_it(kernel: SandboxKe
 def test_a_sync_cell_is_inside_the_loop_and_what_it_schedules_shows_in_it(kernel: SandboxKernelHandle) -> None:
     """The loop is running for a cell's synchronous code, as in ipykernel, and
     what the code scheduled or woke takes its first steps before the cell's
-    idle (ipykernel runs them right after; nbclient would miss their output)."""
+    idle (ipykernel runs them right after; nbclient would miss their output).
+    A task prints under the cell that created it, as in ipykernel."""
     out = ok(
         kernel,
         "import asyncio\n"
@@ -92,11 +93,23 @@ def test_a_sync_cell_is_inside_the_loop_and_what_it_schedules_shows_in_it(kernel
     for code in ("loop.run_until_complete(asyncio.sleep(0))", "asyncio.run(asyncio.sleep(0))"):
         run = kernel.run(code)
         assert [e["ename"] for e in run.errors] == ["RuntimeError"], (code, run.errors)
-    ok(
-        kernel,
-        "fut = loop.create_future()\nasync def waiter():\n    print('got', await fut)\nw = asyncio.ensure_future(waiter())",
+    kc = kernel.kc
+    creating = kc.execute(
+        "fut = loop.create_future()\nasync def waiter():\n    print('got', await fut)\nw = asyncio.ensure_future(waiter())"
     )
-    assert ok(kernel, "fut.set_result(5)\nprint('set')") == "set\ngot 5\n"
+    waking = kc.execute("fut.set_result(5)\nprint('set')")
+    streams = []
+    while True:  # until the waking cell's idle
+        msg = kc.get_iopub_msg(timeout=30)
+        parent = msg["parent_header"].get("msg_id")
+        if msg["msg_type"] == "stream":
+            streams.append((parent, msg["content"]["text"]))
+        if parent == waking and msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    # the woken task ran before the idle, and printed under the cell that created it, as in ipykernel
+    assert streams == [(waking, "set\n"), (creating, "got 5\n")], streams
+    for _ in (creating, waking):
+        kc.get_shell_msg(timeout=30)
     assert ok(kernel, "print(w.done())") == "True\n"
 
 

@@ -1032,7 +1032,8 @@ class Session:
         server thread writes). It shares that request's output budget; once
         the budget is spent, the rest is dropped until the next request, and
         said once. Not a silent request's (extensions send them between
-        cells): it would drop everything, and ipykernel's shows nowhere."""
+        cells): its emit drops everything, and under ipykernel what goes
+        under a silent request's parent shows in no cell."""
         noted = limiter.truncated
 
         def forward(msg: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 from jupyter_client.manager import KernelManager
-from kernel_helpers import SandboxKernelHandle, bwrap_kernel
+from kernel_helpers import SandboxKernelHandle, bwrap_kernel, ok
 
 # ipywidgets' "Asynchronous Widgets" example, "Updating a widget in the background"
 PROGRESS_FROM_A_THREAD = """
@@ -186,6 +186,33 @@ def test_a_thread_printing_without_pause_across_the_end_of_its_cell_loses_no_lin
 
     messages = _collect(kc, lambda got: "tick 1999" in lines(got), timeout=60)
     assert lines(messages) == [f"tick {i}" for i in range(2000)]
+
+
+WRITER = (
+    "import sys, time\n"
+    "time.sleep(1.5)\n"
+    "for i in range(300):\n"
+    "    sys.stdout.write('x' * 1000 + '\\n'); sys.stdout.flush()\n"
+    "sys.stderr.write('finished\\n')\n"
+)
+
+
+def test_what_a_process_a_cell_started_writes_after_later_cells_still_arrives(kernel: SandboxKernelHandle) -> None:
+    """A server or ``Popen`` a cell started writes into the pipes that cell's
+    process read; that process exits when the next cell's takes over. The
+    pipes were then left unread: 0 of 300 lines arrived (and past the pipe's
+    64 KiB the writer blocks). As in ipykernel, all of it arrives."""
+    kc = kernel.kc
+    ok(kernel, f"import subprocess, sys\np = subprocess.Popen([sys.executable, '-c', {WRITER!r}])")
+    ok(kernel, "1")
+    ok(kernel, "2")  # two holders later
+
+    def text(got: list[dict[str, Any]], name: str) -> str:
+        return "".join(m["content"]["text"] for m in got if m["msg_type"] == "stream" and m["content"]["name"] == name)
+
+    messages = _collect(kc, lambda got: "finished" in text(got, "stderr"), timeout=60)
+    assert text(messages, "stdout") == ("x" * 1000 + "\n") * 300
+    assert ok(kernel, "print(p.wait(10))") == "0\n"
 
 
 def test_a_silent_request_does_not_take_the_output_of_threads_between_cells(kernel: SandboxKernelHandle) -> None:

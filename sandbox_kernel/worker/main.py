@@ -38,7 +38,16 @@ from typing import Any
 from . import cell_loop, deaths, hot_pages, proxy_forward, warmup
 from .channel import Channel, ChannelClosed, frame_lock_fd
 from .protocol import LATE_OPS, Msg, Op
-from .streams import FdCapture, Sink, begin_request, flusher_running, quiesce, stop_captures
+from .streams import (
+    FdCapture,
+    Sink,
+    adopt_captures,
+    begin_request,
+    flusher_running,
+    hand_over_captures,
+    quiesce,
+    stop_captures,
+)
 
 SHUTDOWN_EXIT = 99
 #: a holder's exit status when the host's channel closed (the host is gone):
@@ -221,6 +230,7 @@ class Holder:
                         break
                 except (ChannelClosed, ValueError, OSError):
                     break  # the old holder is gone: nobody else reads
+            adopt_captures()
         os.close(self._ctl.read_fd)
         if not takeover:
             os._exit(0)
@@ -352,6 +362,7 @@ class Holder:
                 os._exit(0)  # the holder let it go
         # the holder died (idle, as it passed the request, or running it): this process holds the state now
         hot_pages.forget()
+        adopt_captures()
         return None
 
     def _collect_if_due(self) -> None:
@@ -554,6 +565,7 @@ class Holder:
             # the cell's DONE unsent. The host's next frames wait in the pipe
             # until the child, now the reader, reads them.
             self.channel.send({"type": Msg.DONE, "id": msg.get("id"), **result})
+            hand_over_captures()  # the child reads on what processes of cells write
             try:  # this process reads the channel no more: the child may
                 result_channel.send({"released": True})
                 released = True

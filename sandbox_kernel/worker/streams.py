@@ -350,15 +350,49 @@ def _forget_threads() -> None:
 os.register_at_fork(after_in_child=_forget_threads, after_in_parent=_forked)
 
 
+#: captures whose reader has not yet seen the end of every pipe: a process a
+#: cell started (a server, ``Popen``) still writes to them
+_open_captures: list[FdCapture] = []
+#: this process's pipe that tells its readers to stop (``hand_over_captures``)
+_stop_pipe: tuple[int, int] | None = None
+_stop_pid = 0
+
+
+def _stop_fd() -> int:
+    """This process's stop pipe, made anew in a forked one: a copy inherited
+    from the parent is the parent's, and would stop this process's readers
+    when the parent hands over."""
+    global _stop_pipe, _stop_pid
+    if _stop_pid != os.getpid():
+        if _stop_pipe is not None:
+            for fd in _stop_pipe:
+                os.close(fd)
+        _stop_pipe, _stop_pid = os.pipe2(os.O_CLOEXEC), os.getpid()
+    assert _stop_pipe is not None
+    return _stop_pipe[0]
+
+
 class FdCapture:
     """Point fds 1 and 2 at pipes and forward what arrives as stream messages,
-    from one reader thread."""
+    from one reader thread.
+
+    A process the request started may hold the pipes after the request (a
+    server writing its log): the reader goes on, in the request's process,
+    which becomes the holder. That process exits when the next request's
+    process takes over, so the reader moves with the state: the old holder
+    stops its reader before letting go (``hand_over_captures``) and the new
+    one, which inherited the pipes, starts its own (``adopt_captures``).
+    The pipes used to be left unread (what such a process wrote after the
+    next cell was lost, and once they were full it blocked)."""
 
     def __init__(self, streams: list[tuple[int, OutStream]]) -> None:
         self._saved: list[tuple[int, int]] = []
         self._readers: dict[int, tuple[OutStream, codecs.IncrementalDecoder]] = {}
+        #: the read ends not at their end yet
+        self._open: set[int] = set()
         #: set once the reader has forwarded everything and returned
         self.done = threading.Event()
+        self.reader_pid = os.getpid()
         try:
             for fd, stream in streams:
                 saved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
@@ -367,21 +401,29 @@ class FdCapture:
                 os.close(write_end)
                 self._saved.append((fd, saved))
                 self._readers[read_end] = (stream, codecs.getincrementaldecoder("utf-8")("replace"))
+                self._open.add(read_end)
+            _open_captures.append(self)
             _start_thread(self._pump, self.done)
         except BaseException:
+            if self in _open_captures:
+                _open_captures.remove(self)
             self.release()
             for read_end in self._readers:
                 os.close(read_end)
             raise
 
     def _pump(self) -> None:
+        stop = _stop_fd()
         try:
             poller = select.poll()
-            for read_end in self._readers:
+            for read_end in self._open:
                 poller.register(read_end, select.POLLIN)
-            open_ends = set(self._readers)
-            while open_ends:
-                for read_end, _ in poller.poll():
+            poller.register(stop, select.POLLIN)
+            while self._open:
+                ready = poller.poll()
+                if any(fd == stop for fd, _ in ready):
+                    return  # handed over: the next holder reads on
+                for read_end, _ in ready:
                     stream, decoder = self._readers[read_end]
                     try:
                         chunk = os.read(read_end, 65536)
@@ -389,7 +431,7 @@ class FdCapture:
                         chunk = b""
                     if not chunk:  # every writer closed it
                         poller.unregister(read_end)
-                        open_ends.discard(read_end)
+                        self._open.discard(read_end)
                         os.close(read_end)  # (left open, two fds a cell added up to the fd limit)
                         continue
                     text = decoder.decode(chunk)
@@ -398,6 +440,21 @@ class FdCapture:
         finally:
             for stream, _ in self._readers.values():
                 stream.flush()
+            if not self._open:
+                try:
+                    _open_captures.remove(self)
+                except ValueError:
+                    pass
+
+    def adopt(self) -> None:
+        """Read on, in this process, pipes a reader in the parent read
+        (RuntimeError when no thread can start)."""
+        self._readers = {
+            fd: (stream, codecs.getincrementaldecoder("utf-8")("replace")) for fd, (stream, _) in self._readers.items()
+        }
+        self.done = threading.Event()
+        self.reader_pid = os.getpid()
+        _start_thread(self._pump, self.done)
 
     def release(self) -> None:
         """Give the fds back to what they were: the reader sees the end of the
@@ -412,6 +469,32 @@ class FdCapture:
         background processes that still hold the pipes."""
         self.release()
         self.done.wait(timeout)
+
+
+def hand_over_captures(timeout: float = 0.5) -> None:
+    """In the old holder, before the new one takes over: stop this process's
+    readers of pipes processes of cells still hold, once they forwarded what
+    they read (the new holder reads on from where they stopped)."""
+    mine = [c for c in _open_captures if c.reader_pid == os.getpid() and not c.done.is_set()]
+    if not mine:
+        return
+    _stop_fd()
+    assert _stop_pipe is not None
+    os.write(_stop_pipe[1], b"\0")
+    deadline = time.monotonic() + timeout
+    for capture in mine:
+        capture.done.wait(max(0.0, deadline - time.monotonic()))
+
+
+def adopt_captures() -> None:
+    """In a process that just took over as the holder: read the pipes that
+    processes of cells still hold, which a reader in an earlier holder read."""
+    for capture in list(_open_captures):
+        if capture.reader_pid != os.getpid() and capture._open:
+            try:
+                capture.adopt()
+            except RuntimeError:  # "can't start new thread": the process cap is spent
+                return
 
 
 def start_captures(out: OutStream, err: OutStream) -> FdCapture:

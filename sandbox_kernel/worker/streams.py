@@ -403,6 +403,7 @@ class FdCapture:
                 self._readers[read_end] = (stream, codecs.getincrementaldecoder("utf-8")("replace"))
                 self._open.add(read_end)
             _open_captures.append(self)
+            self._stop = _stop_fd()  # made here, not in the reader: readers may start at once
             _start_thread(self._pump, self.done)
         except BaseException:
             if self in _open_captures:
@@ -413,7 +414,7 @@ class FdCapture:
             raise
 
     def _pump(self) -> None:
-        stop = _stop_fd()
+        stop = self._stop
         try:
             poller = select.poll()
             for read_end in self._open:
@@ -454,6 +455,7 @@ class FdCapture:
         }
         self.done = threading.Event()
         self.reader_pid = os.getpid()
+        self._stop = _stop_fd()
         _start_thread(self._pump, self.done)
 
     def release(self) -> None:

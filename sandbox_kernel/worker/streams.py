@@ -140,6 +140,9 @@ class OutStream(io.TextIOBase):
         return len(text)
 
     def flush(self) -> None:
+        # Sent under the lock: two threads flushing one stream (a thread of a
+        # cell, the flusher) could otherwise send what they took in the other
+        # order.
         with self._lock:
             self._pending = False
             if not self._buffer:
@@ -147,21 +150,23 @@ class OutStream(io.TextIOBase):
             text = "".join(self._buffer)
             self._buffer.clear()
             self._buffered = 0
-            tag = parent_tag(self._buffer_parent)
-        if not self.channel.enabled:
-            return
-        # One huge write becomes bounded frames (a 400 MB write used to exceed
-        # the frame limit and take the sandbox, and the namespace, down).
-        for start in range(0, len(text), CHUNK_CHARS):
-            if self.channel.output_exhausted:
-                self.channel.dropped_output += len(text) - start
+            if not self.channel.enabled:
                 return
-            self.channel.send({"type": Msg.STREAM, "name": self.name, "text": text[start : start + CHUNK_CHARS], **tag})
+            tag = parent_tag(self._buffer_parent)
+            # One huge write becomes bounded frames (a 400 MB write used to exceed
+            # the frame limit and take the sandbox, and the namespace, down).
+            for start in range(0, len(text), CHUNK_CHARS):
+                if self.channel.output_exhausted:
+                    self.channel.dropped_output += len(text) - start
+                    return
+                self.channel.send(
+                    {"type": Msg.STREAM, "name": self.name, "text": text[start : start + CHUNK_CHARS], **tag}
+                )
 
 
 class Sink:
-    """sys.stdout/stderr where nothing may be seen: an idle holder (background
-    threads write into nothing), a restore, a standby's warm-up."""
+    """sys.stdout/stderr where nothing may be seen: a restore, a standby's
+    warm-up, a completion or inspection, a checkpoint writer."""
 
     encoding = "utf-8"
 

@@ -4,6 +4,7 @@ jupyter_client, free loopback ports, waiting for a server process to listen."""
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import socket
 import subprocess
@@ -64,6 +65,40 @@ def bwrap_kernel(root: Path, *args: str) -> SandboxKernelHandle:
 def ok(kernel: SandboxKernelHandle, code: str, timeout: float = 30) -> str:
     """The stdout of ``code``, which must succeed within ``timeout`` s."""
     return kernel.stdout_of(code, timeout=timeout)
+
+
+def iopub_until(
+    kc: BlockingKernelClient, until: Callable[[list[dict[str, Any]]], bool], timeout: float = 30
+) -> list[dict[str, Any]]:
+    """Every iopub message, whatever its parent (each with the time it
+    ``arrived``), until ``until`` holds for those so far: for what arrives
+    outside a cell's own run, which ``SandboxKernelHandle.run`` skips."""
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while not until(got):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out; got {[(m['msg_type'], m['content']) for m in got][-20:]}")
+        try:
+            msg = kc.get_iopub_msg(timeout=0.2)
+        except queue.Empty:
+            continue
+        msg["arrived"] = time.monotonic()
+        got.append(msg)
+    return got
+
+
+def is_idle(msg: dict[str, Any], msg_id: str) -> bool:
+    """``msg`` is the idle status that ends request ``msg_id``."""
+    return (
+        msg["msg_type"] == "status"
+        and msg["content"]["execution_state"] == "idle"
+        and msg["parent_header"].get("msg_id") == msg_id
+    )
+
+
+def iopub_until_idle(kc: BlockingKernelClient, msg_id: str, timeout: float = 30) -> list[dict[str, Any]]:
+    """Every iopub message until request ``msg_id``'s idle status."""
+    return iopub_until(kc, lambda got: any(is_idle(m, msg_id) for m in got), timeout)
 
 
 def require_bwrap() -> None:

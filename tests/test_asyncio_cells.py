@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kernel_helpers import SandboxKernelHandle, bwrap_kernel, ok
+from kernel_helpers import SandboxKernelHandle, bwrap_kernel, iopub_until_idle, ok
 
 
 @pytest.fixture
@@ -98,14 +98,11 @@ def test_a_sync_cell_is_inside_the_loop_and_what_it_schedules_shows_in_it(kernel
         "fut = loop.create_future()\nasync def waiter():\n    print('got', await fut)\nw = asyncio.ensure_future(waiter())"
     )
     waking = kc.execute("fut.set_result(5)\nprint('set')")
-    streams = []
-    while True:  # until the waking cell's idle
-        msg = kc.get_iopub_msg(timeout=30)
-        parent = msg["parent_header"].get("msg_id")
-        if msg["msg_type"] == "stream":
-            streams.append((parent, msg["content"]["text"]))
-        if parent == waking and msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            break
+    streams = [
+        (m["parent_header"].get("msg_id"), m["content"]["text"])
+        for m in iopub_until_idle(kc, waking)
+        if m["msg_type"] == "stream"
+    ]
     # the woken task ran before the idle, and printed under the cell that created it, as in ipykernel
     assert streams == [(waking, "set\n"), (creating, "got 5\n")], streams
     for _ in (creating, waking):

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 from jupyter_client.manager import KernelManager
-from kernel_helpers import SandboxKernelHandle, bwrap_kernel, ok
+from kernel_helpers import SandboxKernelHandle, bwrap_kernel, iopub_until, iopub_until_idle, is_idle, ok
 
 # ipywidgets' "Asynchronous Widgets" example, "Updating a widget in the background"
 PROGRESS_FROM_A_THREAD = """
@@ -36,37 +35,13 @@ threading.Thread(target=work, args=(progress,)).start()
 """
 
 
-def _collect(kc: Any, until: Callable[[list[dict[str, Any]]], bool], timeout: float = 30) -> list[dict[str, Any]]:
-    """iopub messages (with the time each arrived) until ``until`` holds."""
-    got: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    while not until(got):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out; got {[(m['msg_type'], m['content']) for m in got][-20:]}")
-        try:
-            msg = kc.get_iopub_msg(timeout=0.2)
-        except queue.Empty:
-            continue
-        msg["arrived"] = time.monotonic()
-        got.append(msg)
-    return got
-
-
-def _is_idle(msg: dict[str, Any], msg_id: str) -> bool:
-    return (
-        msg["msg_type"] == "status"
-        and msg["content"]["execution_state"] == "idle"
-        and msg["parent_header"].get("msg_id") == msg_id
-    )
-
-
 def _idle_index(messages: list[dict[str, Any]], msg_id: str) -> int:
-    return next(i for i, m in enumerate(messages) if _is_idle(m, msg_id))
+    return next(i for i, m in enumerate(messages) if is_idle(m, msg_id))
 
 
 def _progress_after_idle(kc: Any) -> tuple[list[float], list[str], str]:
     msg_id = kc.execute(PROGRESS_FROM_A_THREAD)
-    messages = _collect(
+    messages = iopub_until(
         kc, lambda got: any(m["msg_type"] == "stream" and "work done" in m["content"]["text"] for m in got)
     )
     after = messages[_idle_index(messages, msg_id) + 1 :]
@@ -123,14 +98,14 @@ def test_what_threads_and_tasks_print_goes_out_at_once_under_the_cell_ipykernel_
 ) -> None:
     kc = kernel.kc
     first = kc.execute(BACKGROUND_PRINTERS)
-    messages = _collect(kc, lambda got: sum(m["msg_type"] == "stream" for m in got) >= 4, timeout=30)
+    messages = iopub_until(kc, lambda got: sum(m["msg_type"] == "stream" for m in got) >= 4, timeout=30)
     second = kc.execute("time.sleep(0.6)\nprint('second done')")
 
     def all_ticks(got: list[dict[str, Any]]) -> bool:
         text = "".join(m["content"]["text"] for m in messages + got if m["msg_type"] == "stream")
         return "thread 9" in text and "task 9" in text and "second done" in text
 
-    messages += _collect(kc, all_ticks, timeout=30)
+    messages += iopub_until(kc, all_ticks, timeout=30)
     streams = [
         (m["parent_header"].get("msg_id"), line)
         for m in messages
@@ -184,7 +159,7 @@ def test_a_thread_printing_without_pause_across_the_end_of_its_cell_loses_no_lin
     def lines(got: list[dict[str, Any]]) -> list[str]:
         return "".join(m["content"]["text"] for m in got if m["msg_type"] == "stream").splitlines()
 
-    messages = _collect(kc, lambda got: "tick 1999" in lines(got), timeout=60)
+    messages = iopub_until(kc, lambda got: "tick 1999" in lines(got), timeout=60)
     assert lines(messages) == [f"tick {i}" for i in range(2000)]
 
 
@@ -210,7 +185,7 @@ def test_what_a_process_a_cell_started_writes_after_later_cells_still_arrives(ke
     def text(got: list[dict[str, Any]], name: str) -> str:
         return "".join(m["content"]["text"] for m in got if m["msg_type"] == "stream" and m["content"]["name"] == name)
 
-    messages = _collect(kc, lambda got: "finished" in text(got, "stderr"), timeout=60)
+    messages = iopub_until(kc, lambda got: "finished" in text(got, "stderr"), timeout=60)
     assert text(messages, "stdout") == ("x" * 1000 + "\n") * 300
     assert ok(kernel, "print(p.wait(10))") == "0\n"
 
@@ -224,9 +199,9 @@ def test_a_silent_request_does_not_take_the_output_of_threads_between_cells(kern
         "gate = threading.Event()\n"
         "threading.Thread(target=lambda: (gate.wait(), time.sleep(0.5), print('after silent', flush=True))).start()"
     )
-    _collect(kc, lambda got: any(_is_idle(m, first) for m in got))
+    iopub_until_idle(kc, first)
     quiet = kc.execute("gate.set()", silent=True)
-    messages = _collect(kc, lambda got: sum("after silent" in m["content"].get("text", "") for m in got) >= 1)
+    messages = iopub_until(kc, lambda got: sum("after silent" in m["content"].get("text", "") for m in got) >= 1)
     text = [(m["parent_header"].get("msg_id"), m["content"]["text"]) for m in messages if m["msg_type"] == "stream"]
     assert text and all(parent == first for parent, _ in text), (quiet, text)
 
@@ -236,20 +211,14 @@ def test_a_frame_can_name_only_a_recent_cell_of_its_own_session(kernel: SandboxK
     looks the name up among its own recent requests and uses nothing else of it."""
     kc = kernel.kc
     earlier = kc.execute("pass")
-    _collect(
-        kc,
-        lambda got: any(_is_idle(m, earlier) for m in got),
-    )
+    iopub_until_idle(kc, earlier)
     code = f"""
 import sys
 for parent in ({earlier!r}, 'never-sent', 7, ['x'], {{'msg_id': {earlier!r}}}):
     sys.stdout.channel.send({{"type": "stream", "name": "stdout", "text": f"named {{parent!r}}\\n", "parent": parent}})
 """
     later = kc.execute(code)
-    messages = _collect(
-        kc,
-        lambda got: any(_is_idle(m, later) for m in got),
-    )
+    messages = iopub_until_idle(kc, later)
     under = {
         m["content"]["text"].strip(): m["parent_header"].get("msg_id") for m in messages if m["msg_type"] == "stream"
     }

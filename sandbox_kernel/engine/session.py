@@ -744,8 +744,9 @@ class Session:
         # still counts and notes the cut, but a flood never crosses the pipe
         budget = self.config.max_output_bytes + self.config.max_output_bytes // 10 + (1 << 20)
         worker.stop_forwarding()  # output from here on is this request's
+        silent = bool(request.get("silent"))
         parent_id = request.get("parent_id")
-        if isinstance(parent_id, str) and parent_id and not request.get("silent"):
+        if isinstance(parent_id, str) and parent_id and not silent:
             self._recent_emits[parent_id] = guarded
             self._recent_emits.move_to_end(parent_id)
             while len(self._recent_emits) > RECENT_PARENTS:
@@ -755,7 +756,7 @@ class Session:
             done = await self._await_done(worker, rid, guarded, ask_input=ask_input, timeout=timeout)
         finally:
             self._running = None
-            if not request.get("silent"):  # a silent request's output is nobody's: the last one's goes on
+            if not silent:  # a silent request's output is nobody's: the last one's goes on
                 self._between = self._forward_between_requests(emit, guarded, limiter)
             if self._between is not None:
                 worker.forward_between(self._between)

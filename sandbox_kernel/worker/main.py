@@ -623,8 +623,9 @@ class Holder:
         shell.execution_count = int(msg.get("execution_count") or shell.execution_count)
         from . import comms
 
-        comms.set_parent(str(msg.get("parent_id") or ""), "execute_request")
-        begin_request(str(msg.get("parent_id") or ""))
+        parent_id = str(msg.get("parent_id") or "")
+        comms.set_parent(parent_id, "execute_request")
+        begin_request(parent_id)
         budget = msg.get("max_output_bytes")
         self.channel.set_output_budget(budget if isinstance(budget, int) else None)
         shell.payload_manager.clear_payload()

@@ -206,6 +206,31 @@ def test_a_silent_request_does_not_take_the_output_of_threads_between_cells(kern
     assert text and all(parent == first for parent, _ in text), (quiet, text)
 
 
+def test_what_a_thread_displays_after_its_cell_is_sanitised_like_the_cells_own(kernel: SandboxKernelHandle) -> None:
+    """Output published between cells goes through the same output policy as a
+    cell's: a script, an event handler or JavaScript a thread displays after
+    its cell ended never reaches the browser (guarantee 8)."""
+    kc = kernel.kc
+    first = kc.execute(
+        "import threading, time\n"
+        "from IPython.display import display, HTML, Javascript\n"
+        "def later():\n"
+        "    time.sleep(0.5)\n"
+        '    display(HTML(\'<b id="late">late</b><img src=x onerror="alert(1)"><script>alert(2)</script>\'))\n'
+        "    display(Javascript('alert(3)'))\n"
+        "    print('shown', flush=True)\n"
+        "threading.Thread(target=later).start()"
+    )
+    messages = iopub_until(kc, lambda got: any("shown" in m["content"].get("text", "") for m in got))
+    after = messages[_idle_index(messages, first) + 1 :]
+    bundles = [m["content"]["data"] for m in after if m["msg_type"] == "display_data"]
+    assert bundles and all(m["parent_header"].get("msg_id") == first for m in after if m["msg_type"] != "status")
+    html = "".join(b.get("text/html", "") for b in bundles)
+    assert '<b id="late">late</b>' in html or "<b>late</b>" in html, html
+    assert "<script" not in html and "onerror" not in html and "alert" not in html, html
+    assert not any("application/javascript" in b for b in bundles), bundles
+
+
 def test_a_frame_can_name_only_a_recent_cell_of_its_own_session(kernel: SandboxKernelHandle) -> None:
     """The sandbox says which earlier cell a task's output belongs to; the host
     looks the name up among its own recent requests and uses nothing else of it."""

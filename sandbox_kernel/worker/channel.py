@@ -130,6 +130,11 @@ class Channel:
         frame in the pipe (the host then sees a broken protocol)."""
         self._lock.acquire()
 
+    def resume_sending(self) -> None:
+        """Undo ``stop_sending``: the process did not exit after all (it holds
+        the state again, its successor having died before taking over)."""
+        self._lock.release()
+
     def _read_exact(self, n: int) -> bytes:
         chunks = []
         while n:
@@ -141,13 +146,54 @@ class Channel:
         return b"".join(chunks)
 
     def recv(self) -> dict[str, Any]:
-        (length,) = HEADER.unpack(self._read_exact(HEADER.size))
+        """The next frame. A reader that took over from one that died (a
+        holder killed while idle) may find the dead one read a frame's
+        header and not its body: a reader is woken by a frame, and a kill
+        pending then lands as its first read returns (2 of 24 holders killed
+        as a frame came died there, and the next reader took the body for a
+        header). A body begins with ``{``, which no header can (its length
+        would be over MAX_FRAME): the body is then read to the end of its
+        JSON object."""
+        head = self._read_exact(HEADER.size)
+        if head[:1] == b"{":
+            return _loads(self._read_object(head))
+        (length,) = HEADER.unpack(head)
         if length > MAX_FRAME:
             raise ValueError(f"frame of {length} bytes is over the limit")
-        msg = json.loads(self._read_exact(length))
-        if not isinstance(msg, dict):
-            raise ValueError("message is not a JSON object")
-        return msg
+        return _loads(self._read_exact(length))
+
+    def _read_object(self, start: bytes) -> bytes:
+        """Read on from ``start`` to the end of the JSON object it begins,
+        a byte at a time (nothing of the next frame may be taken)."""
+        data = bytearray()
+        depth, in_string, escaped = 0, False, False
+        pending = memoryview(start)
+        while True:
+            if not pending:
+                if len(data) > MAX_FRAME:
+                    raise ValueError("a frame's body is over the limit")
+                pending = memoryview(self._read_exact(1))
+            byte, pending = pending[0], pending[1:]
+            data.append(byte)
+            if in_string:
+                escaped, in_string = (False, True) if escaped else (byte == 0x5C, byte != 0x22)
+            elif byte == 0x22:
+                in_string = True
+            elif byte in (0x7B, 0x5B):
+                depth += 1
+            elif byte in (0x7D, 0x5D):
+                depth -= 1
+                if depth == 0:
+                    if pending:
+                        raise ValueError("a frame's body is shorter than its first bytes")
+                    return bytes(data)
+
+
+def _loads(body: bytes) -> dict[str, Any]:
+    msg = json.loads(body)
+    if not isinstance(msg, dict):
+        raise ValueError("message is not a JSON object")
+    return msg
 
 
 def _rough_size(msg: dict[str, Any]) -> int:

@@ -46,14 +46,22 @@ from .streams import (
     flusher_running,
     hand_over_captures,
     quiesce,
+    reclaim_captures,
     stop_captures,
 )
 
 SHUTDOWN_EXIT = 99
+#: how the worker's own notes in a cell's output begin (as the host's)
+NOTICE = "[sandbox_kernel]"
 #: a holder's exit status when the host's channel closed (the host is gone):
 #: the anchor then leaves at once rather than wait for processes cells left
 #: running, so a container ends even when the CLI could not forward a signal
 CHANNEL_CLOSED_EXIT = 98
+#: a holder's exit status when it cannot go on (an error of its own, a broken
+#: frame): the anchor leaves at once too, and the host replaces the sandbox.
+#: Its standby or backup must not take over: it would meet the same error,
+#: and the next one after it.
+BROKEN_EXIT = 97
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -71,16 +79,16 @@ def _set_subreaper() -> None:
         pass
 
 
-def _describe_status(status: int) -> dict[str, Any]:
+def _describe_status(status: int, who: str = "the cell's process") -> dict[str, Any]:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         try:
             name = signal.Signals(sig).name
         except ValueError:
             name = f"signal {sig}"
-        return {"signal": sig, "reason": f"the cell's process was killed by {name}"}
+        return {"signal": sig, "reason": f"{who} was killed by {name}"}
     code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -1
-    return {"exitcode": code, "reason": f"the cell's process exited with code {code}"}
+    return {"exitcode": code, "reason": f"{who} exited with code {code}"}
 
 
 class Holder:
@@ -184,6 +192,9 @@ class Holder:
         # blocked signal stays pending until the child records it.
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         pid = -1
+        # for the child, if this process dies before it: who, and the
+        # deaths seen so far (only the anchor can wait for this process)
+        self._parent = (os.getpid(), deaths.mark())
         try:
             while True:
                 to_child_r, to_child_w = os.pipe()
@@ -202,7 +213,7 @@ class Holder:
             if pid != 0:  # the child unblocks it once it records stops
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         if pid == 0:
-            self._let_old_holder_go(forked=False)  # only the copy of the pipe it inherited
+            self._let_old_holder_go()  # the copy of the pipe it inherited
             _record_stops()
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             os.close(to_child_w)
@@ -211,26 +222,41 @@ class Holder:
             return None
         os.close(to_child_r)
         os.close(to_holder_w)
-        self._let_old_holder_go(forked=True)
+        self._let_old_holder_go()
         return _Child(pid, Channel(to_holder_r, to_child_w))
 
-    def _finish_child(self, result: dict[str, Any], takeover: bool) -> None:
+    def _finish_child(self, result: dict[str, Any], takeover: bool, request_id: Any = None) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         # ``warmed``: whether the request came after a pause, for the old
         # holder (no list of hot pages after one sent back to back)
-        self._ctl.send({"result": result, "warmed": self.warmed})
+        try:
+            self._ctl.send({"result": result, "warmed": self.warmed})
+            sent = True
+        except OSError:  # the holder died while the request ran
+            sent = False
         if takeover:
             # The old holder may be reading a late frame (an interrupt sent as
             # the cell ended): this process, the next holder, must not read the
             # channel before the old one says it has stopped, or the two could
             # split a frame between them.
-            while True:
+            released = False
+            while sent:
                 try:
                     if self._ctl.recv().get("released"):
+                        released = True
                         break
                 except (ChannelClosed, ValueError, OSError):
                     break  # the old holder is gone: nobody else reads
             adopt_captures()
+            if not released:
+                # What watched this request died before letting go, and may
+                # not have said the request ended (the host ignores a second
+                # DONE). A standby's holder (the cell's code, or a process it
+                # started, killed it): this process has the only state left,
+                # with the request's changes. A holder's backup: nothing is lost.
+                if self._parent[0] != os.getpid():
+                    self._note(f"{self._parent_death()} while this cell ran; this cell's process holds the state now")
+                self.channel.send({"type": Msg.DONE, "id": request_id, **result})
         os.close(self._ctl.read_fd)
         if not takeover:
             os._exit(0)
@@ -239,10 +265,12 @@ class Holder:
         self.generation += 1
         self.standby = None  # this process is now the holder; the old one exits
 
-    def _let_old_holder_go(self, forked: bool) -> None:
+    def _let_old_holder_go(self) -> None:
         """Tell the old holder, which waits for it, that this process forked
-        (its next standby or backup), and close the pipe to it. Not a bare
-        end of file: a process a cell forked holds a copy of the pipe too.
+        (its next standby or backup), and close the pipe to it; the forked
+        process says it too, on the copy it inherited: it takes over if this
+        one dies, so the old holder must not (``_successor_died``). Not a
+        bare end of file: a process a cell forked holds a copy of the pipe too.
 
         Tearing the old holder's address space down and forking this one's
         are each a walk of every page table (3-4 ms each with pandas loaded,
@@ -253,11 +281,10 @@ class Holder:
         fd, self._old_holder_fd = self._old_holder_fd, None
         if fd is None:
             return
-        if forked:
-            try:
-                os.write(fd, b"\0")
-            except OSError:
-                pass  # it is gone already
+        try:
+            os.write(fd, b"\0")
+        except OSError:
+            pass  # it is gone already
         os.close(fd)
 
     def _spawn_standby(self) -> _Child | None:
@@ -277,10 +304,11 @@ class Holder:
             return child
         out, err, capture = self._open_streams()
         self._prepare(out, err)
-        try:
-            msg = self._ctl.recv()
-        except (ChannelClosed, ValueError):
-            os._exit(0)  # the holder went away or shut down
+        msg = self._request_or_holder_death()
+        if msg is None:
+            stop_captures(capture)
+            self._take_over_from_dead_holder("")
+            return None
         if msg.get("op") in (Op.EXECUTE, Op.COMM):
             _set_random_state(self.random_state)
         self._run_request(msg, out, err, capture)
@@ -309,7 +337,7 @@ class Holder:
         # stay its own: what threads and tasks of cells print between requests
         # goes out at once (the host publishes it under the last request), and
         # the request's output budget still holds for it.
-        self._finish_child(result, takeover=True)
+        self._finish_child(result, takeover=True, request_id=msg.get("id"))
 
     def _spawn_backup(self) -> _Child | None:
         """Fork the copy that keeps the state from before the next request,
@@ -326,8 +354,6 @@ class Holder:
             select.select([self.channel.read_fd], [], [], REPLY_WINDOW)
         self._collect_if_due()
         quiesce()
-        holder = os.getpid()
-        mark = deaths.mark()
         threads = _thread_names()
         child = self._fork_child()
         if child is not None:
@@ -336,34 +362,89 @@ class Holder:
             return child
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are for the holder's request
         self.backups = []  # the holder's children, not this process's
-        ctl = self._ctl
-        try:
-            pidfd: int | None = os.pidfd_open(holder)
-        except OSError:
-            pidfd = None  # already gone
-        msg: dict[str, Any] | None = None
-        holder_died = pidfd is None
-        if pidfd is not None:
-            ready, _, _ = select.select([ctl.read_fd, pidfd], [], [])
-            if ctl.read_fd in ready:
-                try:
-                    msg = ctl.recv()
-                except (ChannelClosed, ValueError):
-                    msg = None
-            if msg is None:
-                holder_died = bool(select.select([pidfd], [], [], 1.0)[0])
-            os.close(pidfd)
-        if msg is not None:  # returns only if the holder died running it
-            self._supervise(_Child(holder, ctl), msg, takeover=True, watching_holder=(mark, threads))
-        else:
-            os.close(ctl.read_fd)
-            os.close(ctl.write_fd)
-            if not holder_died:
-                os._exit(0)  # the holder let it go
-        # the holder died (idle, as it passed the request, or running it): this process holds the state now
+        msg = self._request_or_holder_death()
+        if msg is None:
+            self._take_over_from_dead_holder(threads)
+            return None
+        # returns only if the holder died as it was passed the request, or
+        # running it (said as the request's end): this process holds the state now
+        self._supervise(
+            _Child(self._parent[0], self._ctl), msg, takeover=True, watching_holder=(self._parent[1], threads)
+        )
         hot_pages.forget()
         adopt_captures()
         return None
+
+    def _request_or_holder_death(self) -> dict[str, Any] | None:
+        """In a standby or a backup: the request its holder passes on, or None
+        once the holder died first, while idle (a process a cell started
+        killed it, or the OOM killer chose it): this process, a copy of the
+        state, then takes over. It exits if the holder let it go.
+
+        Before, a standby exited with its holder, and the session's state was
+        gone with both: the sandbox was replaced, and without a checkpoint
+        every variable was lost."""
+        holder, ctl = self._parent[0], self._ctl
+        pidfd: int | None = None
+        died = os.getppid() != holder  # it died before this process looked
+        if not died:
+            try:
+                pidfd = os.pidfd_open(holder)
+            except ProcessLookupError:
+                died = True
+            except OSError:  # no pidfd (the fd limit a cell reached): the parent is watched by pid
+                pass
+        if not died:
+            watch = [ctl.read_fd] + ([pidfd] if pidfd is not None else [])
+            if ctl.read_fd in select.select(watch, [], [])[0]:
+                try:
+                    msg = ctl.recv()
+                except (ChannelClosed, ValueError):
+                    pass
+                else:
+                    if pidfd is not None:
+                        os.close(pidfd)
+                    return msg
+            # The pipe's end, or the holder's death (a process the holder
+            # forked since may hold a copy of the pipe, which then never ends)
+            died = bool(select.select([pidfd], [], [], 1.0)[0]) if pidfd is not None else _reparented(holder, 1.0)
+        if pidfd is not None:
+            os.close(pidfd)
+        if not died:
+            os._exit(0)  # the holder let it go
+        os.close(ctl.read_fd)
+        os.close(ctl.write_fd)
+        return None
+
+    def _take_over_from_dead_holder(self, threads: str) -> None:
+        """In a standby or a backup whose holder died while idle: hold the
+        state from here on, and say so under the last request."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self.backups = []
+        hot_pages.forget()
+        adopt_captures()
+        lost = f"; the threads earlier cells started ended with it ({threads})" if threads else ""
+        self._note(
+            f"{self._parent_death()} between cells. A copy of the state taken after the last "
+            f"request holds it now: every variable is kept{lost}"
+        )
+
+    def _parent_death(self) -> str:
+        """How the process this one was forked from ended (it has)."""
+        pid, mark = self._parent
+        who = "The process that held the session's state"
+        status = deaths.status_of(pid, mark)
+        return f"{who} ended" if status is None else str(_describe_status(status, who)["reason"])
+
+    @staticmethod
+    def _note(text: str) -> None:
+        """A note of the worker's own in the output of the request running
+        (or, between requests, the last one)."""
+        try:
+            sys.stderr.write(f"{NOTICE} {text}.\n")
+            sys.stderr.flush()
+        except Exception:  # a stream a cell replaced: the note is all that is lost
+            pass
 
     def _collect_if_due(self) -> None:
         """A full garbage collection in the holder, before it forks, when
@@ -568,22 +649,25 @@ class Holder:
             hand_over_captures()  # the child reads on what processes of cells write
             try:  # this process reads the channel no more: the child may
                 result_channel.send({"released": True})
-                released = True
             except OSError:
-                released = False
+                pass  # it died: told below
             # Threads earlier cells left here may be writing a frame: it
             # must be whole, and no other begun, before this process goes.
             self.channel.stop_sending()
+            died = self._successor_died(pid, res_r, pidfd, watching_holder)
+            if died is not None:
+                for fd in (res_r, ctl_w) + ((pidfd,) if pidfd is not None else ()):
+                    os.close(fd)
+                self._hold_again(died, msg, watching_holder[1] if watching_holder else "")
+                return
             # The child now holds the state. Tearing this address space
             # down costs CPU just when the host handles DONE: done last, at
             # the lowest priority, and only once the child forked
-            # (``_let_old_holder_go``) or died.
+            # (``_let_old_holder_go``).
             try:
                 os.nice(19)
             except OSError:
                 pass
-            if released:
-                select.select([res_r], [], [], OLD_HOLDER_WAIT)
         os.close(res_r)
         os.close(ctl_w)
         if pidfd is not None:
@@ -611,6 +695,60 @@ class Holder:
             death = _describe_status(seen) if seen is not None else {"reason": "the cell's process ended"}
             death["threads_lost"] = threads  # what used them (an executor, a pool) would wait forever: said
         self.channel.send({"type": Msg.DONE, "id": msg.get("id"), "status": "died", **death})
+
+    @staticmethod
+    def _successor_died(pid: int, res_r: int, pidfd: int | None, watching_holder: tuple[int, str] | None) -> int | None:
+        """In the old holder, once the child that ran a request was released:
+        None if it, or a process it forked (its standby or backup, which
+        takes over if it dies), holds the state now; each writes a byte on
+        the pipe (``_let_old_holder_go``). The child's wait status if it
+        died and the pipe ended with no byte: nothing has the request's
+        state, and this process must hold its own again. A child alive but
+        slow to fork (a full garbage collection first) holds it; so, as far
+        as this process can tell, does a dead one whose pipe a process its
+        cell forked keeps open (no end comes): it goes, as before. A backup
+        does the same for the holder that ran the request in place.
+        ``watching_holder`` as for ``_supervise``."""
+        watch = [res_r] + ([pidfd] if pidfd is not None else [])
+        deadline = time.monotonic() + OLD_HOLDER_WAIT
+        while True:
+            ready = select.select(watch, [], [], max(0.0, deadline - time.monotonic()))[0]
+            if not ready:
+                return None
+            if res_r in ready:
+                try:
+                    if os.read(res_r, 1):
+                        return None
+                except OSError:
+                    return None
+                # The end with no byte: the child closed its end only by
+                # dying, which it may not have finished (fds close before a
+                # process is a zombie: waitpid said "alive" then).
+                if pidfd is None or not select.select([pidfd], [], [], OLD_HOLDER_WAIT)[0]:
+                    return None  # (no pidfd: it goes, as before)
+                if watching_holder is not None:  # not this process's child: the anchor waits for it
+                    status = deaths.status_of(pid, watching_holder[0])
+                    return status if status is not None else int(signal.SIGKILL)  # (as killed, when unknown)
+                return os.waitpid(pid, 0)[1]
+            watch = [res_r]  # it died: a process it forked may still say it took over
+
+    def _hold_again(self, status: int, msg: dict[str, Any], threads: str) -> None:
+        """In the old holder: the child that ran ``msg`` died after it
+        reported, before anything took over from it (killed at that moment,
+        or by an at-fork hook its cell registered). This process's state,
+        from before that request, is the session's again, and the note says
+        so under the request, which was reported as ended well. Before, the
+        old holder exited all the same, and the session's state was gone."""
+        self.channel.resume_sending()
+        reclaim_captures()
+        hot_pages.forget()
+        begin_request(str(msg.get("parent_id") or ""))
+        reason = _describe_status(status, "This cell's process")["reason"]
+        lost = f"; the threads earlier cells started ended with it ({threads})" if threads else ""
+        self._note(
+            f"{reason} right after the cell ended, before it held the session's state: the session goes "
+            f"on from the state before this cell, and what this cell changed is lost{lost}"
+        )
 
     # ---- request bodies (run in the forked child) -------------------------------------------
     def _execute(
@@ -802,6 +940,17 @@ def _background_of_cells() -> bool:
         )
         or cell_loop.busy()
     )
+
+
+def _reparented(pid: int, timeout: float) -> bool:
+    """Whether this process's parent, ``pid``, died within ``timeout`` (its
+    orphans go to the anchor, the subreaper)."""
+    deadline = time.monotonic() + timeout
+    while os.getppid() == pid:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def _thread_names(most: int = 8, length: int = 60) -> str:
@@ -996,7 +1145,17 @@ def main() -> None:
     if pid == 0:
         if forwarder is not None:
             forwarder.close()  # the anchor's; cells must not accept on it
-        Holder(channel, shell).serve()
+        holder = Holder(channel, shell)
+        try:
+            holder.serve()
+        except BaseException:
+            try:
+                import traceback
+
+                traceback.print_exc(file=sys.__stderr__)  # the host's log
+                holder._kill_standby()
+            finally:
+                os._exit(BROKEN_EXIT)
         os._exit(0)
     os.close(read_fd)
     os.close(write_fd)
@@ -1017,7 +1176,7 @@ def _anchor() -> None:
         except InterruptedError:  # pragma: no cover
             continue
         deaths.record(pid, status)
-        if os.WIFEXITED(status) and os.WEXITSTATUS(status) in (SHUTDOWN_EXIT, CHANNEL_CLOSED_EXIT):
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) in (SHUTDOWN_EXIT, CHANNEL_CLOSED_EXIT, BROKEN_EXIT):
             os._exit(0)
 
 

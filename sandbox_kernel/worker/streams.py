@@ -504,6 +504,28 @@ def adopt_captures() -> None:
                 return
 
 
+def reclaim_captures(timeout: float = 0.5) -> None:
+    """In an old holder whose successor died before taking over: read on
+    the pipes it handed over (``hand_over_captures``), with a new stop pipe
+    (the old one holds the byte that stopped its readers)."""
+    global _stop_pipe, _stop_pid
+    mine = [c for c in _open_captures if c.reader_pid == os.getpid() and c._open]
+    deadline = time.monotonic() + timeout
+    for capture in mine:
+        capture.done.wait(max(0.0, deadline - time.monotonic()))
+    if _stop_pipe is not None and _stop_pid == os.getpid():
+        if all(capture.done.is_set() for capture in mine):  # else a reader may still poll it: left open
+            for fd in _stop_pipe:
+                os.close(fd)
+        _stop_pipe, _stop_pid = None, 0
+    for capture in mine:
+        if capture.done.is_set():
+            try:
+                capture.adopt()
+            except RuntimeError:  # "can't start new thread": the process cap is spent
+                return
+
+
 def start_captures(out: OutStream, err: OutStream) -> FdCapture:
     """Capture fds 1 and 2 (RuntimeError, and nothing left captured, when the
     reader thread cannot start)."""

@@ -20,7 +20,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.process import system  # type: ignore[attr-defined]  # re-exported per platform
 from traitlets.config import Config
 
-from . import pip_magic
+from . import kernel_magics, pip_magic
 from .channel import Channel
 from .protocol import Msg
 from .streams import parent_tag
@@ -223,6 +223,7 @@ def make_shell(channel: Channel) -> ZMQInteractiveShell:
     # %pip installs into the session's package layer (site-packages are read-only)
     pip_magic.packages_dir()
     shell.magics_manager.register_function(_pip_line, magic_kind="line", magic_name="pip")
+    kernel_magics.register(shell)  # ipykernel's own (%autosave, %less, ...)
     return shell
 
 

@@ -1,0 +1,99 @@
+"""ipykernel's own magics in the sandbox, side by side with stock ipykernel
+(real bwrap and a real ipykernel, through jupyter_client).
+
+Each failed with "Line magic function not found" before, which stops nbclient
+and papermill at the cell (``%autosave 0`` heads many public notebooks).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
+from kernel_helpers import bwrap_kernel
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# every magic whose output is the same in any kernel, and a usage error of each kind
+SAME_AS_IPYKERNEL = ["%autosave 0", "%autosave 60", "%autosave x", "%clear", "%less notes.txt", "%more lib.py", "%less"]
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BlockingKernelClient, BlockingKernelClient]]:
+    root = tmp_path_factory.mktemp("magics")
+    sandboxed = bwrap_kernel(root)  # its workspace, root/ws, is the stock kernel's folder too
+    (root / "ws" / "notes.txt").write_text("a line of notes\n")
+    (root / "ws" / "lib.py").write_text("def f():\n    return 1\n")
+    stock = KernelManager(kernel_name="python3")
+    stock.start_kernel(cwd=str(root / "ws"))
+    client = stock.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        yield sandboxed.kc, client
+    finally:
+        client.stop_channels()
+        stock.shutdown_kernel(now=True)
+        sandboxed.shutdown()
+
+
+def _outcome(kc: BlockingKernelClient, code: str) -> dict[str, Any]:
+    """What a frontend shows of ``code``: status, outputs (stream texts, MIME
+    keys, error names) and pager payloads (without colours: the shells'
+    colour schemes differ)."""
+    outputs: list[Any] = []
+
+    def keep(msg: dict[str, Any]) -> None:
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            outputs.append((content["name"], content["text"]))
+        elif kind in ("display_data", "execute_result"):
+            outputs.append((kind, sorted(content["data"])))
+        elif kind == "error":
+            outputs.append(("error", content["ename"]))
+
+    reply = kc.execute_interactive(code, timeout=60, output_hook=keep)["content"]
+    pages = [(p["source"], ANSI.sub("", p["data"].get("text/plain", ""))) for p in reply.get("payload", [])]
+    return {"status": reply["status"], "outputs": outputs, "pages": pages}
+
+
+@pytest.mark.parametrize("code", SAME_AS_IPYKERNEL)
+def test_the_magic_gives_what_ipykernel_gives(kernels: tuple[BlockingKernelClient, ...], code: str) -> None:
+    sandboxed, stock = kernels
+    ours, theirs = _outcome(sandboxed, code), _outcome(stock, code)
+    if code.startswith("%autosave") and theirs["status"] == "ok":
+        # ipykernel also displays a Javascript call to the classic notebook,
+        # which JupyterLab and Notebook 7 lack (and the output policy drops)
+        assert theirs["outputs"][0] == ("display_data", ["application/javascript"])
+        theirs["outputs"] = theirs["outputs"][1:]
+    assert ours == theirs
+    if code.startswith(("%less ", "%more ")):
+        assert ours["pages"] and ("notes" in ours["pages"][0][1] or "return" in ours["pages"][0][1]), ours
+
+
+def test_subshell_says_there_are_none(kernels: tuple[BlockingKernelClient, ...]) -> None:
+    assert _outcome(kernels[0], "%subshell") == {
+        "status": "ok",
+        "outputs": [("stdout", "Kernel does not support subshells\n")],
+        "pages": [],
+    }
+
+
+@pytest.mark.parametrize("code", ["%connect_info", "%qtconsole"])
+def test_what_needs_the_connection_file_says_why_and_gives_none_of_it(
+    kernels: tuple[BlockingKernelClient, ...], code: str
+) -> None:
+    sandboxed = kernels[0]
+    outcome = _outcome(sandboxed, code)
+    assert outcome["status"] == "ok"  # a warning, as ipykernel's when it cannot: the notebook goes on
+    text = "".join(text for name, text in outcome["outputs"] if name == "stderr")
+    assert "UserWarning: Could not" in text and "connection file" in text and "is not given to cells" in text, text
+    # nothing of the host kernel's connection: its file, key or ports
+    info = sandboxed.get_connection_info()
+    assert Path(sandboxed.connection_file).name not in text
+    assert info["key"].decode() not in text
+    assert str(info["shell_port"]) not in text

@@ -88,6 +88,26 @@ def test_the_holder_killed_by_the_cell_it_runs(kernel: SandboxKernelHandle) -> N
 
 
 @pytest.mark.timeout(240)
+def test_the_holder_killed_during_a_completion_still_answers_it(kernel: SandboxKernelHandle) -> None:
+    """A completion runs in a child of the holder; a completer a cell
+    registered kills the holder from there. The standby takes over, and the
+    completion's child answers the request itself (the host would otherwise
+    wait 30 s, then replace the sandbox)."""
+    ok(
+        kernel,
+        KEEP + "def deadly(text):\n"
+        "    os.kill(os.getppid(), signal.SIGKILL)\n"
+        "    return ['zz_answer_of_the_dead']\n"
+        "get_ipython().Completer.custom_matchers.append(deadly)\n",
+    )
+    sandboxes = _sandbox_pids(kernel)
+    reply = kernel.kc.complete("zz_", 3, reply=True, timeout=20)["content"]
+    assert reply["status"] == "ok" and "zz_answer_of_the_dead" in reply["matches"], reply
+    assert ok(kernel, "print(kept, next(generator))").strip() == "41 1"
+    assert _sandbox_pids(kernel) == sandboxes
+
+
+@pytest.mark.timeout(240)
 def test_a_cells_process_killed_before_it_took_over_leaves_the_state_from_before_it(
     kernel: SandboxKernelHandle,
 ) -> None:

@@ -259,6 +259,8 @@ class Holder:
                 self.channel.send({"type": Msg.DONE, "id": request_id, **result})
         os.close(self._ctl.read_fd)
         if not takeover:
+            if not sent:  # a query whose holder died (its standby took over): its answer all the same
+                self.channel.send({"type": Msg.DONE, "id": request_id, **result})
             os._exit(0)
         # kept until this process forks again: the old holder exits then
         self._old_holder_fd = self._ctl.write_fd
@@ -578,7 +580,7 @@ class Holder:
                 result = body(msg, self._ctl)
             except BaseException as exc:
                 result = {"status": "error", "ename": type(exc).__name__, "evalue": str(exc), "traceback": []}
-            self._finish_child(result, takeover=False)
+            self._finish_child(result, takeover=False, request_id=msg.get("id"))
         else:
             self._supervise(child, msg, takeover=False)
 

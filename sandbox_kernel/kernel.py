@@ -426,7 +426,11 @@ class SandboxKernel(Kernel, EngineSettings):
         ident = self._get_shell_context_var(self._shell_parent_ident)
 
         def emit(kind: str, content: dict[str, Any]) -> None:
-            if not silent:
+            # A silent request's output is published as ipykernel publishes
+            # it (streams, displays, errors, widget messages: the client that
+            # sent it may read them; JupyterLab shows them in no cell), all
+            # but a result, which IPython makes none of when silent.
+            if not (silent and kind == "execute_result"):
                 self._publish(kind, content, parent)
 
         async def ask_input(prompt: str, password: bool) -> str:

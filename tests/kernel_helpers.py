@@ -9,7 +9,8 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,22 @@ def is_idle(msg: dict[str, Any], msg_id: str) -> bool:
 def iopub_until_idle(kc: BlockingKernelClient, msg_id: str, timeout: float = 30) -> list[dict[str, Any]]:
     """Every iopub message until request ``msg_id``'s idle status."""
     return iopub_until(kc, lambda got: any(is_idle(m, msg_id) for m in got), timeout)
+
+
+@contextmanager
+def stock_kernel(cwd: Path) -> Iterator[BlockingKernelClient]:
+    """A client of stock ipykernel (``python3``) started in ``cwd``, for the
+    side-by-side tests: what a cell gives there is what it must give here."""
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel(cwd=str(cwd))
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        yield client
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
 
 
 def require_bwrap() -> None:

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
-from jupyter_client.manager import KernelManager
-from kernel_helpers import bwrap_kernel
+from kernel_helpers import bwrap_kernel, stock_kernel
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # every magic whose output is the same in any kernel, and a usage error of each kind
@@ -28,16 +27,10 @@ def kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Blocking
     sandboxed = bwrap_kernel(root)  # its workspace, root/ws, is the stock kernel's folder too
     (root / "ws" / "notes.txt").write_text("a line of notes\n")
     (root / "ws" / "lib.py").write_text("def f():\n    return 1\n")
-    stock = KernelManager(kernel_name="python3")
-    stock.start_kernel(cwd=str(root / "ws"))
-    client = stock.client()
-    client.start_channels()
     try:
-        client.wait_for_ready(timeout=60)
-        yield sandboxed.kc, client
+        with stock_kernel(root / "ws") as stock:
+            yield sandboxed.kc, stock
     finally:
-        client.stop_channels()
-        stock.shutdown_kernel(now=True)
         sandboxed.shutdown()
 
 

@@ -18,7 +18,16 @@ from kernel_helpers import bwrap_kernel, stock_kernel
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # every magic whose output is the same in any kernel, and a usage error of each kind
-SAME_AS_IPYKERNEL = ["%autosave 0", "%autosave 60", "%autosave x", "%clear", "%less notes.txt", "%more lib.py", "%less"]
+SAME_AS_IPYKERNEL = [
+    "%edit",
+    "%autosave 0",
+    "%autosave 60",
+    "%autosave x",
+    "%clear",
+    "%less notes.txt",
+    "%more lib.py",
+    "%less",
+]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +59,7 @@ def _outcome(kc: BlockingKernelClient, code: str) -> dict[str, Any]:
             outputs.append(("error", content["ename"]))
 
     reply = kc.execute_interactive(code, timeout=60, output_hook=keep)["content"]
-    pages = [(p["source"], ANSI.sub("", p["data"].get("text/plain", ""))) for p in reply.get("payload", [])]
+    pages = [(p["source"], ANSI.sub("", p.get("data", {}).get("text/plain", ""))) for p in reply.get("payload", [])]
     return {"status": reply["status"], "outputs": outputs, "pages": pages}
 
 
@@ -58,6 +67,14 @@ def _outcome(kc: BlockingKernelClient, code: str) -> dict[str, Any]:
 def test_the_magic_gives_what_ipykernel_gives(kernels: tuple[BlockingKernelClient, ...], code: str) -> None:
     sandboxed, stock = kernels
     ours, theirs = _outcome(sandboxed, code), _outcome(stock, code)
+    if code == "%edit":
+        # ipykernel then asks the frontend to open the file, which JupyterLab
+        # ignores (and the kernel drops); the file is a new temporary one
+        assert theirs["pages"] == [("edit_magic", "")]
+        theirs["pages"] = []
+        for outcome in (ours, theirs):
+            outcome["outputs"] = [(name, re.sub(r"/\S+\.py", "<file>", text)) for name, text in outcome["outputs"]]
+        assert ours["outputs"] == [("stdout", "IPython will make a temporary file named: <file>\n")]
     if code.startswith("%autosave") and theirs["status"] == "ok":
         # ipykernel also displays a Javascript call to the classic notebook,
         # which JupyterLab and Notebook 7 lack (and the output policy drops)
@@ -90,3 +107,16 @@ def test_what_needs_the_connection_file_says_why_and_gives_none_of_it(
     assert Path(sandboxed.connection_file).name not in text
     assert info["key"].decode() not in text
     assert str(info["shell_port"]) not in text
+
+
+def test_history_searches_and_reruns_this_sessions_cells(kernels: tuple[BlockingKernelClient, ...]) -> None:
+    """IPython's history database (in memory in the sandbox, a file under
+    ipykernel): ``%history -g`` and ``%rerun -l`` found nothing before."""
+    sandboxed = kernels[0]
+    assert _outcome(sandboxed, "marker_of_history = 40")["status"] == "ok"
+    found = _outcome(sandboxed, "%history -g marker_of_history")
+    assert any("marker_of_history = 40" in text for _, text in found["outputs"]), found
+    assert _outcome(sandboxed, "marker_of_history += 1")["status"] == "ok"
+    assert _outcome(sandboxed, "%rerun -l 1")["status"] == "ok"  # the line before it, once more
+    shown = _outcome(sandboxed, "print(marker_of_history)")
+    assert shown["outputs"] == [("stdout", "42\n")], shown

@@ -16,6 +16,7 @@ from IPython.core import page
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magics.code import CodeMagics, MacroToEdit
 from IPython.utils import openpy
 
 #: why a cell gets no connection file: it holds the key that signs every
@@ -49,6 +50,20 @@ class KernelMagics(Magics):
         except ValueError as e:
             raise UsageError(f"%autosave requires an integer, got {arg_s!r}") from e
         print(f"Autosaving every {interval} seconds" if interval else "Autosave disabled")
+
+    @line_magic
+    def edit(self, parameter_s: str = "", last_call: list[str] | None = None) -> None:
+        """Make the file to edit, as ipykernel's ``%edit`` does (it names a
+        temporary one), and no more. ipykernel then asks the frontend, in
+        the reply, to open it: JupyterLab and Notebook 7 ignore that, and the
+        kernel drops it anyway (a frontend must not open a path a sandbox
+        chose). IPython's own ``%edit`` runs a terminal editor, which fails
+        here. Open the file in JupyterLab's file browser instead."""
+        opts, args = self.parse_options(parameter_s, "prn:")
+        try:
+            CodeMagics._find_edit_target(self._shell, args, opts, last_call or ["", ""])
+        except MacroToEdit:
+            print("Macro editing not yet implemented in 2-process model.")
 
     @line_magic
     def clear(self, arg_s: str) -> None:

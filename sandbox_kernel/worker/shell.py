@@ -206,7 +206,8 @@ def make_shell(channel: Channel) -> ZMQInteractiveShell:
     """Create the one shell of this worker: no history file, no profile dir on disk
     outside the sandbox's private /tmp."""
     config = Config()
-    config.HistoryManager.enabled = False
+    # History in an in-memory database (no file, so no thread writing it):
+    # %history -g, %hist -l and %rerun search it, as ipykernel's its file
     config.HistoryManager.hist_file = ":memory:"
     config.InteractiveShell.colors = "Linux"
     config.InteractiveShell.xmode = "Context"

@@ -131,18 +131,14 @@ def test_sandbox_killed_from_outside_resumes_from_checkpoint(fresh_kernel: Sandb
         assert name in notice and hint in notice.split(name, 1)[1], notice
 
 
-def test_state_holder_killed_alone_resumes_from_checkpoint(fresh_kernel: SandboxKernelHandle) -> None:
-    """SIGKILL of the worker's state holder only (not the whole sandbox): the
-    sandbox is replaced, the state comes back from the checkpoint, nothing leaks."""
-    k = fresh_kernel
-    assert k.run("x = 41\ndef answer():\n    return x + 1").status == "ok"
-    time.sleep(1.5)  # the background checkpoint
+def _holders(k: SandboxKernelHandle) -> list[psutil.Process]:
+    """The worker's state holder: the anchor's child (the anchor, the worker's
+    first process, is bwrap's child)."""
 
     def is_python(p: psutil.Process) -> bool:
         return "python" in p.name()
 
-    # anchor: the worker's first process (its parent is bwrap); holder: the anchor's child
-    holders = [
+    return [
         p
         for p in k.descendants()
         if is_python(p)
@@ -151,15 +147,42 @@ def test_state_holder_killed_alone_resumes_from_checkpoint(fresh_kernel: Sandbox
         and (grand := parent.parent()) is not None
         and not is_python(grand)
     ]
+
+
+def test_state_holder_killed_from_the_host(fresh_kernel: SandboxKernelHandle) -> None:
+    """SIGKILL of the worker's state holder only, from outside the sandbox
+    (as the host's OOM killer would): its standby, forked after the last
+    cell, takes over in the same sandbox with the live state. Killed with
+    its standby, the sandbox is replaced and the state comes back from the
+    checkpoint. Nothing leaks either way."""
+    k = fresh_kernel
+    assert k.run("x = 41\ndef answer():\n    return x + 1\ngen = (i for i in range(9))").status == "ok"
+    time.sleep(1.5)  # the background checkpoint
+    sandboxes = {p.pid for p in k.sandboxes()}
+    holders = _holders(k)
     assert len(holders) == 1, holders
     holders[0].kill()
     psutil.wait_procs(holders, timeout=5)
     time.sleep(0.5)
+    run = k.run("print(answer(), next(gen))")
+    assert run.status == "ok" and run.stdout.strip() == "42 0", (run.stdout, run.stderr)
+    assert "sandbox was replaced" not in run.stderr
+    assert {p.pid for p in k.sandboxes()} == sandboxes
+    assert not holders[0].is_running()
+    # the holder and its standby together: nothing in the sandbox holds the state
+    time.sleep(1.5)
+    holders = _holders(k)
+    assert len(holders) == 1, holders
+    doomed = [*holders[0].children(), holders[0]]  # the standby first: it would take over
+    for process in doomed:
+        process.kill()
+    psutil.wait_procs(doomed, timeout=5)
+    time.sleep(0.5)
     run = k.run("print(answer())")
     assert run.status == "ok" and run.stdout.strip() == "42", (run.stdout, run.stderr)
-    assert "sandbox was replaced" in run.stderr and "checkpoint taken after cell [1]" in run.stderr
+    assert "sandbox was replaced" in run.stderr and "checkpoint taken after cell [2]" in run.stderr, run.stderr
     assert len(k.sandboxes()) >= 1 and all(p.is_running() for p in k.sandboxes())
-    assert not holders[0].is_running()
+    assert not any(p.is_running() for p in doomed)
 
 
 def test_shutdown_leaves_no_process_or_temp_dir(tmp_path: Path) -> None:

@@ -194,6 +194,26 @@ def test_a_holder_that_cannot_go_on_ends_the_sandbox_once(kernel: SandboxKernelH
     assert ok(kernel, "print(kept)").strip() == "41"  # from the checkpoint, in a new sandbox
 
 
+@pytest.mark.timeout(240)
+def test_a_cells_process_whose_own_code_fails_ends_alone(kernel: SandboxKernelHandle) -> None:
+    """The other side of the test above: a cell's process, not yet the
+    holder, that fails in the worker's code (here: a cell broke how it
+    reports) dies alone, as a cell that crashed, and the holder goes on."""
+    ok(kernel, KEEP)
+    sandboxes = _sandbox_pids(kernel)
+    run = kernel.run(
+        "import sandbox_kernel_worker.main as main\n"
+        "def broken(*args, **kwargs):\n"
+        "    raise ValueError('broken on purpose')\n"
+        "main.Holder._finish_child = broken\n"
+        "changed = 7"
+    )
+    assert run.status == "error" and run.errors[0]["ename"] == "CellDied", run.errors
+    assert "exited with code 1" in run.errors[0]["evalue"], run.errors
+    assert ok(kernel, "print(kept, 'changed' in globals(), next(generator))").strip() == "41 False 1"
+    assert _sandbox_pids(kernel) == sandboxes
+
+
 def _pipe_channel() -> tuple[Channel, int]:
     read_fd, write_fd = os.pipe()
     return Channel(read_fd, write_fd), write_fd

@@ -112,6 +112,9 @@ class Holder:
     random_state: object = None
     #: a request the holder read but could not start (its backup was gone)
     pending: dict[str, Any] | None = None
+    #: this process is a forked child (a standby, a backup, a query's) that
+    #: does not hold the state (yet): an error of its own ends it alone
+    forked_child = False
     #: objects there were after the last full garbage collection, and how
     #: many requests' processes kept since (``_collect_if_due``)
     collected_at = 0
@@ -213,6 +216,7 @@ class Holder:
             if pid != 0:  # the child unblocks it once it records stops
                 signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         if pid == 0:
+            self.forked_child = True
             self._let_old_holder_go()  # the copy of the pipe it inherited
             _record_stops()
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
@@ -266,6 +270,7 @@ class Holder:
         self._old_holder_fd = self._ctl.write_fd
         self.generation += 1
         self.standby = None  # this process is now the holder; the old one exits
+        self.forked_child = False
 
     def _let_old_holder_go(self) -> None:
         """Tell the old holder, which waits for it, that this process forked
@@ -373,6 +378,7 @@ class Holder:
         self._supervise(
             _Child(self._parent[0], self._ctl), msg, takeover=True, watching_holder=(self._parent[1], threads)
         )
+        self.forked_child = False
         hot_pages.forget()
         adopt_captures()
         return None
@@ -423,6 +429,7 @@ class Holder:
         state from here on, and say so under the last request."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.backups = []
+        self.forked_child = False
         hot_pages.forget()
         adopt_captures()
         lost = f"; the threads earlier cells started ended with it ({threads})" if threads else ""
@@ -1151,13 +1158,16 @@ def main() -> None:
         try:
             holder.serve()
         except BaseException:
+            # A forked child that does not hold the state (a cell's process)
+            # ends alone, and its holder reports the death, as before.
             try:
                 import traceback
 
-                traceback.print_exc(file=sys.__stderr__)  # the host's log
-                holder._kill_standby()
+                traceback.print_exc(file=sys.__stderr__)  # fd 2: the host's log (a request's, while one runs)
+                if not holder.forked_child:
+                    holder._kill_standby()
             finally:
-                os._exit(BROKEN_EXIT)
+                os._exit(1 if holder.forked_child else BROKEN_EXIT)
         os._exit(0)
     os.close(read_fd)
     os.close(write_fd)

@@ -85,6 +85,17 @@ def test_the_magic_gives_what_ipykernel_gives(kernels: tuple[BlockingKernelClien
         assert ours["pages"] and ("notes" in ours["pages"][0][1] or "return" in ours["pages"][0][1]), ours
 
 
+def test_man_shows_a_page_as_with_ipykernel(kernels: tuple[BlockingKernelClient, ...]) -> None:
+    """``%man`` in the pager (the host's /etc/manpath.config is not in the
+    sandbox: man failed on it)."""
+    sandboxed, stock = kernels
+    ours, theirs = _outcome(sandboxed, "%man ls"), _outcome(stock, "%man ls")
+    assert ours["status"] == theirs["status"] == "ok"
+    if "LS(1)" in theirs["pages"][0][1]:  # (a machine without man pages has none in either)
+        page = ours["pages"][0][1]
+        assert page.lstrip().startswith("LS(1)") and "list directory contents" in page, page[:300]
+
+
 def test_subshell_says_there_are_none(kernels: tuple[BlockingKernelClient, ...]) -> None:
     assert _outcome(kernels[0], "%subshell") == {
         "status": "ok",

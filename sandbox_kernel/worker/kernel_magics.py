@@ -10,6 +10,7 @@ every sandbox's start about 60 ms. What needs the kernel's connection file
 
 from __future__ import annotations
 
+import os
 import warnings
 
 from IPython.core import page
@@ -86,8 +87,14 @@ class KernelMagics(Magics):
 
     @line_magic
     def man(self, arg_s: str) -> None:
-        """Find the man page for the given command and display it in the pager."""
-        page.page(self._shell.getoutput(f"man {arg_s} | col -b", split=False))
+        """Find the man page for the given command and display it in the
+        pager. The sandbox has no /etc/manpath.config (the host's /etc is not
+        in it): man then reads its defaults instead, and groff's warning
+        that its site macros are missing too is left out."""
+        command = f"man {arg_s}"
+        if not os.path.exists("/etc/manpath.config"):
+            command = f'man -C /dev/null {arg_s} 2>&1 | grep -v "can\'t find macro file"'
+        page.page(self._shell.getoutput(f"{command} | col -b", split=False))
 
     @line_magic
     def connect_info(self, arg_s: str) -> None:

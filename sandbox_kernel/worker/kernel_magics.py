@@ -114,9 +114,9 @@ class KernelMagics(Magics):
         print("Kernel does not support subshells")
 
 
-def register(shell: object) -> None:
-    """Add the magics to ``shell`` (an InteractiveShell)."""
-    shell.register_magics(KernelMagics)  # type: ignore[attr-defined]
+def register(shell: InteractiveShell) -> None:
+    """Add the magics to ``shell``."""
+    shell.register_magics(KernelMagics)
 
 
 __all__ = ["NO_CONNECTION_FILE", "KernelMagics", "register"]

@@ -17,7 +17,15 @@ from typing import Any
 import psutil
 import pytest
 from jupyter_client.manager import KernelManager
-from kernel_helpers import SandboxKernelHandle, bwrap_kernel, iopub_until, iopub_until_idle, is_idle, ok
+from kernel_helpers import (
+    SandboxKernelHandle,
+    bwrap_kernel,
+    iopub_until,
+    iopub_until_idle,
+    is_idle,
+    ok,
+    status_of,
+)
 
 # ipywidgets' "Asynchronous Widgets" example, "Updating a widget in the background"
 PROGRESS_FROM_A_THREAD = """
@@ -229,6 +237,36 @@ def test_what_a_thread_displays_after_its_cell_is_sanitised_like_the_cells_own(k
     assert '<b id="late">late</b>' in html or "<b>late</b>" in html, html
     assert "<script" not in html and "onerror" not in html and "alert" not in html, html
     assert not any("application/javascript" in b for b in bundles), bundles
+
+
+@pytest.mark.timeout(120)
+def test_a_thread_that_asks_the_host_after_its_cell_ended_gets_an_error_at_once(kernel: SandboxKernelHandle) -> None:
+    """input() and the ratchet are answered through the cell's private pipe,
+    closed once the cell ends: a thread that asked later sent its request to
+    the host all the same and read the closed pipe (EBADF, or another pipe
+    that had its fd number), and input() blamed the frontend."""
+    ok(
+        kernel,
+        "import threading, time\n"
+        "from sandbox_kernel import private\n"
+        "asked = {}\n"
+        "def ask_later():\n"
+        "    time.sleep(0.5)\n"
+        "    for name, call in (('input', lambda: input('later? ')), ('ratchet', lambda: private.mark_private())):\n"
+        "        try:\n"
+        "            call()\n"
+        "        except Exception as exc:\n"
+        "            asked[name] = f'{type(exc).__name__}: {exc}'\n"
+        "asker = threading.Thread(target=ask_later)\n"
+        "asker.start()",
+    )
+    time.sleep(1.0)
+    out = ok(kernel, "asker.join(10)\nprint(asker.is_alive())\nfor name in sorted(asked): print(name, asked[name])")
+    lines = out.splitlines()
+    assert lines[0] == "False", out  # it did not hang
+    assert lines[1].startswith("input StdinNotImplementedError: input() was called after its cell ended"), out
+    assert lines[2].startswith("ratchet RuntimeError: sandbox_kernel.private was called after its cell ended"), out
+    assert status_of(kernel)["private"] is False  # the call never reached the host
 
 
 def test_a_frame_can_name_only_a_recent_cell_of_its_own_session(kernel: SandboxKernelHandle) -> None:

@@ -231,6 +231,7 @@ class Holder:
 
     def _finish_child(self, result: dict[str, Any], takeover: bool, request_id: Any = None) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _end_host_requests()
         # ``warmed``: whether the request came after a pause, for the old
         # holder (no list of hot pages after one sent back to back)
         try:
@@ -1073,12 +1074,36 @@ def _interruptible() -> Iterator[None]:
 _input_ids = itertools.count(1)
 
 
+#: the request whose host requests (input(), the ratchet) can be answered
+#: now; None between requests (``_install_host_requests``)
+_answerable: object | None = None
+
+
+def _end_host_requests() -> None:
+    """The request ended: its private pipe is closed (its fd may be another
+    pipe's soon), and nothing relays answers until the next request."""
+    global _answerable
+    _answerable = None
+
+
 def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, out: Any, err: Any) -> None:
     """Route what a cell asks of the host (input(), getpass, the ratchet) over the
-    channel, with the answers relayed by the holder on the private pipe."""
+    channel, with the answers relayed by the holder on the private pipe.
+
+    Only while that request runs: a thread or a task of the cell that asks
+    later gets an error that says so, and nothing is sent. Before, its
+    frame went to the host, which answers no request between cells, and it
+    read the closed pipe (EBADF) or whatever pipe had taken its fd number
+    since (a standby's: it could take the standby's messages)."""
+    global _answerable
     from IPython.core.error import StdinNotImplementedError
 
+    token = _answerable = object()
+    ended = "was called after its cell ended (from a thread or a task of it): the host answers only while the cell runs"
+
     def ask(prompt: Any = "", password: bool = False) -> str:
+        if _answerable is not token:
+            raise StdinNotImplementedError(f"input() {ended}")
         if not allow_stdin:
             raise StdinNotImplementedError(
                 "input() was called, but this frontend does not support input requests "
@@ -1103,6 +1128,8 @@ def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, ou
     getpass.getpass = lambda prompt="Password: ", stream=None: ask(prompt, password=True)
 
     def ratchet(payload: dict[str, Any]) -> dict[str, Any]:
+        if _answerable is not token:
+            raise RuntimeError(f"sandbox_kernel.private {ended}")
         out.flush()
         err.flush()
         channel.send({"type": Msg.RATCHET, **payload})

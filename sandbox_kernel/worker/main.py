@@ -379,9 +379,7 @@ class Holder:
         self._supervise(
             _Child(self._parent[0], self._ctl), msg, takeover=True, watching_holder=(self._parent[1], threads)
         )
-        self.forked_child = False
-        hot_pages.forget()
-        adopt_captures()
+        self._hold_after_dead_holder()
         return None
 
     def _request_or_holder_death(self) -> dict[str, Any] | None:
@@ -403,22 +401,20 @@ class Holder:
                 died = True
             except OSError:  # no pidfd (the fd limit a cell reached): the parent is watched by pid
                 pass
-        if not died:
-            watch = [ctl.read_fd] + ([pidfd] if pidfd is not None else [])
-            if ctl.read_fd in select.select(watch, [], [])[0]:
-                try:
-                    msg = ctl.recv()
-                except (ChannelClosed, ValueError):
-                    pass
-                else:
-                    if pidfd is not None:
-                        os.close(pidfd)
-                    return msg
-            # The pipe's end, or the holder's death (a process the holder
-            # forked since may hold a copy of the pipe, which then never ends)
-            died = bool(select.select([pidfd], [], [], 1.0)[0]) if pidfd is not None else _reparented(holder, 1.0)
-        if pidfd is not None:
-            os.close(pidfd)
+        try:
+            if not died:
+                watch = [ctl.read_fd] + ([pidfd] if pidfd is not None else [])
+                if ctl.read_fd in select.select(watch, [], [])[0]:
+                    try:
+                        return ctl.recv()
+                    except (ChannelClosed, ValueError):
+                        pass
+                # The pipe's end, or the holder's death (a process the holder
+                # forked since may hold a copy of the pipe, which then never ends)
+                died = bool(select.select([pidfd], [], [], 1.0)[0]) if pidfd is not None else _reparented(holder, 1.0)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
         if not died:
             os._exit(0)  # the holder let it go
         os.close(ctl.read_fd)
@@ -430,14 +426,18 @@ class Holder:
         state from here on, and say so under the last request."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.backups = []
+        self._hold_after_dead_holder()
+        self._note(
+            f"{self._parent_death()} between cells. A copy of the state taken after the last "
+            f"request holds it now: every variable is kept{_threads_ended(threads)}"
+        )
+
+    def _hold_after_dead_holder(self) -> None:
+        """This copy of the state (a standby or a backup) holds it from here
+        on: its holder died, idle or running the request it watched."""
         self.forked_child = False
         hot_pages.forget()
         adopt_captures()
-        lost = f"; the threads earlier cells started ended with it ({threads})" if threads else ""
-        self._note(
-            f"{self._parent_death()} between cells. A copy of the state taken after the last "
-            f"request holds it now: every variable is kept{lost}"
-        )
 
     def _parent_death(self) -> str:
         """How the process this one was forked from ended (it has)."""
@@ -754,10 +754,9 @@ class Holder:
         hot_pages.forget()
         begin_request(str(msg.get("parent_id") or ""))
         reason = _describe_status(status, "This cell's process")["reason"]
-        lost = f"; the threads earlier cells started ended with it ({threads})" if threads else ""
         self._note(
             f"{reason} right after the cell ended, before it held the session's state: the session goes "
-            f"on from the state before this cell, and what this cell changed is lost{lost}"
+            f"on from the state before this cell, and what this cell changed is lost{_threads_ended(threads)}"
         )
 
     # ---- request bodies (run in the forked child) -------------------------------------------
@@ -950,6 +949,11 @@ def _background_of_cells() -> bool:
         )
         or cell_loop.busy()
     )
+
+
+def _threads_ended(threads: str) -> str:
+    """The end of a note on a holder's death: the threads that ended with it (``_thread_names``)."""
+    return f"; the threads earlier cells started ended with it ({threads})" if threads else ""
 
 
 def _reparented(pid: int, timeout: float) -> bool:

@@ -118,6 +118,18 @@ def stock_kernel(cwd: Path) -> Iterator[BlockingKernelClient]:
         manager.shutdown_kernel(now=True)
 
 
+@contextmanager
+def side_by_side(root: Path) -> Iterator[tuple[BlockingKernelClient, BlockingKernelClient]]:
+    """A bwrap kernel (workspace ``root/ws``) and stock ipykernel started in
+    that same folder: clients of both, sandboxed first."""
+    sandboxed = bwrap_kernel(root)
+    try:
+        with stock_kernel(root / "ws") as stock:
+            yield sandboxed.kc, stock
+    finally:
+        sandboxed.shutdown()
+
+
 def require_bwrap() -> None:
     """Skip without bubblewrap, except under CI=true where that is a failure."""
     import pytest

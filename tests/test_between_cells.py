@@ -16,7 +16,6 @@ from typing import Any
 
 import psutil
 import pytest
-from jupyter_client.manager import KernelManager
 from kernel_helpers import (
     SandboxKernelHandle,
     bwrap_kernel,
@@ -25,6 +24,7 @@ from kernel_helpers import (
     is_idle,
     ok,
     status_of,
+    stock_kernel,
 )
 
 # ipywidgets' "Asynchronous Widgets" example, "Updating a widget in the background"
@@ -71,16 +71,8 @@ def test_a_progress_bar_a_thread_moves_after_its_cell_ended_moves_as_in_ipykerne
     # (before: none until the next cell, and 'work done' never)
     assert values[-4:] == [0.625, 0.75, 0.875, 1.0], values
     assert parents == [msg_id]
-    stock = KernelManager(kernel_name="python3")
-    stock.start_kernel(cwd=str(tmp_path))
-    client = stock.client()
-    client.start_channels()
-    try:
-        client.wait_for_ready(timeout=60)
+    with stock_kernel(tmp_path) as client:
         stock_values, stock_parents, stock_id = _progress_after_idle(client)
-    finally:
-        client.stop_channels()
-        stock.shutdown_kernel(now=True)
     assert stock_parents == [stock_id]
     assert values[-4:] == stock_values[-4:]
 

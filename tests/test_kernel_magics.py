@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
-from kernel_helpers import bwrap_kernel, stock_kernel
+from kernel_helpers import side_by_side
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # every magic whose output is the same in any kernel, and a usage error of each kind
@@ -33,14 +33,10 @@ SAME_AS_IPYKERNEL = [
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BlockingKernelClient, BlockingKernelClient]]:
     root = tmp_path_factory.mktemp("magics")
-    sandboxed = bwrap_kernel(root)  # its workspace, root/ws, is the stock kernel's folder too
-    (root / "ws" / "notes.txt").write_text("a line of notes\n")
-    (root / "ws" / "lib.py").write_text("def f():\n    return 1\n")
-    try:
-        with stock_kernel(root / "ws") as stock:
-            yield sandboxed.kc, stock
-    finally:
-        sandboxed.shutdown()
+    with side_by_side(root) as pair:
+        (root / "ws" / "notes.txt").write_text("a line of notes\n")  # the folder of both
+        (root / "ws" / "lib.py").write_text("def f():\n    return 1\n")
+        yield pair
 
 
 def _outcome(kc: BlockingKernelClient, code: str) -> dict[str, Any]:

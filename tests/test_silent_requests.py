@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
-from kernel_helpers import bwrap_kernel, stock_kernel
+from kernel_helpers import side_by_side
 
 CELLS = [
     "print('out')\nimport sys\nprint('err', file=sys.stderr)",
@@ -23,13 +23,8 @@ CELLS = [
 
 @pytest.fixture(scope="module")
 def kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BlockingKernelClient, BlockingKernelClient]]:
-    root = tmp_path_factory.mktemp("silent")
-    sandboxed = bwrap_kernel(root)
-    try:
-        with stock_kernel(root / "ws") as stock:
-            yield sandboxed.kc, stock
-    finally:
-        sandboxed.shutdown()
+    with side_by_side(tmp_path_factory.mktemp("silent")) as pair:
+        yield pair
 
 
 def _silent(kc: BlockingKernelClient, code: str) -> tuple[list[tuple[str, Any]], dict[str, Any]]:

@@ -170,6 +170,7 @@ class SandboxKernel(Kernel, EngineSettings):
         self._egress_seen: tuple[int, int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._transformer = TransformerManager()
+        self._ending: set[asyncio.Task[None]] = set()  # the task of _end_after_reply, kept from the GC
 
     def _lock_state(self, root: Path) -> bool:
         """Hold the session's state folder for this kernel's life (two live
@@ -455,6 +456,8 @@ class SandboxKernel(Kernel, EngineSettings):
             parent_id=str(parent.get("header", {}).get("msg_id", "")),
         )
         self._push_egress_change()
+        if result.exit_requested:
+            self._end_after_reply()
         reply: dict[str, Any] = {
             "status": "ok" if result.status == "ok" else "error",
             "execution_count": self.execution_count,
@@ -700,6 +703,25 @@ class SandboxKernel(Kernel, EngineSettings):
         if output:
             return {"status": "ok", "history": [(s, c, (code, None)) for s, c, code in entries]}
         return {"status": "ok", "history": entries}
+
+    def _end_after_reply(self) -> None:
+        """A cell ran ``exit``, ``quit()`` or ``kernel.do_shutdown(...)``: as
+        ipykernel does, the kernel ends 0.1 s after the cell's reply, and the
+        frontend's kernel manager starts a fresh one. The stop is a clean one
+        (do_shutdown: the sandbox goes, the state is not resumed), because
+        notebooks do this to restart after installing packages. The session's
+        privacy level is kept in its store, so the new kernel has it too."""
+        loop = asyncio.get_running_loop()
+
+        async def end() -> None:
+            self.log.info("a cell asked the kernel to end (exit, quit or kernel.do_shutdown): ending it")
+            await self.do_shutdown(False)
+            for stream in (self.control_stream, self.shell_stream):
+                if stream is not None:
+                    stream.io_loop.add_callback(stream.io_loop.stop)
+            self.io_loop.add_callback(self.io_loop.stop)
+
+        loop.call_later(0.1, lambda: self._ending.add(loop.create_task(end())))
 
     # ---- interrupt and shutdown (control thread) ----------------------------------------
     def _on_sigint(self, signum: int, frame: Any) -> None:

@@ -87,6 +87,9 @@ class ExecuteResult:
     traceback: list[str] = field(default_factory=list)
     user_expressions: dict[str, Any] = field(default_factory=dict)
     payload: list[dict[str, Any]] = field(default_factory=list)
+    #: the cell asked its kernel to end (``exit``, ``quit``, ``kernel.do_shutdown``);
+    #: what to do about it is the caller's choice (the Jupyter kernel ends, as ipykernel does)
+    exit_requested: bool = False
 
 
 class Session:
@@ -1196,6 +1199,7 @@ class Session:
             traceback=[str(x) for x in tb] if isinstance(tb, list) else [],
             user_expressions=expressions if isinstance(expressions, dict) else {},
             payload=[p for p in payload if isinstance(p, dict)] if isinstance(payload, list) else [],
+            exit_requested=done.get("exit_now") is True,
         )
 
     def _schedule_checkpoint(self) -> None:

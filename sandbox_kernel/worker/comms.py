@@ -25,7 +25,10 @@ from .protocol import Msg
 
 
 class _KernelFace:
-    """What ipywidgets asks of ``comm.kernel``: the request being handled."""
+    """The kernel as code in the sandbox sees it (``comm.kernel``,
+    ``get_ipython().kernel``, ``IPython.Application.instance().kernel``): the
+    parts of ipykernel's kernel that libraries and notebooks use. The real
+    kernel runs on the host, out of reach."""
 
     def __init__(self) -> None:
         self.parent: dict[str, Any] = {}
@@ -36,6 +39,42 @@ class _KernelFace:
     @property
     def _parent_header(self) -> dict[str, Any]:  # ipywidgets < 8 asks for this name
         return self.parent
+
+    @property
+    def comm_manager(self) -> CommManager:
+        """Older widget libraries register comm targets here (pyviz_comms, bokeh)."""
+        return _get_comm_manager()
+
+    @property
+    def shell(self) -> Any:
+        from IPython.core.interactiveshell import InteractiveShell
+
+        return InteractiveShell.instance() if InteractiveShell.initialized() else None
+
+    @property
+    def language_info(self) -> dict[str, Any]:
+        """``%notebook`` writes it into the notebook it saves (sandbox_kernel/language.py's, as the host says it)."""
+        import platform
+
+        return {
+            "name": "python",
+            "version": platform.python_version(),
+            "mimetype": "text/x-python",
+            "file_extension": ".py",
+            "pygments_lexer": "ipython3",
+            "codemirror_mode": {"name": "ipython", "version": 3},
+            "nbconvert_exporter": "python",
+        }
+
+    def do_shutdown(self, restart: bool) -> dict[str, Any]:
+        """Notebooks restart their kernel from code after installing packages
+        (``IPython.Application.instance().kernel.do_shutdown(True)``): as with
+        ipykernel, the kernel ends once the cell's reply is sent, and its
+        manager starts a fresh one."""
+        shell = self.shell
+        if shell is not None:
+            shell.exit_now = True
+        return {"status": "ok", "restart": restart}
 
 
 KERNEL = _KernelFace()

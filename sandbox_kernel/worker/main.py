@@ -777,6 +777,7 @@ class Holder:
         self.channel.set_output_budget(budget if isinstance(budget, int) else None)
         shell.payload_manager.clear_payload()
         shell._last_error = None
+        shell.exit_now = False
         res = None
         try:
             with _interruptible():
@@ -808,6 +809,7 @@ class Holder:
             reply["traceback"] = error.get("traceback") or []
         reply["payload"] = shell.payload_manager.read_payload()
         shell.payload_manager.clear_payload()
+        reply["exit_now"] = bool(shell.exit_now)  # exit, quit, kernel.do_shutdown: the host ends the kernel
         out.flush()
         err.flush()
         stop_captures(capture)

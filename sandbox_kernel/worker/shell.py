@@ -14,13 +14,15 @@ import sys
 from typing import Any
 
 from IPython.core import page
+from IPython.core.autocall import ExitAutocall
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.process import system  # type: ignore[attr-defined]  # re-exported per platform
-from traitlets.config import Config
+from traitlets import Instance, default
+from traitlets.config import Application, Config
 
-from . import kernel_magics, pip_magic
+from . import comms, kernel_magics, pip_magic
 from .channel import Channel
 from .protocol import Msg
 from .streams import parent_tag
@@ -102,6 +104,24 @@ def _refuse_gui(gui: str) -> None:
         )
 
 
+class ZMQExitAutocall(ExitAutocall):
+    """``exit``, ``quit`` and ``exit(keep_kernel=True)``, as in ipykernel."""
+
+    def __call__(self, keep_kernel: bool = False) -> None:
+        shell = self._ip
+        assert shell is not None
+        shell.keepkernel_on_exit = keep_kernel
+        shell.ask_exit()
+
+
+class WorkerApp(Application):
+    """The application singleton code in the sandbox finds, as it finds
+    ipykernel's app in a kernel: ``IPython.Application.instance().kernel``."""
+
+    name = "sandbox-worker"
+    kernel = comms.KERNEL
+
+
 class ZMQInteractiveShell(InteractiveShell):
     """InteractiveShell whose outputs go to the host channel.
 
@@ -111,9 +131,17 @@ class ZMQInteractiveShell(InteractiveShell):
     """
 
     displayhook_class = ChannelDisplayHook
-    #: there is no kernel object in the sandbox: libraries that find this class
-    #: name and then look for ``get_ipython().kernel`` see None, not an AttributeError
-    kernel: Any = None
+    #: the kernel as the sandbox sees it (comms.KERNEL): the real one is on the host
+    kernel = comms.KERNEL
+    exiter = Instance(ExitAutocall)
+    #: set by ``exit(keep_kernel=True)``; ``exit_now`` (InteractiveShell's) goes
+    #: back to the host in the cell's reply, which then ends the kernel
+    keepkernel_on_exit: bool | None = None
+
+    @default("exiter")
+    def _default_exiter(self) -> ExitAutocall:
+        return ZMQExitAutocall(self)
+
     #: the last error of the running cell (the worker reports it in the cell's reply)
     _last_error: dict[str, Any] | None = None
     display_pub_class = ChannelDisplayPublisher
@@ -144,7 +172,8 @@ class ZMQInteractiveShell(InteractiveShell):
 
     def ask_exit(self) -> None:
         assert self.payload_manager is not None
-        self.payload_manager.write_payload({"source": "ask_exit", "keepkernel": False})
+        self.exit_now = not self.keepkernel_on_exit
+        self.payload_manager.write_payload({"source": "ask_exit", "keepkernel": bool(self.keepkernel_on_exit)})
 
     def enable_matplotlib(self, gui: str | None = None) -> Any:
         """Refuse GUI backends before matplotlib tries to import their toolkit
@@ -220,6 +249,7 @@ def make_shell(channel: Channel) -> ZMQInteractiveShell:
     ChannelDisplayHook.channel = channel
     ZMQInteractiveShell.channel = channel
     shell = ZMQInteractiveShell.instance(config=config)
+    WorkerApp.instance()
     shell._last_error = None
     # %pip installs into the session's package layer (site-packages are read-only)
     pip_magic.packages_dir()

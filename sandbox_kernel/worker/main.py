@@ -1148,6 +1148,38 @@ def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, ou
 
     private._request = ratchet
 
+    def breakpoint_hook(*args: Any, **kwargs: Any) -> Any:
+        # ipykernel's hook (debugpy's) does nothing while no debugger is
+        # attached, so a breakpoint() left in a notebook runs through under
+        # nbclient and papermill, which answer no input(). Where the
+        # frontend answers input(), pdb stops there, as in IPython.
+        if _answerable is not token or not allow_stdin:
+            return None
+        # PYTHONBREAKPOINT as Python reads it (the worker's interpreter runs
+        # with -I, so sys.__breakpointhook__ would not see a cell's setting)
+        chosen = os.environ.get("PYTHONBREAKPOINT", "")
+        if chosen == "0":
+            return None
+        if chosen not in ("", "pdb.set_trace"):
+            import importlib
+            import warnings
+
+            module, _, name = chosen.rpartition(".")
+            try:
+                hook = getattr(importlib.import_module(module or "builtins"), name)
+            except (ImportError, AttributeError):
+                warnings.warn(f'Ignoring unimportable $PYTHONBREAKPOINT: "{chosen}"', RuntimeWarning, stacklevel=2)
+                return None
+            return hook(*args, **kwargs)
+        import pdb  # noqa: T100  (the debugger breakpoint() asks for)
+
+        pdb.Pdb().set_trace(sys._getframe(1))  # in the caller's frame, not this one
+        return None
+
+    if sys.breakpointhook is sys.__breakpointhook__ or getattr(sys.breakpointhook, "_ours", False):
+        breakpoint_hook._ours = True  # type: ignore[attr-defined]
+        sys.breakpointhook = breakpoint_hook  # a hook the cell set stays
+
 
 def main() -> None:
     read_fd, write_fd = _high_fd(0), _high_fd(1)

@@ -23,6 +23,7 @@ from traitlets import Instance, default
 from traitlets.config import Application, Config
 
 from . import comms, kernel_magics, pip_magic
+from .cell_names import CellNames
 from .channel import Channel
 from .protocol import Msg
 from .streams import parent_tag
@@ -238,7 +239,7 @@ def make_shell(channel: Channel) -> ZMQInteractiveShell:
     # History in an in-memory database (no file, so no thread writing it):
     # %history -g, %hist -l and %rerun search it, as ipykernel's its file
     config.HistoryManager.hist_file = ":memory:"
-    config.InteractiveShell.colors = "Linux"
+    config.InteractiveShell.colors = "neutral"  # ipykernel leaves IPython's default: the same ANSI colours
     config.InteractiveShell.xmode = "Context"
     config.InteractiveShell.autocall = 0
     # Libraries choose their notebook face by what ipykernel leaves behind: this
@@ -248,7 +249,7 @@ def make_shell(channel: Channel) -> ZMQInteractiveShell:
     ChannelDisplayPublisher.channel = channel
     ChannelDisplayHook.channel = channel
     ZMQInteractiveShell.channel = channel
-    shell = ZMQInteractiveShell.instance(config=config)
+    shell = ZMQInteractiveShell.instance(config=config, compiler_class=CellNames)
     WorkerApp.instance()
     shell._last_error = None
     # %pip installs into the session's package layer (site-packages are read-only)

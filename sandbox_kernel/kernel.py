@@ -462,15 +462,19 @@ class SandboxKernel(Kernel, EngineSettings):
             "status": "ok" if result.status == "ok" else "error",
             "execution_count": self.execution_count,
         }
+        # Sandbox-made too: cleaned by the output policy (outputs/replies.py).
+        private = self.engine.private
+        # ipykernel sends a failed cell's payloads too (a set_next_input made
+        # before the error, say), and no user_expressions
+        reply["payload"] = clean_payloads(result.payload, private=private, defang=defang_text)
         if result.status == "ok":
-            # Sandbox-made too: cleaned by the output policy (outputs/replies.py).
-            private = self.engine.private
             reply["user_expressions"] = clean_user_expressions(
                 result.user_expressions, user_expressions, private=private, defang=defang_text
             )
-            reply["payload"] = clean_payloads(result.payload, private=private, defang=defang_text)
         else:
-            private = self.engine.private
+            reply["user_expressions"] = {}
+            # ipykernel's (ipyparallel reads it): the engine is this kernel
+            reply["engine_info"] = {"engine_uuid": self.ident, "engine_id": -1, "method": "execute"}
             reply.update(
                 ename=plain_text(result.ename, 200),
                 evalue=plain_text(result.evalue, defang=defang_text if private else lambda t: t),

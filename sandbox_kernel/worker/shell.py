@@ -149,11 +149,14 @@ class ZMQInteractiveShell(InteractiveShell):
     channel: Channel | None = None
 
     def init_environment(self) -> None:
+        """ipykernel's: colour in what cells run (``!ls``, pip, pytest), no pagers."""
         env = os.environ
+        env["TERM"] = "xterm-color"
+        env["CLICOLOR"] = "1"
+        env["FORCE_COLOR"] = "1"
+        env["CLICOLOR_FORCE"] = "1"
         env["PAGER"] = "cat"
         env["GIT_PAGER"] = "cat"
-        env.setdefault("TERM", "xterm-color")
-        env.setdefault("CLICOLOR", "1")
 
     def init_virtualenv(self) -> None:
         """No virtualenv detection: the sandbox's interpreter is the one to use."""

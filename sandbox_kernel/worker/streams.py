@@ -97,7 +97,7 @@ class OutStream(io.TextIOBase):
 
     @property
     def encoding(self) -> str:  # type: ignore[override]
-        return "utf-8"
+        return "UTF-8"  # ipykernel's spelling (libraries compare it)
 
     @property
     def errors(self) -> str:  # type: ignore[override]

@@ -25,6 +25,8 @@ CELLS = [
     "def g(:",  # SyntaxError names the cell's file
     "get_ipython().set_next_input('next'); 1/0",  # a payload made before an error
     "%%no_such_magic\nx",
+    "%pip --version",  # through the shell, as IPython's %pip: one stdout, and the restart note
+    "%pip list --format=freeze 2>/dev/null | head -1",  # so pipes work too
     "class A:\n    '''doc A'''\n    def meth(self, x: int) -> int:\n        return x\nA.meth?",
 ]
 

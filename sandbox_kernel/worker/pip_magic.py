@@ -16,13 +16,13 @@ import os
 import re
 import shlex
 import socket
-import subprocess
 import sys
 from importlib import metadata
 from urllib.parse import urlsplit
 
 PACKAGES_ENV = "SANDBOX_KERNEL_PACKAGES"
 NOTICE = "[sandbox_kernel]"
+RESTART_NOTE = "Note: you may need to restart the kernel to use updated packages."
 _OWN_TARGET = ("--target", "-t", "--prefix", "--root", "--user")
 
 
@@ -121,7 +121,10 @@ def _all_local(args: list[str]) -> bool:
 
 
 def pip(line: str) -> int:
-    """Run ``pip`` like IPython's ``%pip``, into the package layer; the exit code."""
+    """Run ``pip`` as IPython's ``%pip`` does (through the shell, so its output
+    streams while it runs and pipes work), into the package layer; the exit code."""
+    from IPython.core.interactiveshell import InteractiveShell
+
     try:
         args = shlex.split(line)
     except ValueError as exc:
@@ -133,20 +136,23 @@ def pip(line: str) -> int:
         return 1
     layer = packages_dir()
     if args[:1] == ["uninstall"] and layer:
-        return _uninstall(args[1:], layer)
+        code = _uninstall(args[1:], layer)
+        print(RESTART_NOTE)
+        return code
     if args[:1] == ["install"] and layer and not any(a.split("=")[0] in _OWN_TARGET for a in args):
         os.makedirs(layer, exist_ok=True)
-        args[1:1] = ["--target", layer, "--upgrade"]
-    env = dict(os.environ)
+        # the line's own words stay as the user wrote them (quotes, pipes)
+        line = f"install --target {shlex.quote(layer)} --upgrade{line.lstrip()[len('install') :]}"
+    command = f"{shlex.quote(sys.executable)} -m pip {line}"
     if layer:  # pip sees (lists, uninstalls, upgrades) what the layer holds
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (layer, env.get("PYTHONPATH", "")) if p)
-    result = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, env=env)
-    sys.stdout.write(result.stdout)
-    sys.stderr.write(result.stderr)
+        path = os.pathsep.join(p for p in (layer, os.environ.get("PYTHONPATH", "")) if p)
+        command = f"PYTHONPATH={shlex.quote(path)} {command}"
+    shell = InteractiveShell.instance()
+    shell.system(command)
     importlib.invalidate_caches()
-    if result.returncode == 0 and args[:1] == ["install"]:
-        print("Note: you may need to restart the kernel to use updated packages.")
-    return result.returncode
+    print(RESTART_NOTE)  # after every %pip, as IPython's
+    code = shell.user_ns.get("_exit_code", 0)
+    return code if isinstance(code, int) else 0
 
 
 __all__ = ["PACKAGES_ENV", "network_problem", "packages_dir", "pip"]

@@ -65,3 +65,56 @@ def test_client_gone_during_a_prompt_another_client_interrupts(fresh_kernel: San
     k.kc.wait_for_ready(timeout=60)  # answered once the interrupted cell is over; iopub is joined by then
     run = k.run("print(kept, 'name' in globals())")
     assert run.stdout.split() == ["earlier", "False"], (run.stdout, run.stderr, run.reply)
+
+
+THREAD_ASKS = (
+    "import threading, time\n"
+    "got = []\n"
+    "def ask():\n"
+    "    try:\n"
+    "        got.append(input('thread? '))\n"
+    "    except BaseException as e:\n"
+    "        got.append(f'{type(e).__name__}: {e}')\n"
+    "t = threading.Thread(target=ask)\n"
+    "t.start()\n"
+)
+
+
+def test_a_thread_still_in_input_when_its_cell_ends_gets_an_error(fresh_kernel: SandboxKernelHandle) -> None:
+    """ipykernel keeps such a prompt open; here the host answers only while
+    the cell runs, so the thread is told, and the process that holds the
+    state reads its private pipe alone. Before, the waiting thread read (and
+    dropped) the frame that hands the state over: the state's process exited,
+    a note said so, and the thread got ChannelClosed."""
+    k = fresh_kernel
+    assert k.run("kept = 41").status == "ok"
+    msg_id = k.kc.execute(THREAD_ASKS + "time.sleep(0.3)", allow_stdin=True)
+    assert _wait_for_input_request(k)["content"]["prompt"] == "thread? "
+    assert reply_to(k, msg_id, 60)["status"] == "ok"  # the cell ends, the prompt unanswered
+    run = k.run("t.join(10)\nprint(kept + 1, t.is_alive(), got)")
+    assert run.stdout.startswith("42 False ['StdinNotImplementedError: input() was still waiting when its cell"), (
+        run.stdout,
+        run.stderr,
+    )
+    assert run.stderr == "", run.stderr  # no note of a lost holder
+
+
+def test_two_threads_in_input_at_once_each_get_their_answer(fresh_kernel: SandboxKernelHandle) -> None:
+    k = fresh_kernel
+    code = (
+        "import threading\n"
+        "got = {}\n"
+        "def ask(name):\n"
+        "    got[name] = input(name + '? ')\n"
+        "ts = [threading.Thread(target=ask, args=(n,)) for n in ('a', 'b')]\n"
+        "for t in ts: t.start()\n"
+        "for t in ts: t.join(30)\n"
+        "print(sorted(got.items()))"
+    )
+    msg_id = k.kc.execute(code, allow_stdin=True)
+    for _ in range(2):
+        prompt = _wait_for_input_request(k)["content"]["prompt"]
+        k.kc.input(prompt[0] * 3)  # "aaa" for a's prompt, "bbb" for b's
+    reply = reply_to(k, msg_id, 60)
+    assert reply["status"] == "ok", reply
+    assert k.run("print(sorted(got.items()))").stdout == "[('a', 'aaa'), ('b', 'bbb')]\n"

@@ -1083,13 +1083,51 @@ _input_ids = itertools.count(1)
 #: the request whose host requests (input(), the ratchet) can be answered
 #: now; None between requests (``_install_host_requests``)
 _answerable: object | None = None
+#: held by the one thread reading the private pipe for an answer (a new lock
+#: per request: one a thread held when this process forked stays locked)
+_pipe_reader = threading.Lock()
 
 
 def _end_host_requests() -> None:
     """The request ended: its private pipe is closed (its fd may be another
-    pipe's soon), and nothing relays answers until the next request."""
+    pipe's soon), and nothing relays answers until the next request.
+
+    A thread of the cell still waiting for an answer (an ``input()`` the
+    user has not answered) reads the pipe under ``_pipe_reader``: once this
+    returns it reads no more, and this process reads the pipe alone."""
     global _answerable
     _answerable = None
+    with _pipe_reader:
+        pass
+
+
+class _HostAnswers:
+    """The answers on a request's private pipe, for the threads that wait on
+    them: one reads at a time, and an answer for another waiter is kept for it
+    (two threads in ``input()`` at once each get their own)."""
+
+    KEPT = 16  # answers nobody waits for (an interrupted prompt's) are dropped past this
+
+    def __init__(self, ctl: Channel, token: object, lock: threading.Lock) -> None:
+        self.ctl, self.token, self.lock = ctl, token, lock
+        self.kept: list[dict[str, Any]] = []
+
+    def wait(self, wanted: Callable[[dict[str, Any]], bool], ended: Callable[[], BaseException]) -> dict[str, Any]:
+        """The first answer ``wanted`` accepts; ``ended()`` is raised if the
+        request ends first."""
+        while True:
+            with self.lock:
+                if _answerable is not self.token:
+                    raise ended()
+                for answer in self.kept:
+                    if wanted(answer):
+                        self.kept.remove(answer)
+                        return answer
+                if select.select([self.ctl.read_fd], [], [], 0.1)[0]:
+                    answer = self.ctl.recv()
+                    if wanted(answer):
+                        return answer
+                    self.kept = [*self.kept, answer][-self.KEPT :]
 
 
 def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, out: Any, err: Any) -> None:
@@ -1100,12 +1138,17 @@ def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, ou
     later gets an error that says so, and nothing is sent. Before, its
     frame went to the host, which answers no request between cells, and it
     read the closed pipe (EBADF) or whatever pipe had taken its fd number
-    since (a standby's: it could take the standby's messages)."""
-    global _answerable
+    since (a standby's: it could take the standby's messages). One still
+    waiting when the cell ends gets an error then, and leaves the pipe to
+    the process (before, it could take the frame that hands the state over)."""
+    global _answerable, _pipe_reader
     from IPython.core.error import StdinNotImplementedError
 
     token = _answerable = object()
+    _pipe_reader = threading.Lock()
+    answers = _HostAnswers(ctl, token, _pipe_reader)
     ended = "was called after its cell ended (from a thread or a task of it): the host answers only while the cell runs"
+    cut = "was still waiting when its cell ended (a thread or a task of it asked): the host answers only while the cell runs"
 
     def ask(prompt: Any = "", password: bool = False) -> str:
         if _answerable is not token:
@@ -1119,10 +1162,11 @@ def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, ou
         err.flush()
         req = next(_input_ids)
         channel.send({"type": Msg.INPUT_REQUEST, "prompt": str(prompt), "password": password, "req": req})
-        while True:  # a reply to an earlier, interrupted prompt is not this one's
-            reply = ctl.recv()
-            if reply.get("op") == Op.INPUT_REPLY and reply.get("req") in (req, None):
-                break
+        # a reply to an earlier, interrupted prompt is not this one's
+        reply = answers.wait(
+            lambda a: a.get("op") == Op.INPUT_REPLY and a.get("req") in (req, None),
+            lambda: StdinNotImplementedError(f"input() {cut}"),
+        )
         value = reply.get("value", "")
         if not isinstance(value, str):
             value = str(value)
@@ -1139,10 +1183,9 @@ def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, ou
         out.flush()
         err.flush()
         channel.send({"type": Msg.RATCHET, **payload})
-        while True:
-            reply = ctl.recv()
-            if reply.get("op") == Op.RATCHET_REPLY:
-                return reply
+        return answers.wait(
+            lambda a: a.get("op") == Op.RATCHET_REPLY, lambda: RuntimeError(f"sandbox_kernel.private {cut}")
+        )
 
     from . import private
 

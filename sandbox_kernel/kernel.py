@@ -33,7 +33,6 @@ from .engine import Session
 from .engine.ratchet import Ratchet
 from .engine.settings import EngineSettings
 from .host_streams import iopub_barrier
-from .language import language_info
 from .outputs.links import defang_text
 from .outputs.replies import clean_completion_metadata, clean_payloads, clean_user_expressions, plain_text
 from .outputs.widgets import WidgetRefused, installed_widget_modules
@@ -41,6 +40,7 @@ from .privacy import default_user_id, session_id_for_notebook, validate_id
 from .privacy.store import default_data_dir
 from .sandbox import get_sandbox
 from .status_comm import StatusComm
+from .worker.language import language_info
 
 
 class _HostComms(CommManager):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
-from ..language import language_info
+from ..worker.language import language_info
 
 if TYPE_CHECKING:
     from ..engine import Session

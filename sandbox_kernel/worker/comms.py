@@ -21,6 +21,7 @@ import comm
 from comm.base_comm import BaseComm, BuffersType, CommManager, MaybeDict
 
 from .channel import Channel
+from .language import language_info
 from .protocol import Msg
 
 
@@ -53,18 +54,8 @@ class _KernelFace:
 
     @property
     def language_info(self) -> dict[str, Any]:
-        """``%notebook`` writes it into the notebook it saves (sandbox_kernel/language.py's, as the host says it)."""
-        import platform
-
-        return {
-            "name": "python",
-            "version": platform.python_version(),
-            "mimetype": "text/x-python",
-            "file_extension": ".py",
-            "pygments_lexer": "ipython3",
-            "codemirror_mode": {"name": "ipython", "version": 3},
-            "nbconvert_exporter": "python",
-        }
+        """``%notebook`` writes it into the notebook it saves."""
+        return language_info()
 
     def do_shutdown(self, restart: bool) -> dict[str, Any]:
         """Notebooks restart their kernel from code after installing packages

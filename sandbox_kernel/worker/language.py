@@ -1,5 +1,9 @@
 """The language the kernel and exported notebooks declare: the host
-interpreter, which is also what runs inside the sandbox."""
+interpreter, which is also what runs inside the sandbox.
+
+In the worker's package (stdlib only) so that both sides say the same: the
+host's kernel_info and notebooks, and the kernel face cells see
+(``%notebook``, comms.py)."""
 
 from __future__ import annotations
 

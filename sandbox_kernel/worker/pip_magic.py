@@ -142,7 +142,11 @@ def pip(line: str) -> int:
     if args[:1] == ["install"] and layer and not any(a.split("=")[0] in _OWN_TARGET for a in args):
         os.makedirs(layer, exist_ok=True)
         # the line's own words stay as the user wrote them (quotes, pipes)
-        line = f"install --target {shlex.quote(layer)} --upgrade{line.lstrip()[len('install') :]}"
+        words = line.lstrip()
+        target = f"install --target {shlex.quote(layer)} --upgrade"
+        line = (
+            f"{target}{words[len('install') :]}" if words.startswith("install") else f"{target} {shlex.join(args[1:])}"
+        )
     command = f"{shlex.quote(sys.executable)} -m pip {line}"
     if layer:  # pip sees (lists, uninstalls, upgrades) what the layer holds
         path = os.pathsep.join(p for p in (layer, os.environ.get("PYTHONPATH", "")) if p)

@@ -345,6 +345,23 @@ def test_shutdown_leaves_no_container(docker_client: Any, test_image: str, tmp_p
     remove_all(docker_client, k.pid)
 
 
+def test_exit_in_a_cell_leaves_no_container(docker_client: Any, test_image: str, tmp_path: Path) -> None:
+    """``exit`` ends the kernel as ipykernel's does (tests/test_exit_idioms.py):
+    a clean stop, so its container goes with it (guarantee 6)."""
+    k = DockerKernel(tmp_path, docker_client, test_image)
+    try:
+        k.run("import subprocess\nbg = subprocess.Popen(['sleep', '300'])")
+        assert len(k.containers()) == 1
+        assert k.run("exit").status == "ok"
+        process = k.handle.km.provisioner.process  # type: ignore[union-attr]
+        assert wait_for(lambda: process.poll() is not None, 30), "the kernel did not end"
+        assert process.returncode == 0
+        assert wait_for(lambda: not containers_of(docker_client, k.pid), 15), containers_of(docker_client, k.pid)
+    finally:
+        k.handle.shutdown()
+        remove_all(docker_client, k.pid)
+
+
 @pytest.mark.parametrize("cli_too", [False, True], ids=["kernel", "kernel-and-cli"])
 def test_kernel_killed_takes_its_container_with_it(
     docker_client: Any, test_image: str, tmp_path: Path, cli_too: bool

@@ -170,7 +170,9 @@ class SandboxKernel(Kernel, EngineSettings):
         self._egress_seen: tuple[int, int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._transformer = TransformerManager()
-        self._ending: set[asyncio.Task[None]] = set()  # the task of _end_after_reply, kept from the GC
+        # a cell asked the kernel to end (_end_after_reply)
+        self._end_timer: asyncio.TimerHandle | None = None
+        self._end_task: asyncio.Task[None] | None = None
 
     def _lock_state(self, root: Path) -> bool:
         """Hold the session's state folder for this kernel's life (two live
@@ -715,6 +717,8 @@ class SandboxKernel(Kernel, EngineSettings):
         (do_shutdown: the sandbox goes, the state is not resumed), because
         notebooks do this to restart after installing packages. The session's
         privacy level is kept in its store, so the new kernel has it too."""
+        if self._end_timer is not None:
+            return  # already ending (two cells asked, one after the other)
         loop = asyncio.get_running_loop()
 
         async def end() -> None:
@@ -725,7 +729,10 @@ class SandboxKernel(Kernel, EngineSettings):
                     stream.io_loop.add_callback(stream.io_loop.stop)
             self.io_loop.add_callback(self.io_loop.stop)
 
-        loop.call_later(0.1, lambda: self._ending.add(loop.create_task(end())))
+        def start() -> None:
+            self._end_task = loop.create_task(end())  # kept: a task nobody holds may be collected
+
+        self._end_timer = loop.call_later(0.1, start)
 
     # ---- interrupt and shutdown (control thread) ----------------------------------------
     def _on_sigint(self, signum: int, frame: Any) -> None:

@@ -97,24 +97,3 @@ def test_a_thread_still_in_input_when_its_cell_ends_gets_an_error(fresh_kernel: 
         run.stderr,
     )
     assert run.stderr == "", run.stderr  # no note of a lost holder
-
-
-def test_two_threads_in_input_at_once_each_get_their_answer(fresh_kernel: SandboxKernelHandle) -> None:
-    k = fresh_kernel
-    code = (
-        "import threading\n"
-        "got = {}\n"
-        "def ask(name):\n"
-        "    got[name] = input(name + '? ')\n"
-        "ts = [threading.Thread(target=ask, args=(n,)) for n in ('a', 'b')]\n"
-        "for t in ts: t.start()\n"
-        "for t in ts: t.join(30)\n"
-        "print(sorted(got.items()))"
-    )
-    msg_id = k.kc.execute(code, allow_stdin=True)
-    for _ in range(2):
-        prompt = _wait_for_input_request(k)["content"]["prompt"]
-        k.kc.input(prompt[0] * 3)  # "aaa" for a's prompt, "bbb" for b's
-    reply = reply_to(k, msg_id, 60)
-    assert reply["status"] == "ok", reply
-    assert k.run("print(sorted(got.items()))").stdout == "[('a', 'aaa'), ('b', 'bbb')]\n"

@@ -1102,32 +1102,23 @@ def _end_host_requests() -> None:
 
 
 class _HostAnswers:
-    """The answers on a request's private pipe, for the threads that wait on
-    them: one reads at a time, and an answer for another waiter is kept for it
-    (two threads in ``input()`` at once each get their own)."""
-
-    KEPT = 16  # answers nobody waits for (an interrupted prompt's) are dropped past this
+    """The answers on a request's private pipe, read by one waiting thread at
+    a time (``_end_host_requests`` takes the pipe back from them)."""
 
     def __init__(self, ctl: Channel, token: object, lock: threading.Lock) -> None:
         self.ctl, self.token, self.lock = ctl, token, lock
-        self.kept: list[dict[str, Any]] = []
 
     def wait(self, wanted: Callable[[dict[str, Any]], bool], ended: Callable[[], BaseException]) -> dict[str, Any]:
-        """The first answer ``wanted`` accepts; ``ended()`` is raised if the
-        request ends first."""
+        """The first answer ``wanted`` accepts (others, an interrupted
+        prompt's, are dropped); ``ended()`` is raised if the request ends first."""
         while True:
             with self.lock:
                 if _answerable is not self.token:
                     raise ended()
-                for answer in self.kept:
-                    if wanted(answer):
-                        self.kept.remove(answer)
-                        return answer
                 if select.select([self.ctl.read_fd], [], [], 0.1)[0]:
                     answer = self.ctl.recv()
                     if wanted(answer):
                         return answer
-                    self.kept = [*self.kept, answer][-self.KEPT :]
 
 
 def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, out: Any, err: Any) -> None:

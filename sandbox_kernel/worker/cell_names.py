@@ -12,6 +12,7 @@ say ``Cell In[N]``: IPython maps the name back to the cell's number.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import tempfile
@@ -21,6 +22,7 @@ from typing import Any
 from IPython.core.compilerop import CachingCompiler
 
 
+@functools.cache
 def _ipykernels_hash() -> Callable[[str], int] | None:
     """ipykernel's own hash of a cell, read from its ``compiler`` module alone:
     importing ``ipykernel.compiler`` would load the ``ipykernel`` package
@@ -43,18 +45,25 @@ def _ipykernels_hash() -> Callable[[str], int] | None:
     return lambda code: int(murmur(code, seed))
 
 
+@functools.cache
+def _folder() -> str:
+    return os.path.join(tempfile.gettempdir(), f"ipykernel_{os.getpid()}")
+
+
 class CellNames(CachingCompiler):
     """IPython's caching compiler with ipykernel's cell names.
 
     ipykernel puts its process id in the folder's name; here every cell runs
     in a process of its own, so the id is the first worker process's, and a
     cell's name stays the same for the session's sandbox, as under ipykernel
-    for the kernel's life."""
+    for the kernel's life. IPython makes a new compiler for each cell of a
+    ``%run`` notebook or ``.ipy`` file: it finds the same hash and folder
+    (both made once, when the worker's shell is)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._hash = _ipykernels_hash()
-        self._folder = os.path.join(tempfile.gettempdir(), f"ipykernel_{os.getpid()}")
+        self._folder = _folder()
 
     def get_code_name(self, raw_code: str, transformed_code: str, number: int) -> str:
         if self._hash is None:

@@ -170,9 +170,7 @@ class SandboxKernel(Kernel, EngineSettings):
         self._egress_seen: tuple[int, int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._transformer = TransformerManager()
-        # a cell asked the kernel to end (_end_after_reply)
-        self._end_timer: asyncio.TimerHandle | None = None
-        self._end_task: asyncio.Task[None] | None = None
+        self._end_task: asyncio.Task[None] | None = None  # a cell asked the kernel to end (_end_after_reply)
 
     def _lock_state(self, root: Path) -> bool:
         """Hold the session's state folder for this kernel's life (two live
@@ -717,11 +715,11 @@ class SandboxKernel(Kernel, EngineSettings):
         (do_shutdown: the sandbox goes, the state is not resumed), because
         notebooks do this to restart after installing packages. The session's
         privacy level is kept in its store, so the new kernel has it too."""
-        if self._end_timer is not None:
+        if self._end_task is not None:
             return  # already ending (two cells asked, one after the other)
-        loop = asyncio.get_running_loop()
 
         async def end() -> None:
+            await asyncio.sleep(0.1)  # the reply goes out first
             self.log.info("a cell asked the kernel to end (exit, quit or kernel.do_shutdown): ending it")
             await self.do_shutdown(False)
             for stream in (self.control_stream, self.shell_stream):
@@ -729,10 +727,7 @@ class SandboxKernel(Kernel, EngineSettings):
                     stream.io_loop.add_callback(stream.io_loop.stop)
             self.io_loop.add_callback(self.io_loop.stop)
 
-        def start() -> None:
-            self._end_task = loop.create_task(end())  # kept: a task nobody holds may be collected
-
-        self._end_timer = loop.call_later(0.1, start)
+        self._end_task = asyncio.get_running_loop().create_task(end())  # kept: a task nobody holds may be collected
 
     # ---- interrupt and shutdown (control thread) ----------------------------------------
     def _on_sigint(self, signum: int, frame: Any) -> None:

@@ -1086,6 +1086,8 @@ _answerable: object | None = None
 #: held by the one thread reading the private pipe for an answer (a new lock
 #: per request: one a thread held when this process forked stays locked)
 _pipe_reader = threading.Lock()
+#: whether the running request's client answers input() (``_breakpoint_hook``)
+_stdin_allowed = False
 
 
 def _end_host_requests() -> None:
@@ -1101,26 +1103,6 @@ def _end_host_requests() -> None:
         pass
 
 
-class _HostAnswers:
-    """The answers on a request's private pipe, read by one waiting thread at
-    a time (``_end_host_requests`` takes the pipe back from them)."""
-
-    def __init__(self, ctl: Channel, token: object, lock: threading.Lock) -> None:
-        self.ctl, self.token, self.lock = ctl, token, lock
-
-    def wait(self, wanted: Callable[[dict[str, Any]], bool], ended: Callable[[], BaseException]) -> dict[str, Any]:
-        """The first answer ``wanted`` accepts (others, an interrupted
-        prompt's, are dropped); ``ended()`` is raised if the request ends first."""
-        while True:
-            with self.lock:
-                if _answerable is not self.token:
-                    raise ended()
-                if select.select([self.ctl.read_fd], [], [], 0.1)[0]:
-                    answer = self.ctl.recv()
-                    if wanted(answer):
-                        return answer
-
-
 def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, out: Any, err: Any) -> None:
     """Route what a cell asks of the host (input(), getpass, the ratchet) over the
     channel, with the answers relayed by the holder on the private pipe.
@@ -1132,14 +1114,27 @@ def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, ou
     since (a standby's: it could take the standby's messages). One still
     waiting when the cell ends gets an error then, and leaves the pipe to
     the process (before, it could take the frame that hands the state over)."""
-    global _answerable, _pipe_reader
+    global _answerable, _pipe_reader, _stdin_allowed
     from IPython.core.error import StdinNotImplementedError
 
     token = _answerable = object()
-    _pipe_reader = threading.Lock()
-    answers = _HostAnswers(ctl, token, _pipe_reader)
+    lock = _pipe_reader = threading.Lock()
+    _stdin_allowed = allow_stdin
     ended = "was called after its cell ended (from a thread or a task of it): the host answers only while the cell runs"
     cut = "was still waiting when its cell ended (a thread or a task of it asked): the host answers only while the cell runs"
+
+    def answer(wanted: Callable[[dict[str, Any]], bool], failure: Callable[[], BaseException]) -> dict[str, Any]:
+        """The first answer on the pipe ``wanted`` accepts (others, an
+        interrupted prompt's, are dropped), read by one waiting thread at a
+        time; ``failure()`` is raised once the request has ended."""
+        while True:
+            with lock:
+                if _answerable is not token:
+                    raise failure()
+                if select.select([ctl.read_fd], [], [], 0.1)[0]:
+                    reply = ctl.recv()
+                    if wanted(reply):
+                        return reply
 
     def ask(prompt: Any = "", password: bool = False) -> str:
         if _answerable is not token:
@@ -1154,7 +1149,7 @@ def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, ou
         req = next(_input_ids)
         channel.send({"type": Msg.INPUT_REQUEST, "prompt": str(prompt), "password": password, "req": req})
         # a reply to an earlier, interrupted prompt is not this one's
-        reply = answers.wait(
+        reply = answer(
             lambda a: a.get("op") == Op.INPUT_REPLY and a.get("req") in (req, None),
             lambda: StdinNotImplementedError(f"input() {cut}"),
         )
@@ -1174,45 +1169,46 @@ def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, ou
         out.flush()
         err.flush()
         channel.send({"type": Msg.RATCHET, **payload})
-        return answers.wait(
-            lambda a: a.get("op") == Op.RATCHET_REPLY, lambda: RuntimeError(f"sandbox_kernel.private {cut}")
-        )
+        return answer(lambda a: a.get("op") == Op.RATCHET_REPLY, lambda: RuntimeError(f"sandbox_kernel.private {cut}"))
 
     from . import private
 
     private._request = ratchet
+    if sys.breakpointhook is sys.__breakpointhook__:  # ours, unless a cell set its own
+        sys.breakpointhook = _breakpoint_hook
 
-    def breakpoint_hook(*args: Any, **kwargs: Any) -> Any:
-        # ipykernel's hook (debugpy's) does nothing while no debugger is
-        # attached, so a breakpoint() left in a notebook runs through under
-        # nbclient and papermill, which answer no input(). Where the
-        # frontend answers input(), pdb stops there, as in IPython.
-        if _answerable is not token or not allow_stdin:
-            return None
-        # PYTHONBREAKPOINT as Python reads it (the worker's interpreter runs
-        # with -I, so sys.__breakpointhook__ would not see a cell's setting)
-        chosen = os.environ.get("PYTHONBREAKPOINT", "")
-        if chosen == "0":
-            return None
-        if chosen not in ("", "pdb.set_trace"):
-            import importlib
-            import warnings
 
-            module, _, name = chosen.rpartition(".")
-            try:
-                hook = getattr(importlib.import_module(module or "builtins"), name)
-            except (ImportError, AttributeError):
-                warnings.warn(f'Ignoring unimportable $PYTHONBREAKPOINT: "{chosen}"', RuntimeWarning, stacklevel=2)
-                return None
-            return hook(*args, **kwargs)
-        import pdb  # noqa: T100  (the debugger breakpoint() asks for)
+def _breakpoint_hook(*args: Any, **kwargs: Any) -> Any:
+    """``sys.breakpointhook`` in the worker (a hook a cell sets stays; Python's
+    own, put back, is replaced again at the next request).
 
-        pdb.Pdb().set_trace(sys._getframe(1))  # in the caller's frame, not this one
+    ipykernel's hook (debugpy's) does nothing while no debugger is attached,
+    so a ``breakpoint()`` left in a notebook runs through under nbclient and
+    papermill, which answer no ``input()``; so it does here, and after its
+    cell ended. Where the frontend answers ``input()``, pdb stops in the
+    caller's frame, as in IPython."""
+    if _answerable is None or not _stdin_allowed:
         return None
+    # PYTHONBREAKPOINT as Python reads it (the worker's interpreter runs
+    # with -I, so sys.__breakpointhook__ would not see a cell's setting)
+    chosen = os.environ.get("PYTHONBREAKPOINT", "")
+    if chosen == "0":
+        return None
+    if chosen not in ("", "pdb.set_trace"):
+        import importlib
+        import warnings
 
-    if sys.breakpointhook is sys.__breakpointhook__ or getattr(sys.breakpointhook, "_ours", False):
-        breakpoint_hook._ours = True  # type: ignore[attr-defined]
-        sys.breakpointhook = breakpoint_hook  # a hook the cell set stays
+        module, _, name = chosen.rpartition(".")
+        try:
+            hook = getattr(importlib.import_module(module or "builtins"), name)
+        except (ImportError, AttributeError):
+            warnings.warn(f'Ignoring unimportable $PYTHONBREAKPOINT: "{chosen}"', RuntimeWarning, stacklevel=2)
+            return None
+        return hook(*args, **kwargs)
+    import pdb  # noqa: T100  (the debugger breakpoint() asks for)
+
+    pdb.Pdb().set_trace(sys._getframe(1))  # in the caller's frame, not this one
+    return None
 
 
 def main() -> None:

@@ -92,6 +92,28 @@ def test_injected_payloads_are_dropped_or_cut(kernel: SandboxKernelHandle) -> No
     assert nxt["text"].startswith("print(1)")
 
 
+def test_a_failed_cells_payloads_pass_the_policy_too(kernel: SandboxKernelHandle) -> None:
+    """A failed cell's reply carries its payloads, as ipykernel's does: the
+    same policy cleans them there (and no user_expressions come with it)."""
+    reply = execute(
+        kernel,
+        code=(
+            "ip = get_ipython()\n"
+            "ip.payload_manager.write_payload({'source': 'edit_magic', 'filename': '/etc/passwd', 'line_number': 1})\n"
+            "ip.payload_manager.write_payload({'source': 'page', 'data': {'text/html': "
+            "'<b>shown</b><img src=x onerror=\"fetch(1)\">', 'application/javascript': 'x()'}})\n"
+            "1/0"
+        ),
+        user_expressions={"asked": "1"},
+    )
+    assert reply["status"] == "error" and reply["ename"] == "ZeroDivisionError", reply
+    assert [p["source"] for p in reply["payload"]] == ["page"], reply["payload"]
+    data = reply["payload"][0]["data"]
+    assert "onerror" not in data.get("text/html", "") and "<b>shown</b>" in data["text/html"]
+    assert "application/javascript" not in data
+    assert reply["user_expressions"] == {}
+
+
 def test_user_expressions_are_sanitised_and_only_those_asked(kernel: SandboxKernelHandle) -> None:
     reply = execute(
         kernel,

@@ -50,6 +50,17 @@ def _collect_stdout(lines: list[str]) -> Any:
     return lambda kind, content: lines.append(content.get("text", "")) if kind == "stream" else None
 
 
+def _signalling_emit(emitted: list[tuple[str, dict[str, Any]]], word: str, seen: asyncio.Event) -> Any:
+    """Keep what a cell emits, and set ``seen`` once it prints ``word``."""
+
+    def emit(kind: str, content: dict[str, Any]) -> None:
+        emitted.append((kind, content))
+        if word in content.get("text", ""):
+            seen.set()
+
+    return emit
+
+
 async def test_interrupts_racing_the_end_of_cells_never_split_a_frame(tmp_path: Path) -> None:
     session = _session(tmp_path)
     emitted: list[tuple[str, dict[str, Any]]] = []
@@ -163,6 +174,104 @@ async def test_an_interrupt_sent_right_after_the_request_stops_the_cell(tmp_path
         printed: list[str] = []
         last = await session.execute("print(0 <= n <= 20)", execution_count=30, emit=_collect_stdout(printed))
         assert last.status == "ok" and printed == ["True\n"], printed
+    finally:
+        await session.shutdown()
+
+
+@pytest.mark.parametrize("callback_catches", [False, True], ids=["callback-raises", "callback-catches"])
+async def test_an_interrupt_while_ipython_prepares_the_cell_stops_it(tmp_path: Path, callback_catches: bool) -> None:
+    """An interrupt that lands in a ``pre_run_cell`` callback (IPython's own
+    ``pre_execute`` one clears the warning registries of every module: with
+    pandas loaded, long enough to be hit about once in 50 interrupts sent
+    with the request). IPython catches KeyboardInterrupt there, printed "Error
+    in callback", and ran the cell's code on: here ``time.sleep(30)``, until
+    the host killed the cell 5 s later and reported it dead. The cell must end
+    with KeyboardInterrupt before its code, also when the callback itself
+    catches the interrupt, in a plain cell and in one that awaits, and the
+    sandbox and state stay."""
+    session = _session(tmp_path)
+    body = "time.sleep(3)"
+    if callback_catches:
+        body = "try:\n        time.sleep(3)\n    except KeyboardInterrupt:\n        pass"
+    setup = (
+        "import sys, time\nn = 0\n"
+        "def slow(info):\n"
+        "    if 'sleep(30)' in info.raw_cell:\n"
+        "        print('preparing', flush=True)\n"
+        f"    {body}\n"
+        "get_ipython().events.register('pre_run_cell', slow)"
+    )
+    try:
+        assert (await session.execute(setup, execution_count=1, emit=lambda k, c: None)).status == "ok"
+        worker = session.worker
+        for count in (2, 3):
+            emitted: list[tuple[str, dict[str, Any]]] = []
+            preparing = asyncio.Event()
+            emit = _signalling_emit(emitted, "preparing", preparing)
+            # the second cell awaits: IPython's preparation runs in a task on the cell's loop
+            code = "n += 1\ntime.sleep(30)" if count == 2 else "n += 1\nimport asyncio\nawait asyncio.sleep(30)"
+            run = asyncio.ensure_future(session.execute(code, execution_count=count, emit=emit))
+            await asyncio.wait_for(preparing.wait(), 20)
+            session.interrupt()
+            result = await asyncio.wait_for(run, 25)
+            assert (result.status, result.ename) == ("error", "KeyboardInterrupt"), (result, emitted)
+            assert not any("Error in callback" in c.get("text", "") for k, c in emitted), emitted
+            assert session.worker is worker, "the sandbox was replaced"
+        printed: list[str] = []
+        last = await session.execute("print(n)", execution_count=4, emit=_collect_stdout(printed))
+        assert last.status == "ok" and printed == ["0\n"], printed
+    finally:
+        await session.shutdown()
+
+
+async def test_an_interrupt_python_has_recorded_wakes_a_blocking_call(tmp_path: Path) -> None:
+    """A SIGINT that Python records while the main thread is already inside
+    a blocking call is acted on only when that call returns: when it comes
+    just before ``time.sleep`` begins (about once in 10,000 interrupts sent
+    with a request), or when another thread receives it. The cell slept on,
+    and the host killed it 5 s later. Here a thread of the cell receives it
+    (the main thread blocks SIGINT, which is what the kernel then does), and
+    the cell must still end with KeyboardInterrupt: the holder wakes the main
+    thread from its sleep."""
+    session = _session(tmp_path)
+    code = (
+        "import signal, threading, time, select\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})\n"
+        "def receiver():\n"
+        "    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
+        "    select.select([], [], [], 3)\n"
+        "threading.Thread(target=receiver, daemon=True).start()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n"
+        "n = 1"
+    )
+    try:
+        worker = await _counter_at_zero(session)
+        emitted: list[tuple[str, dict[str, Any]]] = []
+        ready = asyncio.Event()
+        emit = _signalling_emit(emitted, "ready", ready)
+        run = asyncio.ensure_future(session.execute(code, execution_count=2, emit=emit))
+        await asyncio.wait_for(ready.wait(), 20)
+        await asyncio.sleep(0.2)  # the main thread is in its sleep
+        session.interrupt()
+        result = await asyncio.wait_for(run, 25)
+        assert (result.status, result.ename) == ("error", "KeyboardInterrupt"), (result, emitted)
+        assert session.worker is worker, "the sandbox was replaced"
+
+        # The cell left SIGINT blocked in the main thread: once its thread
+        # has ended, the next cell's interrupt is not lost (no thread could
+        # take it: it was a kill, in every later cell).
+        ready.clear()
+        code = "while threading.active_count() > 1:\n    time.sleep(0.05)\nprint('ready', flush=True)\ntime.sleep(30)"
+        run = asyncio.ensure_future(session.execute(code, execution_count=3, emit=emit))
+        await asyncio.wait_for(ready.wait(), 20)
+        await asyncio.sleep(0.2)
+        session.interrupt()
+        result = await asyncio.wait_for(run, 25)
+        assert (result.status, result.ename) == ("error", "KeyboardInterrupt"), (result, emitted)
+        printed: list[str] = []
+        last = await session.execute("print(n)", execution_count=4, emit=_collect_stdout(printed))
+        assert last.status == "ok" and printed == ["0\n"], printed
     finally:
         await session.shutdown()
 

@@ -40,6 +40,8 @@ from contextlib import contextmanager
 from importlib.machinery import ModuleSpec
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import interrupts
+
 if TYPE_CHECKING:
     import asyncio
 
@@ -272,6 +274,7 @@ def _cancel_on_sigint(cell: asyncio.Future[Any]) -> Iterator[None]:
         if _waiting(frame):
             current.call_soon_threadsafe(cell.cancel)  # wakes the loop's wait too
         else:
+            interrupts.note_raised()  # kept in case IPython's preparation swallows it
             raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGINT, handler)

@@ -31,11 +31,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
-from . import cell_loop, deaths, hot_pages, proxy_forward, warmup
+from . import cell_loop, deaths, hot_pages, interrupts, proxy_forward, warmup
 from .channel import Channel, ChannelClosed, frame_lock_fd
 from .protocol import LATE_OPS, Msg, Op
 from .streams import (
@@ -218,8 +217,8 @@ class Holder:
         if pid == 0:
             self.forked_child = True
             self._let_old_holder_go()  # the copy of the pipe it inherited
-            _record_stops()
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            interrupts.record_stops()
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked - {signal.SIGINT})
             os.close(to_child_w)
             os.close(to_holder_r)
             self._ctl = Channel(to_child_r, to_holder_w)
@@ -502,7 +501,7 @@ class Holder:
         """Run a request in this process (the holder), watched by its backup."""
         self.backups.append(backup.pid)
         hot_pages.started(self.generation)  # the list the last backup may still be making is of no use
-        _record_stops()  # from here an interrupt is kept for the request's code
+        interrupts.record_stops()  # from here an interrupt is kept for the request's code
         try:
             backup.ctl.send(msg)
         except OSError:  # the backup was killed from outside: a new one, then the request
@@ -612,8 +611,15 @@ class Holder:
         result: dict[str, Any] | None = None
         after_pause = True
         last_interrupt = -INTERRUPT_SPACING
+        nudge_at: float | None = None  # after an interrupt, while the request runs on
         while result is None:
-            ready, _, _ = select.select(watch, [], [], 0.1 if pidfd is None else None)
+            timeout = 0.1 if pidfd is None else None
+            if nudge_at is not None:
+                if time.monotonic() >= nudge_at:
+                    _signal(pid, interrupts.NUDGE)
+                    nudge_at = time.monotonic() + NUDGE_EVERY
+                timeout = max(0.0, min(timeout or NUDGE_EVERY, nudge_at - time.monotonic()))
+            ready, _, _ = select.select(watch, [], [], timeout)
             if res_r in ready:
                 try:
                     report = result_channel.recv()
@@ -637,6 +643,7 @@ class Holder:
                     if time.monotonic() - last_interrupt >= INTERRUPT_SPACING:
                         last_interrupt = time.monotonic()
                         _signal(pid, signal.SIGINT)
+                        nudge_at = nudge_at or last_interrupt + NUDGE_EVERY
                 elif op == Op.KILL:
                     _signal(pid, signal.SIGKILL)
                 elif op in (Op.INPUT_REPLY, Op.RATCHET_REPLY):
@@ -780,7 +787,7 @@ class Holder:
         shell.exit_now = False
         res = None
         try:
-            with _interruptible():
+            with interrupts.interruptible(before_code=True):
                 res = cell_loop.run_cell(
                     shell,
                     str(msg.get("code", "")),
@@ -831,7 +838,7 @@ class Holder:
         self.channel.set_output_budget(budget if isinstance(budget, int) else None)
         status: dict[str, Any] = {"status": "ok"}
         try:
-            with _interruptible():
+            with interrupts.interruptible():
                 cell_loop.call(lambda: comms.handle(msg))
         except KeyboardInterrupt:
             status = {"status": "error", "ename": "KeyboardInterrupt", "evalue": "", "traceback": []}
@@ -1008,6 +1015,10 @@ OLD_HOLDER_WAIT = 0.5
 #: the cell's code, where nothing catches it, and the process would die
 #: instead of reporting the interrupt
 INTERRUPT_SPACING = 0.05
+#: how often the holder wakes a request's process from a blocking call while
+#: it runs on after an interrupt (``interrupts.NUDGE``); the host kills it
+#: once its grace (5 s by default) is over
+NUDGE_EVERY = 0.5
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -1015,14 +1026,6 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
-
-
-_stop_received = False
-
-
-def _record_stop(signum: int, frame: Any) -> None:
-    global _stop_received
-    _stop_received = True
 
 
 def _random_state() -> object:
@@ -1051,30 +1054,6 @@ def _set_random_state(state: object) -> None:
         module.setstate(state)
     except Exception:
         pass  # a module a cell replaced, or an odd state: the reseeded one stays
-
-
-def _record_stops() -> None:
-    """In a new child, before SIGINT is unblocked: the holder signals it only
-    once it has passed it a request, so a stop that comes before the
-    request's code begins is kept for that code (a flag inherited from the
-    holder's own past is cleared)."""
-    global _stop_received
-    _stop_received = False
-    signal.signal(signal.SIGINT, _record_stop)
-
-
-@contextmanager
-def _interruptible() -> Iterator[None]:
-    """Let SIGINT raise KeyboardInterrupt in a request's code, and raise it at
-    once for an interrupt that came between the request's arrival and the
-    start of its code (it used to be ignored there, and the cell ran on)."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        if _stop_received:
-            raise KeyboardInterrupt
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 _input_ids = itertools.count(1)
@@ -1222,6 +1201,7 @@ def main() -> None:
     deaths.share()
     gc.collect = _collect
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    interrupts.install_nudge()
     started = time.monotonic()
     from .shell import make_shell
 

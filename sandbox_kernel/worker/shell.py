@@ -17,12 +17,13 @@ from IPython.core import page
 from IPython.core.autocall import ExitAutocall
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
+from IPython.core.events import EventManager, available_events
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.process import system  # type: ignore[attr-defined]  # re-exported per platform
 from traitlets import Instance, default
 from traitlets.config import Application, Config
 
-from . import comms, kernel_magics, pip_magic
+from . import comms, interrupts, kernel_magics, pip_magic
 from .cell_names import CellNames
 from .channel import Channel
 from .protocol import Msg
@@ -123,6 +124,28 @@ class WorkerApp(Application):
     kernel = comms.KERNEL
 
 
+class CellEvents(EventManager):
+    """IPython's events, except for an interrupt in a callback that runs
+    before the cell's code (``pre_execute``, ``pre_run_cell``): IPython
+    catches KeyboardInterrupt there, printed "Error in callback" and ran the
+    code on. Here the callbacks stop, and the cell stops before its code
+    (``interrupts.stop_before_code``)."""
+
+    def trigger(self, event: str, *args: Any, **kwargs: Any) -> None:
+        if event not in ("pre_execute", "pre_run_cell"):
+            return super().trigger(event, *args, **kwargs)
+        for func in self.callbacks[event][:]:
+            try:
+                func(*args, **kwargs)
+            except KeyboardInterrupt:
+                interrupts.note_raised()
+                return
+            except Exception:
+                if self.print_on_error:
+                    print(f"Error in callback {func} (for {event}), with arguments args {args},kwargs {kwargs}:")
+                self.shell.showtraceback()
+
+
 class ZMQInteractiveShell(InteractiveShell):
     """InteractiveShell whose outputs go to the host channel.
 
@@ -147,6 +170,24 @@ class ZMQInteractiveShell(InteractiveShell):
     _last_error: dict[str, Any] | None = None
     display_pub_class = ChannelDisplayPublisher
     channel: Channel | None = None
+
+    def init_events(self) -> None:
+        self.events = CellEvents(self, available_events)
+        self.events.register("pre_execute", self._clear_warning_registry)
+
+    async def run_code(self, code_obj: Any, result: Any = None, *, async_: bool = False) -> bool:
+        """IPython's, but a cell interrupted while IPython prepared it stops
+        here, shown as a cell stopped before its code (``interrupts``)."""
+        if interrupts.stop_before_code():
+            stopped = KeyboardInterrupt()
+            if result is not None:
+                result.error_in_exec = stopped
+            self.showtraceback((KeyboardInterrupt, stopped, None), exception_only=True)
+            return True
+        try:
+            return bool(await super().run_code(code_obj, result, async_=async_))
+        finally:
+            interrupts.delivered()
 
     def init_environment(self) -> None:
         """ipykernel's: colour in what cells run (``!ls``, pip, pytest), no pagers."""

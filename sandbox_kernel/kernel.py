@@ -546,7 +546,7 @@ class SandboxKernel(Kernel, EngineSettings):
                 return
             parent = self.get_parent("shell")
             metadata = msg.get("metadata")
-            await self.engine.comm(
+            result = await self.engine.comm(
                 msg_type,
                 dict(content),  # type: ignore[arg-type]  # a mapping: checked by for_sandbox
                 emit=lambda kind, c: self._publish(kind, c, parent),
@@ -555,6 +555,8 @@ class SandboxKernel(Kernel, EngineSettings):
                 parent_id=str(msg.get("header", {}).get("msg_id", "")),
                 timeout=self.cell_timeout or None,
             )
+            if result.exit_requested:
+                self._end_after_reply()
 
         return handle
 

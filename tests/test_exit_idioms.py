@@ -20,6 +20,7 @@ import psutil
 import pytest
 from jupyter_client.ioloop import AsyncIOLoopKernelManager
 from kernel_helpers import KERNEL_NAME, SandboxKernelHandle, require_bwrap, status_of
+from test_widgets_kernel import comm_id_of, send
 from traitlets.config import Config
 
 IFACES = "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))"
@@ -90,6 +91,29 @@ def test_a_cell_ends_its_kernel_cleanly_and_the_next_starts_afresh(tmp_path: Pat
         run = k.run("x")
         assert run.status == "error" and run.reply["ename"] == "NameError"
         assert "stopped without shutting down" not in run.stderr
+    finally:
+        k.shutdown()
+
+
+def test_a_widget_callback_that_restarts_the_kernel_ends_it(tmp_path: Path) -> None:
+    """A "Restart" button in a notebook: its callback calls the restart idiom.
+    ipykernel ends whenever ``exit_now`` is set, in a cell or in a comm
+    handler; the widget message's end used to drop it, and the kernel ran on."""
+    k = _kernel(tmp_path, f"s-{uuid.uuid4().hex[:8]}")
+    try:
+        run = k.run(
+            "import ipywidgets as w, IPython\n"
+            "b = w.Button(description='Restart')\n"
+            "b.on_click(lambda _: IPython.Application.instance().kernel.do_shutdown(True))\n"
+            "b"
+        )
+        assert run.status == "ok", run.stderr
+        button = comm_id_of(run, "ButtonModel")
+        assert k.run("1").status == "ok"
+        time.sleep(0.5)
+        assert k.km.is_alive(), "a cell after the button's display ended the kernel"
+        send(k, "comm_msg", {"comm_id": button, "data": {"method": "custom", "content": {"event": "click"}}})
+        assert _wait_for_exit(k) == 0
     finally:
         k.shutdown()
 

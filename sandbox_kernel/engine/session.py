@@ -92,6 +92,16 @@ class ExecuteResult:
     exit_requested: bool = False
 
 
+@dataclass
+class CommResult:
+    """How a widget message's handlers ended."""
+
+    status: str  # "ok" | "error" | "died"
+    #: a handler asked the kernel to end (a button calling ``kernel.do_shutdown``):
+    #: ipykernel ends then too, whatever request set its ``exit_now``
+    exit_requested: bool = False
+
+
 class Session:
     """A sandboxed IPython namespace that survives cell crashes and sandbox loss."""
 
@@ -800,10 +810,10 @@ class Session:
         buffers: list[bytes] | None = None,
         parent_id: str = "",
         timeout: float | None = None,
-    ) -> str:
+    ) -> CommResult:
         """Hand a frontend's widget message to the sandbox: its handlers run
         like a cell (outputs, the ratchet, interrupt and the output budget
-        alike) and what they change is kept. Returns "ok", "error" or "died"."""
+        alike) and what they change is kept."""
         async with self._lock:
             limiter = OutputLimiter(self.config.max_output_bytes)
             guarded = self._guarded_emit(emit, limiter)
@@ -811,14 +821,14 @@ class Session:
                 worker = await self._ensure_worker(guarded)
             except SandboxUnavailable as exc:
                 self.log.warning("widget message not delivered: %s", exc)
-                return "error"
+                return CommResult("error")
             await self._enforce_ratchet(guarded)
             worker = self.worker or worker
             try:
                 self.widgets.from_frontend(msg_type, content)  # after any new sandbox cleared the old comms
             except WidgetRefused as exc:
                 self.log.warning("%s refused: %s", msg_type, exc)
-                return "error"
+                return CommResult("error")
             request = {
                 "op": Op.COMM,
                 "msg_type": msg_type,
@@ -832,9 +842,9 @@ class Session:
             if status == "died":
                 text = await self._after_death(done, hits, guarded, "The widget callback's")
                 guarded("stream", {"name": "stderr", "text": f"{NOTICE} {text}\n"})
-                return "died"
+                return CommResult("died")
             self._schedule_checkpoint()
-            return "ok" if status == "ok" else "error"
+            return CommResult("ok" if status == "ok" else "error", exit_requested=done.get("exit_now") is True)
 
     def _note_checkpoint_failure(self) -> None:
         """A background checkpoint that could not be written (a full or

@@ -837,6 +837,7 @@ class Holder:
         budget = msg.get("max_output_bytes")
         self.channel.set_output_budget(budget if isinstance(budget, int) else None)
         status: dict[str, Any] = {"status": "ok"}
+        self.shell.exit_now = False
         try:
             with interrupts.interruptible():
                 cell_loop.call(lambda: comms.handle(msg))
@@ -848,6 +849,7 @@ class Holder:
         out.flush()
         err.flush()
         status["dropped_output"] = self.channel.dropped_output
+        status["exit_now"] = bool(self.shell.exit_now)  # a handler's kernel.do_shutdown ends the kernel too
         return status
 
     def _restore(self, msg: dict[str, Any], ctl: Channel) -> dict[str, Any]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import base64
 import time
+from pathlib import Path
 
-from kernel_helpers import SandboxKernelHandle
+from kernel_helpers import SandboxKernelHandle, bwrap_kernel
 
 
 def test_state_persists_across_cells(kernel: SandboxKernelHandle) -> None:
@@ -110,6 +111,25 @@ def test_completion_and_inspection(kernel: SandboxKernelHandle) -> None:
     assert "my_special_variable" in reply["matches"]
     reply = kernel.kc.inspect("zip", 3, reply=True)["content"]
     assert reply["found"] and "zip" in reply["data"]["text/plain"]
+
+
+def test_the_completer_stays_warm_across_cells(tmp_path: Path) -> None:
+    """Completions run in a throw-away process, and jedi loaded what every
+    completion needs (its grammar, the builtins' stubs) there, to lose it
+    with that process: each completion paid for it again (0.3-0.7 s with
+    pandas loaded; see bench/completion_latency.py). The first completion
+    now loads it in the process that holds the state, as ipykernel's first
+    does in its own, so later cells and completions start with it."""
+    k = bwrap_kernel(tmp_path)
+    loaded = "import sys\nprint('jedi' in sys.modules)"
+    try:
+        assert k.stdout_of("my_special_variable = 1\n" + loaded) == "False\n"
+        assert "my_special_variable" in k.kc.complete("my_spec", 7, reply=True)["content"]["matches"]
+        assert k.stdout_of(loaded) == "True\n"
+        assert k.stdout_of("my_special_variable += 1\n" + loaded + "\nprint(my_special_variable)") == "True\n2\n"
+        assert "my_special_variable" in k.kc.complete("my_spec", 7, reply=True)["content"]["matches"]
+    finally:
+        k.shutdown()
 
 
 def test_pager_payload(kernel: SandboxKernelHandle) -> None:

@@ -168,7 +168,10 @@ class Holder:
                 hot_pages.started(self.generation)  # a list for that standby is of no use now
                 self._supervise(child, msg, takeover=True)
             elif op == Op.COMPLETE:
+                warmed = warmup.warm_completer()
                 self.fork(msg, self._complete)
+                if warmed and self.standby is not None and not self.standby.backup:
+                    self._kill_standby()  # forked before the warm-up: the next one, from here, has it
             elif op == Op.INSPECT:
                 self.fork(msg, self._inspect)
             elif op == Op.CHECKPOINT:
@@ -576,6 +579,8 @@ class Holder:
         if self.standby is not None:
             _signal(self.standby.pid, signal.SIGKILL)
             os.waitpid(self.standby.pid, 0)
+            os.close(self.standby.ctl.read_fd)
+            os.close(self.standby.ctl.write_fd)
             self.standby = None
 
     def fork(self, msg: dict[str, Any], body: Callable[[dict[str, Any], Channel], dict[str, Any]]) -> None:

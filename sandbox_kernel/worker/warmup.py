@@ -18,6 +18,10 @@ is not shown. It is also skipped while a cell's tracer or profiler is set
 (``sys.settrace``, ``sys.setprofile``). Audit hooks (``sys.addaudithook``)
 cannot be listed, so one a cell added sees the warm-ups' ``compile`` and
 ``exec`` events.
+
+One warm-up runs in the holder instead (``warm_completer``), once, for
+completions: it imports jedi there, as ipykernel's first completion does in
+its kernel, and runs none of the user's code either.
 """
 
 from __future__ import annotations
@@ -174,7 +178,7 @@ _completer_warmed = False
 
 def warm_completer() -> bool:
     """Before the holder forks the child that answers a completion: once per
-    session (every later holder descends from this one), let jedi load what
+    sandbox (every later holder descends from this one), let jedi load what
     any completion needs (its grammar, the builtins' stubs), as ipykernel's
     first completion does in its one process. Done in the throw-away child
     only, it was lost with it, and every completion paid for it again

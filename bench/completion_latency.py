@@ -1,6 +1,6 @@
 """Tab completion of the sandboxed kernel against stock ipykernel, in one run.
 
-    .venv/bin/python bench/completion_latency.py [--rounds 6]
+    .venv/bin/python bench/completion_latency.py [--rounds 6] [--load]
 
 What a user feels pressing Tab: a ``complete_request`` and its reply,
 through jupyter_client, with pandas imported and a DataFrame made. The first
@@ -15,14 +15,13 @@ issue notes.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from kernel_latency import start  # bench/ is the script's folder, first on sys.path
+from kernel_latency import compare_and_save, one_busy_process, start  # bench/ is the script's folder, first on sys.path
 
 SETUP = "value_of_a = 41\nimport pandas as pd\ndf = pd.DataFrame({'a': [1]})"
 #: a name of the namespace, a module's attribute, an object's method, a module name
@@ -62,22 +61,22 @@ def measure(names: tuple[str, ...], rounds: int, root: Path) -> dict[str, dict[s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--load", action="store_true", help="also measure with one busy process on a core")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "completion_latency.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         both = measure(("python3", "sandbox-python"), args.rounds, Path(tmp))
-    stock, sandbox = both["python3"], both["sandbox-python"]
-    result = {
-        "rounds": args.rounds,
-        "ipykernel": stock,
-        "sandbox": sandbox,
-        "ratio": {k: round(sandbox[k] / stock[k], 2) for k in stock},
-    }
-    print(f"{'':16}{'ipykernel':>12}{'sandbox':>12}{'ratio':>8}")
-    for key in stock:
-        print(f"{key:16}{stock[key] * 1000:10.1f}ms{sandbox[key] * 1000:10.1f}ms{result['ratio'][key]:8.2f}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    compare_and_save(both["python3"], both["sandbox-python"], args.out, rounds=args.rounds)
+    if args.load:
+        print("--- one busy process")
+        with one_busy_process(), tempfile.TemporaryDirectory() as tmp:
+            both = measure(("python3", "sandbox-python"), args.rounds, Path(tmp))
+        compare_and_save(
+            both["python3"],
+            both["sandbox-python"],
+            args.out.with_name(args.out.stem + "_loaded.json"),
+            rounds=args.rounds,
+        )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ the issue notes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import statistics
@@ -32,7 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -266,6 +267,35 @@ def show(title: str, results: dict[str, dict[str, float]], ratios: dict[str, flo
         print(f"{key:32} {value:10.2f}x")
 
 
+@contextlib.contextmanager
+def one_busy_process() -> Iterator[None]:
+    """A process spinning on a core for the block: the load of issue 16."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        busy.kill()  # the one process this bench started
+        busy.wait()
+
+
+def compare_and_save(stock: dict[str, float], sandbox: dict[str, float], out: Path, **meta: Any) -> dict[str, Any]:
+    """Print times (seconds) of both kernels side by side with their ratios
+    (sandbox / ipykernel), and write them, with ``meta``, to ``out``."""
+    result = {
+        **meta,
+        "ipykernel": stock,
+        "sandbox": sandbox,
+        "ratio": {k: round(sandbox[k] / stock[k], 2) for k in stock},
+    }
+    width = max(map(len, stock)) + 2
+    print(f"{'':{width}}{'ipykernel':>12}{'sandbox':>12}{'ratio':>8}")
+    for key in stock:
+        print(f"{key:{width}}{stock[key] * 1000:10.2f}ms{sandbox[key] * 1000:10.2f}ms{result['ratio'][key]:8.2f}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cells", type=int, default=40)
@@ -277,12 +307,8 @@ def main() -> None:
     report["quiet"] = {"results": quiet, "ratios": ratios_of(quiet)}
     show("quiet", quiet, ratios_of(quiet))
     if args.load:
-        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        try:
+        with one_busy_process():
             loaded = run_all(args.cells)
-        finally:
-            busy.kill()  # the one process this bench started
-            busy.wait()
         report["one_busy_process"] = {"results": loaded, "ratios": ratios_of(loaded)}
         show("one busy process", loaded, ratios_of(loaded))
     args.out.parent.mkdir(parents=True, exist_ok=True)

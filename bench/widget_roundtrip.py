@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import statistics
 import tempfile
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_client.manager import KernelManager
-from kernel_latency import take_turns  # bench/ is the script's folder, first on sys.path
+from kernel_latency import compare_and_save, take_turns  # bench/ is the script's folder, first on sys.path
 
 SETUP = (
     "import ipywidgets as w\n"
@@ -146,18 +145,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         both = measure(("python3", "sandbox-python"), args.moves, Path(tmp))
-    stock, sandbox = both["python3"], both["sandbox-python"]
-    result = {
-        "moves": args.moves,
-        "ipykernel": stock,
-        "sandbox": sandbox,
-        "ratio": {k: round(sandbox[k] / stock[k], 2) for k in stock},
-    }
-    print(f"{'':28}{'ipykernel':>12}{'sandbox':>12}{'ratio':>8}")
-    for key in stock:
-        print(f"{key:28}{stock[key] * 1000:10.2f}ms{sandbox[key] * 1000:10.2f}ms{result['ratio'][key]:8.2f}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    compare_and_save(both["python3"], both["sandbox-python"], args.out, moves=args.moves)
 
 
 if __name__ == "__main__":

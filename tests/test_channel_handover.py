@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from kernel_helpers import require_bwrap
 
-from sandbox_kernel.engine import EngineConfig, Session
+from sandbox_kernel.engine import EngineConfig, ExecuteResult, Session
 from sandbox_kernel.engine.worker import WorkerHandle
 from sandbox_kernel.sandbox import get_sandbox
 from sandbox_kernel.worker.protocol import Op
@@ -50,15 +50,32 @@ def _collect_stdout(lines: list[str]) -> Any:
     return lambda kind, content: lines.append(content.get("text", "")) if kind == "stream" else None
 
 
-def _signalling_emit(emitted: list[tuple[str, dict[str, Any]]], word: str, seen: asyncio.Event) -> Any:
-    """Keep what a cell emits, and set ``seen`` once it prints ``word``."""
+async def _printed(session: Session, code: str, count: int) -> list[str]:
+    """What a cell that must succeed prints, as the stream messages came."""
+    lines: list[str] = []
+    result = await session.execute(code, execution_count=count, emit=_collect_stdout(lines))
+    assert result.status == "ok", (result, lines)
+    return lines
+
+
+async def _interrupt_once_it_prints(
+    session: Session, code: str, count: int, word: str, settle: float = 0.0
+) -> tuple[ExecuteResult, list[tuple[str, dict[str, Any]]]]:
+    """Run a cell, interrupt it ``settle`` s after it prints ``word``; its
+    result and everything it emitted."""
+    emitted: list[tuple[str, dict[str, Any]]] = []
+    seen = asyncio.Event()
 
     def emit(kind: str, content: dict[str, Any]) -> None:
         emitted.append((kind, content))
         if word in content.get("text", ""):
             seen.set()
 
-    return emit
+    run = asyncio.ensure_future(session.execute(code, execution_count=count, emit=emit))
+    await asyncio.wait_for(seen.wait(), 20)
+    await asyncio.sleep(settle)
+    session.interrupt()
+    return await asyncio.wait_for(run, 25), emitted
 
 
 async def test_interrupts_racing_the_end_of_cells_never_split_a_frame(tmp_path: Path) -> None:
@@ -121,9 +138,7 @@ async def test_a_burst_of_interrupts_never_kills_the_cells_process(tmp_path: Pat
             result = await run
             assert result.status in ("ok", "error"), (count, result.status, result.evalue)
         assert session.worker is worker, "the sandbox was replaced"
-        lines: list[str] = []
-        last = await session.execute("print(n > 0)", execution_count=20, emit=_collect_stdout(lines))
-        assert last.status == "ok" and lines == ["True\n"], lines
+        assert await _printed(session, "print(n > 0)", 20) == ["True\n"]
     finally:
         await session.shutdown()
 
@@ -171,9 +186,7 @@ async def test_an_interrupt_sent_right_after_the_request_stops_the_cell(tmp_path
             result = await asyncio.wait_for(run, 25)
             assert (result.status, result.ename) == ("error", "KeyboardInterrupt"), (count, result)
             assert session.worker is worker, f"the sandbox was replaced at cell {count}"
-        printed: list[str] = []
-        last = await session.execute("print(0 <= n <= 20)", execution_count=30, emit=_collect_stdout(printed))
-        assert last.status == "ok" and printed == ["True\n"], printed
+        assert await _printed(session, "print(0 <= n <= 20)", 30) == ["True\n"]
     finally:
         await session.shutdown()
 
@@ -205,21 +218,13 @@ async def test_an_interrupt_while_ipython_prepares_the_cell_stops_it(tmp_path: P
         assert (await session.execute(setup, execution_count=1, emit=lambda k, c: None)).status == "ok"
         worker = session.worker
         for count in (2, 3):
-            emitted: list[tuple[str, dict[str, Any]]] = []
-            preparing = asyncio.Event()
-            emit = _signalling_emit(emitted, "preparing", preparing)
             # the second cell awaits: IPython's preparation runs in a task on the cell's loop
             code = "n += 1\ntime.sleep(30)" if count == 2 else "n += 1\nimport asyncio\nawait asyncio.sleep(30)"
-            run = asyncio.ensure_future(session.execute(code, execution_count=count, emit=emit))
-            await asyncio.wait_for(preparing.wait(), 20)
-            session.interrupt()
-            result = await asyncio.wait_for(run, 25)
+            result, emitted = await _interrupt_once_it_prints(session, code, count, "preparing")
             assert (result.status, result.ename) == ("error", "KeyboardInterrupt"), (result, emitted)
             assert not any("Error in callback" in c.get("text", "") for k, c in emitted), emitted
             assert session.worker is worker, "the sandbox was replaced"
-        printed: list[str] = []
-        last = await session.execute("print(n)", execution_count=4, emit=_collect_stdout(printed))
-        assert last.status == "ok" and printed == ["0\n"], printed
+        assert await _printed(session, "print(n)", 4) == ["0\n"]
     finally:
         await session.shutdown()
 
@@ -247,31 +252,18 @@ async def test_an_interrupt_python_has_recorded_wakes_a_blocking_call(tmp_path: 
     )
     try:
         worker = await _counter_at_zero(session)
-        emitted: list[tuple[str, dict[str, Any]]] = []
-        ready = asyncio.Event()
-        emit = _signalling_emit(emitted, "ready", ready)
-        run = asyncio.ensure_future(session.execute(code, execution_count=2, emit=emit))
-        await asyncio.wait_for(ready.wait(), 20)
-        await asyncio.sleep(0.2)  # the main thread is in its sleep
-        session.interrupt()
-        result = await asyncio.wait_for(run, 25)
+        # settled: the main thread is in its sleep
+        result, emitted = await _interrupt_once_it_prints(session, code, 2, "ready", settle=0.2)
         assert (result.status, result.ename) == ("error", "KeyboardInterrupt"), (result, emitted)
         assert session.worker is worker, "the sandbox was replaced"
 
         # The cell left SIGINT blocked in the main thread: once its thread
         # has ended, the next cell's interrupt is not lost (no thread could
         # take it: it was a kill, in every later cell).
-        ready.clear()
         code = "while threading.active_count() > 1:\n    time.sleep(0.05)\nprint('ready', flush=True)\ntime.sleep(30)"
-        run = asyncio.ensure_future(session.execute(code, execution_count=3, emit=emit))
-        await asyncio.wait_for(ready.wait(), 20)
-        await asyncio.sleep(0.2)
-        session.interrupt()
-        result = await asyncio.wait_for(run, 25)
+        result, emitted = await _interrupt_once_it_prints(session, code, 3, "ready", settle=0.2)
         assert (result.status, result.ename) == ("error", "KeyboardInterrupt"), (result, emitted)
-        printed: list[str] = []
-        last = await session.execute("print(n)", execution_count=4, emit=_collect_stdout(printed))
-        assert last.status == "ok" and printed == ["0\n"], printed
+        assert await _printed(session, "print(n)", 4) == ["0\n"]
     finally:
         await session.shutdown()
 

@@ -112,8 +112,12 @@ def test_a_widget_callback_that_restarts_the_kernel_ends_it(tmp_path: Path) -> N
         assert k.run("1").status == "ok"
         time.sleep(0.5)
         assert k.km.is_alive(), "a cell after the button's display ended the kernel"
+        sandboxes = k.sandboxes()
+        assert sandboxes, "no sandbox to watch"
         send(k, "comm_msg", {"comm_id": button, "data": {"method": "custom", "content": {"event": "click"}}})
         assert _wait_for_exit(k) == 0
+        for proc in sandboxes:
+            assert not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE, "the sandbox outlived its kernel"
     finally:
         k.shutdown()
 

@@ -187,6 +187,20 @@ def check_kernelspec() -> Check:
     return Check("kernelspec", OK, f"{KERNEL_NAME}: {' '.join(spec.argv[:4])} ...")
 
 
+def check_completer_seed() -> Check:
+    from .engine import completer_seed
+
+    seed = completer_seed.find()
+    if seed is None:
+        return Check(
+            "completion cache",
+            WARN,
+            "not made yet: a new sandbox's first Tab takes seconds (made at the first completion)",
+            f"{sys.executable} -I -m sandbox_kernel install --sys-prefix",
+        )
+    return Check("completion cache", OK, str(seed))
+
+
 def check_labextension() -> Check:
     from jupyter_core.paths import jupyter_path
 
@@ -237,6 +251,7 @@ CHECKS = (
     check_uid,
     check_docker,
     check_kernelspec,
+    check_completer_seed,
     check_labextension,
     check_store,
 )

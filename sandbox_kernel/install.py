@@ -43,6 +43,11 @@ def main(argv: list[str] | None = None) -> None:
     prefix = sys.prefix if args.sys_prefix else args.prefix
     path = install(user=args.user, prefix=prefix)
     print(f"Installed kernelspec {KERNEL_NAME} in {path}")
+    from .engine import completer_seed
+
+    seed = completer_seed.build()
+    if seed is not None:
+        print(f"Made the sandboxes' completion cache in {seed}")
 
 
 if __name__ == "__main__":

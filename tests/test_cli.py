@@ -39,6 +39,7 @@ def test_doctor_reports_each_check_and_succeeds_here() -> None:
         assert name in checks, checks.keys()
     assert checks["bubblewrap"]["status"] == "ok", checks["bubblewrap"]
     assert checks["kernelspec"]["status"] == "ok", checks["kernelspec"]
+    assert checks["completion cache"]["status"] == "ok", checks["completion cache"]  # made by `install`
     text = _run("doctor")
     assert "can start sandboxes here" in text.stdout, text.stdout
 

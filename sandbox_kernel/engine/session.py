@@ -36,7 +36,7 @@ from ..sandbox import BindMount, Sandbox, SandboxResult, SandboxSpec, get_sandbo
 from ..sandbox.in_container import bwrap_hint
 from ..worker import proxy_forward
 from ..worker.protocol import CHECKPOINT_FAILED_MARKER, Msg, Op
-from . import owned_dirs
+from . import completer_seed, owned_dirs
 from .config import EngineConfig
 from .launch import IN_EGRESS, IN_LIB, IN_PACKAGES, IN_STATE, WORKER_PACKAGE, WORKER_SOURCE, Launch, plan_launch
 from .ratchet import SYSTEM_NOTICE, Ratchet
@@ -256,11 +256,14 @@ class Session:
         """The worker's sandbox: the session's launch (engine/launch.py) plus
         its checkpoints and the worker's code."""
         extra: list[BindMount] = []
+        seed = completer_seed.find()
         if self.sandbox.isolates:
             extra = [
                 BindMount(self.state_dir, IN_STATE),
                 BindMount(WORKER_SOURCE, f"{IN_LIB}/{WORKER_PACKAGE}", readonly=True),
             ]
+            if seed is not None:
+                extra.append(BindMount(seed, completer_seed.IN_COMPLETER_SEED, readonly=True))
             if self.sandbox_proxied and self.proxy is not None:
                 extra.append(BindMount(self.proxy.socket_path.parent, IN_EGRESS))
             if self.config.packages_dir is not None:
@@ -288,6 +291,7 @@ class Session:
             self.isolate_network,
             extra,
             proxied=self.sandbox_proxied,
+            seed=seed,
         )
         if launch.notes and not self._workspace_noted:
             self._workspace_noted = True
@@ -295,10 +299,18 @@ class Session:
         return launch.spec
 
     def _launch(
-        self, command: list[str], isolate_network: bool, extra_mounts: list[BindMount], proxied: bool = False
+        self,
+        command: list[str],
+        isolate_network: bool,
+        extra_mounts: list[BindMount],
+        proxied: bool = False,
+        seed: Path | None = None,
     ) -> Launch:
         state = self._visible(self.state_dir, IN_STATE)
         egress_env: dict[str, str] = {}
+        seed_env: dict[str, str] = {}
+        if seed is not None:  # the worker's parso cache starts from it (engine/completer_seed.py)
+            seed_env[completer_seed.SEED_ENV] = self._visible(seed, completer_seed.IN_COMPLETER_SEED)
         if proxied and self.proxy is not None:
             egress_env = {
                 proxy_forward.SOCKET_ENV: f"{IN_EGRESS}/{self.proxy.socket_path.name}",
@@ -329,6 +341,7 @@ class Session:
                     "SANDBOX_KERNEL_PACKAGES": self._packages_path(state),
                     "PIP_TARGET": self._packages_path(state),  # `!pip install` into the layer too
                     **egress_env,
+                    **seed_env,
                 },
             )
         except WorkspaceRefused as exc:
@@ -888,6 +901,7 @@ class Session:
             self.log.warning("could not save the replay log: %s", exc)
 
     async def complete(self, code: str, cursor_pos: int) -> dict[str, Any]:
+        completer_seed.build_in_background()  # for the next sandboxes, when this installation has none
         return await self._query({"op": Op.COMPLETE, "code": code, "cursor_pos": cursor_pos})
 
     async def inspect(self, code: str, cursor_pos: int, detail_level: int = 0) -> dict[str, Any]:

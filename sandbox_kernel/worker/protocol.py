@@ -21,6 +21,9 @@ MAX_FRAME: Final = 64 * 1024 * 1024
 #: left beside the checkpoint when a background one could not be written (a full
 #: disk); the host reads and removes it before the next cell, and tells the user
 CHECKPOINT_FAILED_MARKER: Final = "checkpoint.failed"
+#: the environment variable naming where a sandbox sees the host's parso cache
+#: (engine/completer_seed.py makes it, worker/warmup.py copies it)
+COMPLETER_SEED_ENV: Final = "SANDBOX_KERNEL_COMPLETER_SEED"
 #: the largest single output message a worker sends (the host refuses larger bundles anyway)
 MAX_OUTPUT_MESSAGE: Final = 20 * 1024 * 1024
 
@@ -69,6 +72,7 @@ LATE_OPS: Final = frozenset({Op.INTERRUPT, Op.KILL, Op.INPUT_REPLY, Op.RATCHET_R
 
 __all__ = [
     "CHECKPOINT_FAILED_MARKER",
+    "COMPLETER_SEED_ENV",
     "HEADER",
     "HOST_OPS",
     "LATE_OPS",

@@ -4,12 +4,17 @@ while the kernel stays responsive and keeps its state (class 8)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
-from kernel_helpers import SandboxKernelHandle
+from kernel_helpers import SandboxKernelHandle, bwrap_kernel
+
+from sandbox_kernel.engine.channel import read_message
+from sandbox_kernel.worker.protocol import HEADER
 
 
 def request(k: SandboxKernelHandle, msg_type: str, content: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
@@ -233,3 +238,64 @@ def test_unsolicited_and_misdirected_messages_are_ignored(kernel: SandboxKernelH
     time.sleep(0.5)
     run = kernel.run("print(kept2)")
     assert run.stdout.strip() == "5", (run.stdout, run.stderr)
+
+
+# ---- text Python can hold and UTF-8 cannot ------------------------------------------------
+
+SURROGATES = r"""
+import sys
+from IPython.display import display
+kept_before = 7
+print("a file name read with surrogateescape: caf\udce9")
+display({"text/plain": "shown \ud800 here"}, raw=True)
+sys.modules["sandbox_kernel_worker.comms"]._channel.send({"type": "stream", "name": "stdout", "text": "raw \udfff\n"})
+import time
+time.sleep(0.5)
+print("still this cell's")
+raise ValueError("bad \udc80 value")
+"""
+
+
+def test_lone_surrogates_from_a_cell_reach_the_frontend_replaced_and_lose_nothing(tmp_path: Path) -> None:
+    """A str may hold a lone surrogate (a file name decoded with
+    surrogateescape, or a frame a cell writes), UTF-8 may not: the host's
+    publish raised, the host stopped waiting for a cell still running, its
+    later output went under the next request, and that next cell was killed
+    at the timeout with every variable of the session. Each now arrives with
+    U+FFFD in its place, under its own cell."""
+    k = bwrap_kernel(tmp_path, "--SandboxKernel.cell_timeout=20")
+    try:
+        assert k.stdout_of("kept = 41") == ""
+        run = k.run(SURROGATES)
+        assert run.status == "error" and run.reply["ename"] == "ValueError", run.reply
+        expected = "a file name read with surrogateescape: caf\ufffd\nraw \ufffd\nstill this cell's\n"
+        assert run.stdout == expected, run.stdout
+        assert [c["data"]["text/plain"] for c in run.of("display_data")] == ["shown \ufffd here"]
+        assert run.errors[0]["evalue"] == "bad \ufffd value", run.errors
+        assert k.stdout_of("print(kept + 1, kept_before)") == "42 7\n"
+    finally:
+        k.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        (b'{"type": "stream", "name": "stdout", "text": "a\\ud800b"}', "a\ufffdb"),  # escaped, lone
+        (b'{"type": "stream", "name": "stdout", "text": "\\ud83d\\ude00"}', "\U0001f600"),  # escaped pair
+        (b'{"type": "stream", "name": "stdout", "text": "\xed\xa0\xbd\xed\xb8\x80"}', "\U0001f600"),  # raw pair
+        (b'{"type": "stream", "name": "stdout", "\xed\xb3\xbf": "x", "text": "\xed\xb3\xbf"}', "\ufffd"),  # key too
+        (b'{"type": "stream", "name": "stdout", "text": "\\\\ud800 is text"}', "\\ud800 is text"),  # not one
+    ],
+)
+def test_the_host_reads_frames_without_lone_surrogates(body: bytes, text: str) -> None:
+    async def read() -> dict[str, Any]:
+        reader = asyncio.StreamReader()
+        reader.feed_data(HEADER.pack(len(body)) + body)
+        reader.feed_eof()
+        got = await read_message(reader)
+        assert got is not None
+        return got[0]
+
+    msg = asyncio.run(read())
+    assert msg["text"] == text
+    json.dumps(msg, ensure_ascii=False).encode("utf-8")  # what jupyter_client's packer needs

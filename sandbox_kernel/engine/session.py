@@ -987,7 +987,10 @@ class Session:
                 prompt = asyncio.ensure_future(self._answer_input(worker, rid, msg, ask_input))
                 continue
             if emit is not None and self._running is not None:
-                self._forward(msg, emit)
+                try:
+                    self._forward(msg, emit)
+                except Exception:  # one output the frontend could not be sent must not end the wait for the cell
+                    self.log.exception("forwarding a %s from the sandbox failed", kind)
 
     async def _answer_input(
         self, worker: WorkerHandle, rid: str, msg: dict[str, Any], ask_input: AskInput | None

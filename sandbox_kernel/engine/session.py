@@ -30,9 +30,9 @@ from ..network.host_addresses import local_addresses
 from ..outputs import OutputLimiter, format_bytes, sanitize_bundle
 from ..outputs.links import defang_text
 from ..outputs.widgets import WIDGET_VIEW_MIME, WidgetComms, WidgetRefused, message_size
-from ..privacy.enforcement import EnforcementRecord
+from ..privacy.enforcement import EnforcementRecord, pending_holders
 from ..privacy.modes import NetworkMode
-from ..sandbox import BindMount, Sandbox, SandboxResult, SandboxSpec, get_sandbox
+from ..sandbox import BindMount, Sandbox, SandboxProcess, SandboxResult, SandboxSpec, get_sandbox
 from ..sandbox.in_container import bwrap_hint
 from ..worker import proxy_forward
 from ..worker.protocol import CHECKPOINT_FAILED_MARKER, Msg, Op
@@ -51,6 +51,9 @@ AskInput = Callable[[str, bool], Awaitable[str]]
 READY_TIMEOUT = 60.0
 #: before the one retry of a start that failed in a transient way
 START_RETRY_DELAY = 0.25
+#: how long a sandbox about to get private mounts waits for the other holders
+#: of the session and of its folder to report their network cut
+HOLDERS_WAIT = 10.0
 #: bwrap's set-up of the sandbox's own network namespace (its loopback): seen
 #: to fail now and then ("Failed RTM_NEWADDR") right after another sandbox's
 #: namespace was torn down; not a configuration problem, unlike the rest
@@ -164,6 +167,10 @@ class Session:
         self._warned = False  # the isolation warning is shown once per session
         self._caps_warned = False  # so is the lack of whole-sandbox caps
         self._background: set[asyncio.Future[Any]] = set()
+        #: who still had network when private mounts were due (they were withheld)
+        self._mounts_withheld: str | None = None
+        #: one-off commands running with a way out, and whether it is the proxy
+        self._commands: dict[SandboxProcess, bool] = {}
         self._workspace_noted = False  # the home-rule note is shown once per session
         self.started_at: float | None = None
         #: tells host-side raisers waiting for the cut what this session enforces
@@ -212,10 +219,12 @@ class Session:
 
     @property
     def network_reachable(self) -> bool:
-        """The live sandbox can still send: started with network, not cut since."""
+        """The live sandbox, or a command of the session (``run_command``), can
+        still send: started with network, not cut since."""
         if self.sandbox_proxied:
-            return self.sandbox_has_network
-        return self.sandbox_has_network and self.worker is not None and not self.worker.process.network_cut
+            return self.sandbox_has_network or self._commands_reachable()
+        worker = self.sandbox_has_network and self.worker is not None and not self.worker.process.network_cut
+        return worker or self._commands_reachable()
 
     @property
     def network_mode(self) -> str:
@@ -326,7 +335,7 @@ class Session:
                 command,
                 isolate_network=isolate_network,
                 ratchet=self.ratchet,
-                private_mounts=isolate_network and not proxied,
+                private_mounts=isolate_network and not proxied and not self._mounts_withheld,
                 store_dirs=self._store_dirs(),
                 allowed_roots=self.config.allowed_roots,
                 extra_mounts=extra_mounts,
@@ -369,8 +378,80 @@ class Session:
             ]
             # a one-off command has no worker to run the forwarder: a small launcher does
             command = [sys.executable, "-I", "-c", FORWARDER_THEN_EXEC % f"{IN_LIB}/{WORKER_PACKAGE}", *command]
+        if isolate and not proxied:
+            self._mounts_withheld = await self._holders_with_network()
         launch = await asyncio.to_thread(self._launch, command, isolate, extra, proxied)
-        return await self.sandbox.run_spec(launch.spec, timeout=timeout)
+        way_out = not isolate or proxied
+        live: list[SandboxProcess] = []
+
+        def started(child: SandboxProcess) -> None:
+            live.append(child)
+            if way_out:
+                self._commands[child] = proxied
+                self._report_enforcement()
+
+        try:
+            return await self.sandbox.run_spec(launch.spec, timeout=timeout, started=started)
+        finally:
+            for child in live:
+                if self._commands.pop(child, None) is not None:
+                    self._report_enforcement()
+
+    async def _holders_with_network(self) -> str | None:
+        """Before private datasets are mounted: wait until every other live
+        sandbox of this session, and of the sessions sharing its folder (they
+        rose with it), reports its network cut. They learn of the rise at
+        their next poll; a file copied from a mount into the shared folder
+        before then could still leave through them. Who still has network
+        after ``HOLDERS_WAIT`` s (the mounts are then withheld), else None."""
+        if self.ratchet is None or self.network_allowed or not self.ratchet.bind_mounts():
+            return None
+        self._report_enforcement()  # this session's own earlier sandbox is gone
+        store_root = self.ratchet.data.store.root
+        level = self.ratchet.state.sensitivity
+        user, session = self.ratchet.user_id, self.ratchet.session_id
+        deadline = time.monotonic() + HOLDERS_WAIT
+        while True:
+            pending = await asyncio.to_thread(pending_holders, store_root, user, session, level)
+            if not pending or time.monotonic() >= deadline:
+                return ", ".join(pending[:3]) or None
+            await asyncio.sleep(0.05)
+
+    @staticmethod
+    def _withheld_notice(pending: str) -> str:
+        return (
+            f"{NOTICE} The private datasets are not mounted in this sandbox: a sandbox sharing this session or "
+            f"its folder still had network after {HOLDERS_WAIT:g} s ({pending}). Restart the kernel to try again.\n"
+        )
+
+    def _commands_reachable(self) -> bool:
+        """A one-off command (the shell tool) of this session can still send."""
+        for child, proxied in self._commands.items():
+            if child.returncode is not None:
+                continue
+            if proxied and self.proxy is not None and not self.proxy.is_cut:
+                return True
+            if not proxied and not child.network_cut:
+                return True
+        return False
+
+    async def _cut_commands(self) -> None:
+        """Take the network of the session's running one-off commands away:
+        theirs is the session's proxy (cut in place) or their own user-mode
+        network (its helper killed); a command on the host's network, which
+        cannot be taken away, is killed."""
+        for child, proxied in list(self._commands.items()):
+            if child.returncode is not None:
+                continue
+            if proxied:
+                if self.proxy is not None and not self.proxy.is_cut:
+                    closed = self.proxy.cut()
+                    self.log.warning("egress proxy cut (%d connection(s) closed): the session became private", closed)
+            elif not child.network_cut:
+                if not await child.cut_network():
+                    await child.kill()
+                    child.network_cut = True
+                self.log.warning("network of a running command cut: the session became private")
 
     async def _ensure_proxy(self) -> EgressProxy:
         """The session's egress proxy, started on first use (PROXIED mode)."""
@@ -417,6 +498,13 @@ class Session:
         self._needs_mounts = False
         if self.sandbox_proxied:
             await self._ensure_proxy()
+        self._mounts_withheld = await self._holders_with_network()
+        if self._mounts_withheld:
+            notice = self._withheld_notice(self._mounts_withheld)
+            if emit is not None:
+                emit("stream", {"name": "stderr", "text": notice})
+            else:
+                self._pending_notices.append(notice)
         spec = self._spec()  # a refused workspace raises SandboxUnavailable with its reason
         worker, msg = await self._start_worker(spec)
         if msg.get("type") != Msg.READY and _transient_start_failure(worker.stderr_tail) and not self._closed:
@@ -622,6 +710,8 @@ class Session:
         if self.ratchet is None:
             return False
         changed = self._notify_privacy_change()
+        if not self.network_allowed and self._commands_reachable():
+            await self._cut_commands()
         if self.sandbox_has_network and not self.network_allowed:
             # Cut first, carry state afterwards: the network goes within the
             # poll interval, however busy or uncooperative the sandbox is.

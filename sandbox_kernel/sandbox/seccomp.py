@@ -3,9 +3,11 @@
 Why a filter at all: some kernel interfaces are not namespaced (AF_VSOCK, the
 keyrings, bpf, perf, io_uring) or let a process reach outside its namespaces
 (ptrace, mount, new user namespaces, TIOCSTI), and the sandbox can plant
-symlinks, FIFOs and device nodes that a host program (jupyter_server saving a
-notebook) would later follow. Namespaces and dropped capabilities do not
-close these; a syscall filter does.
+symlinks, FIFOs and device nodes (mknod, or the whiteout renameat2 leaves)
+that a host program (jupyter_server saving a notebook) would later follow,
+and set-uid or set-gid files that any host account could run as the
+sandbox's host uid. Namespaces and dropped capabilities do not close these;
+a syscall filter does.
 
 The same :data:`RULES` produce
 
@@ -15,9 +17,10 @@ The same :data:`RULES` produce
 - a Docker seccomp profile (``security_opt=["seccomp=<json>"]``),
 
 so the two backends cannot drift apart. The filter is a deny list over a
-default of ALLOW: every refusal is ``EPERM`` (``ENOSYS`` for ``clone3``, so
-libc falls back to ``clone``, whose flags *can* be inspected), never a kill,
-so well-behaved code sees an ordinary ``OSError``.
+default of ALLOW: every refusal is ``EPERM`` (``ENOSYS`` for ``clone3`` and
+``openat2``, so callers fall back to ``clone`` and ``openat``, whose flags and
+mode *can* be inspected), never a kill, so well-behaved code sees an ordinary
+``OSError``.
 
 A rule's comparisons are ANDed and each is on a different argument; several
 rules for one syscall are ORed. That is the only shape both libseccomp (which
@@ -160,6 +163,54 @@ CLONE_NAMESPACE_FLAGS = {
 #: kernel: compare its low 32 bits only, so high garbage bits do not slip past.
 IOCTLS_REFUSED = {"TIOCSTI": 0x5412, "TIOCLINUX": 0x541C}
 
+#: renameat2's flag that leaves a whiteout, a character device 0:0, at the old
+#: name (unprivileged since Linux 5.8): a device node on the host without mknod.
+RENAME_WHITEOUT = 0x4
+
+#: The mode bits that make an executable run as its file's owner or group. A
+#: workspace file is owned on the host by the sandbox's host uid (the user's, or
+#: the uid a root kernel hands its sandboxes): with S_ISUID any local account
+#: that reaches the folder would run as that uid. S_ISVTX is harmless.
+SET_ID_BITS = {"S_ISUID": 0o4000, "S_ISGID": 0o2000}
+
+#: Syscalls that take a file mode, and the index of that argument. mknod and
+#: mknodat are refused outright; open and openat are in :data:`OPEN_MODE_ARGS`.
+MODE_ARG = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "creat": 1, "mkdir": 1, "mkdirat": 2}
+
+#: open and openat: (flags index, mode index). The kernel reads the mode only
+#: when the flags create a file, so only then is it compared: a raw call without
+#: O_CREAT may leave garbage in the mode register.
+OPEN_MODE_ARGS = {"open": (1, 2), "openat": (2, 3)}
+
+#: The flag bits with which open creates a file (the same on x86_64 and
+#: aarch64): O_CREAT, and __O_TMPFILE, the bit O_TMPFILE adds to O_DIRECTORY.
+CREATING_OPEN_FLAGS = {"O_CREAT": 0o100, "O_TMPFILE": 0o20000000}
+
+
+def _has_bit(index: int, bit: int) -> Cmp:
+    return Cmp(index, "MASKED_EQ", bit, bit)
+
+
+def _set_id_mode_rules() -> list[Rule]:
+    """Refuse every call that would give a file or directory S_ISUID or S_ISGID.
+
+    One rule per (syscall, bit): "either bit" is an OR, which only separate
+    rules express. Only the two low bits are compared, so garbage in the
+    high bits (the kernel truncates the mode to 16) changes nothing.
+    openat2 reads its mode from a struct: see the openat2 rule.
+    """
+    rules = []
+    for bit_name, bit in SET_ID_BITS.items():
+        why = f"{bit_name}: a set-id file in the workspace runs as the sandbox's host uid for anyone"
+        rules += [Rule(name, why, (_has_bit(index, bit),)) for name, index in MODE_ARG.items()]
+        for name, (flags_index, mode_index) in OPEN_MODE_ARGS.items():
+            rules += [
+                Rule(name, why, (_has_bit(flags_index, flag), _has_bit(mode_index, bit)))
+                for flag in CREATING_OPEN_FLAGS.values()
+            ]
+    return rules
+
+
 RULES: tuple[Rule, ...] = tuple(
     # --- syscalls that cross namespaces or widen the kernel's attack surface
     _deny(
@@ -234,6 +285,22 @@ RULES: tuple[Rule, ...] = tuple(
         "mknod",
         "mknodat",
     )
+    + [
+        Rule(
+            "renameat2",
+            "RENAME_WHITEOUT leaves a character device 0:0 at the old name",
+            (_has_bit(4, RENAME_WHITEOUT),),
+        )
+    ]
+    # --- set-uid and set-gid files (a host account would run as the sandbox's uid)
+    + _set_id_mode_rules()
+    + [
+        Rule(
+            "openat2",
+            "openat2's mode sits in memory a filter cannot read: ENOSYS, as before Linux 5.6, so callers use openat",
+            errno=errno.ENOSYS,
+        )
+    ]
     # --- what Docker's default profile refuses besides: capability-gated anyway
     # (no capabilities in any sandbox), refused here as a second layer
     + _deny(

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import errno
 import json
+import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,6 +62,23 @@ out = {{
     'personality_query': sc({nr("personality")}, 0xFFFFFFFF),
     'listing': sorted(n for n in os.listdir('/workspace') if n.startswith('plant')),
 }}
+# a whiteout (char device 0:0) left by renameat2(RENAME_WHITEOUT), unprivileged since 5.8
+open('/workspace/wo-src', 'w').close()
+out['renameat2_whiteout'] = sc({nr("renameat2")}, -100, b'/workspace/wo-src', -100, b'/workspace/wo-dst', 4)
+for name in ('wo-src', 'wo-dst'):
+    path = '/workspace/' + name
+    if os.path.lexists(path) and not stat.S_ISCHR(os.lstat(path).st_mode):
+        os.unlink(path)  # a node, if one was left, stays for the host-side check
+out['renameat2_noreplace'] = sc({nr("renameat2")}, -100, b'/workspace/wo-dst', -100, b'/workspace/wo-moved', 1)
+# set-uid and set-gid files in the workspace: the host would run them as the container's uid
+import shutil
+shutil.copy('/usr/bin/id', '/workspace/setid-id')
+out['chmod_suid'] = attempt(lambda: os.chmod('/workspace/setid-id', 0o4755))
+out['raw_fchmodat_sgid'] = sc({nr("fchmodat")}, -100, b'/workspace/setid-id', 0o2755, 0)
+out['raw_openat_creat_suid'] = sc({nr("openat")}, -100, b'/workspace/setid-raw', os.O_CREAT | os.O_WRONLY, 0o4755)
+out['mkdir_sgid'] = attempt(lambda: os.mkdir('/workspace/setid-dir', 0o2777))
+out['openat2'] = sc({nr("openat2")}, -100, b'/workspace/setid-openat2', (ctypes.c_uint64 * 3)(0o101, 0o4755, 0), 24)
+out['chmod_plain'] = attempt(lambda: os.chmod('/workspace/setid-id', 0o755))
 import multiprocessing as mp, threading
 with mp.Pool(2) as pool:
     out['pool'] = pool.map(abs, [-1, -2])
@@ -86,6 +105,20 @@ def check_cell_output(out: dict[str, Any]) -> None:
     assert out["clone3"] == [-1, errno.ENOSYS], out
     assert out["personality_query"] == [0, 0], out
     assert out["listing"] == [] and out["pool"] == [1, 2], out
+    for name in ("chmod_suid", "mkdir_sgid"):
+        assert out[name] == "EPERM", (name, out)
+    for name in ("renameat2_whiteout", "raw_fchmodat_sgid", "raw_openat_creat_suid"):
+        assert out[name] == [-1, errno.EPERM], (name, out)
+    assert out["openat2"] == [-1, errno.ENOSYS], out
+    assert out["renameat2_noreplace"] == [-1, errno.ENOENT] and out["chmod_plain"] == "done", out
+
+
+def check_host_view(workspace: Path) -> None:
+    """What the host sees after the cell: no device node, no set-id entry."""
+    for path in workspace.rglob("*"):
+        mode = os.lstat(path).st_mode
+        assert not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)), path
+        assert not mode & (stat.S_ISUID | stat.S_ISGID), (path, oct(mode))
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +143,7 @@ def test_kernel_cells_are_refused_what_bwrap_cells_are(dk: DockerKernel) -> None
     assert lines, run.stdout
     check_cell_output(json.loads(lines[-1][4:]))
     assert not [p for p in dk.handle.workspace.iterdir() if p.name.startswith("plant")]
+    check_host_view(dk.handle.workspace)
 
 
 def test_docker_shell_is_refused_the_same(manager: Any, ids: tuple[str, str]) -> None:
@@ -119,15 +153,17 @@ def test_docker_shell_is_refused_the_same(manager: Any, ids: tuple[str, str]) ->
         "mkfifo /workspace/plant-fifo; echo mkfifo=$?; "
         "mknod /workspace/plant-node p; echo mknod=$?; "
         "unshare -U true; echo unshare=$?; "
+        "cp /bin/sh /workspace/setid-sh; chmod u+s /workspace/setid-sh; echo chmod=$?; "
         "python3 -c 'import socket; socket.socket(40, socket.SOCK_STREAM)' 2>&1 | tail -n 1; "
         "ls -A /workspace"
     )
     code, out = manager.execute_command(*ids, script)
     assert "Seccomp:\t2" in out, out
-    for name in ("ln", "mkfifo", "mknod", "unshare"):
+    for name in ("ln", "mkfifo", "mknod", "unshare", "chmod"):
         assert f"{name}=0" not in out and f"{name}=" in out, out
-    assert out.count("Operation not permitted") >= 5, out
+    assert out.count("Operation not permitted") >= 6, out
     assert "PermissionError" in out, out
     assert "plant" not in out.split("unshare=")[-1].split("PermissionError")[-1], out
     workspace: Path = manager.workspace_for(*ids)
     assert not [p for p in workspace.iterdir() if p.name.startswith("plant")]
+    check_host_view(workspace)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from proxy_helpers import Forwarder, OriginServer, ProxyThread, iter_setup, raw_request
 
-from sandbox_kernel.network import EgressEntry, EgressPolicy
+from sandbox_kernel.network import EgressEntry, EgressLog, EgressPolicy
 from sandbox_kernel.network.egress_rules import IPAddress
 from sandbox_kernel.network.proxy import CUT_RULE
 
@@ -153,6 +153,11 @@ def test_unresolvable_malformed_and_oversized(setup: Setup) -> None:
     assert raw_request(fwd.port, b"HELLO\r\n\r\n").startswith(b"HTTP/1.1 400 ")
     assert raw_request(fwd.port, b"GET /relative HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 400 ")
     assert raw_request(fwd.port, b"CONNECT files.example HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    for bad_port in (b"99999999", b"x", b"+80"):  # a 400, not an exception that drops the connection unanswered
+        request = b"GET http://files.example:" + bad_port + b"/ HTTP/1.1\r\n\r\n"
+        assert raw_request(fwd.port, request).startswith(b"HTTP/1.1 400 "), bad_port
+    assert raw_request(fwd.port, b"CONNECT files.example:+443 HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    assert raw_request(fwd.port, b"GET http://files.example/ HTTP/1.1x\r\n\r\n").startswith(b"HTTP/1.1 400 ")
     flood = b"GET http://files.example/ HTTP/1.1\r\n" + b"X-A: " + b"a" * 100_000 + b"\r\n\r\n"
     assert raw_request(fwd.port, flood).startswith(b"HTTP/1.1 431 ")
 
@@ -333,3 +338,56 @@ def test_a_listed_literal_or_star_still_goes(diverted: Diverted, allow: list[str
         time.sleep(0.02)
     rules = sorted((e["host"], e["allowed"], e["rule"]) for e in proxy.log.tail(2))
     assert rules == sorted([(PUBLIC_V4, True, rule_v4), (PUBLIC_V6, True, rule_v6)])
+
+
+# ---- what a sandbox can write into the egress log ----------------------------------------
+
+#: request heads a sandbox can send: forged log lines (LF, TAB), terminal escapes
+#: (ESC, OSC, BEL), a C1 line break (NEL, 0x85), and overlong host, zone or method
+INJECTIONS = {
+    "lf-tab-osc": b"CONNECT x\n2099-01-01T00:00:00.000Z\tallowed\tCONNECT\tpypi.org:443\x1b]0;pwned\x07\x1b[31m:443",
+    "esc-in-url": b"GET http://a\x1b[2J.test/small",
+    "c1-line-break": b"CONNECT files.example\x85forged.test:443",
+    "overlong-host": b"CONNECT " + b"a" * 60_000 + b".test:443",
+    "overlong-zone": b"CONNECT [fe80::1%" + b"A" * 60_000 + b"]:443",
+    "overlong-method": b"X" * 60_000 + b" http://files.example:1/small",
+}
+
+
+@pytest.mark.parametrize("cut", [False, True], ids=["open", "after-the-cut"])
+@pytest.mark.parametrize("line", INJECTIONS.values(), ids=INJECTIONS.keys())
+def test_a_request_cannot_write_lines_or_escapes_into_the_log(
+    setup: Setup, tmp_path: Path, line: bytes, cut: bool
+) -> None:
+    """The request is refused with 400 before its text is logged, and what is logged
+    (and replied) is escaped and bounded, before and after the ratchet's cut: a
+    private sandbox must not fill the host's egress.jsonl with 64 KiB entries."""
+    _, proxy, fwd = setup
+    if cut:
+        proxy.cut()
+    reply = raw_request(fwd.port, line + b" HTTP/1.1\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 400 "), reply[:200]
+    body = reply.split(b"\r\n\r\n", 1)[1].decode("latin-1").rstrip("\n")
+    assert body.isprintable() and len(body) < 1000
+    logged = (tmp_path / "egress.jsonl").read_text().splitlines()
+    assert len(logged) == 1 and len(logged[0]) < 2000
+    entry = json.loads(logged[0])
+    assert entry["allowed"] is False and entry["rule"]
+    for key in ("time", "method", "host", "rule", "address", "status"):
+        assert entry[key].isprintable(), (key, entry[key][:200])
+    assert len(entry["host"]) <= 260 and len(entry["method"]) <= 20
+
+
+def test_the_log_escapes_and_bounds_what_it_is_given(tmp_path: Path) -> None:
+    """Second wall: whatever the proxy hands it, the log keeps no control character
+    and no overlong field (an entry's text comes from a sandbox)."""
+    log = EgressLog(tmp_path / "egress.jsonl")
+    forged = "x\n2099 allowed GET pypi.org\x1b]0;pwned\x07\u202e\x85"
+    log.record(EgressEntry(time="t", method="GET\n", host=forged + "a" * 1000, port=1, allowed=False, rule=forged))
+    log.close()
+    entry = json.loads((tmp_path / "egress.jsonl").read_text())
+    assert entry["host"].startswith("x\\n2099 allowed GET pypi.org\\x1b]0;pwned\\x07\\u202e\\x85aaa")
+    assert entry["host"].endswith("...") and len(entry["host"]) < 300
+    assert (
+        entry["rule"] == "x\\n2099 allowed GET pypi.org\\x1b]0;pwned\\x07\\u202e\\x85" and entry["method"] == "GET\\n"
+    )

@@ -3,6 +3,12 @@
 Kept in memory (the last ``keep`` entries, for the widget and the agent
 tools) and appended as JSON lines to a file beside the session's provenance
 (created 0600, never through a symlink).
+
+The text of an entry comes from a sandbox (the host it asked for, a refused
+request's target), so :meth:`EgressLog.record` escapes every non-printable
+character and bounds every field: whoever reads the log (a terminal, the
+widget, an agent's model) sees data, never forged lines or escape sequences.
+The proxy refuses such requests before logging them; this is the second wall.
 """
 
 from __future__ import annotations
@@ -36,6 +42,29 @@ class EgressEntry:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def bounded(self) -> None:
+        """Escape and cut every text field (see the module docstring)."""
+        self.time = printable(self.time, 40)
+        self.method = printable(self.method, 20)
+        self.host = printable(self.host, MAX_HOST)
+        self.rule = printable(self.rule, MAX_RULE)
+        self.address = printable(self.address, 60)
+        self.status = printable(self.status, 10)
+
+
+#: the longest host the log keeps (a DNS name is at most 253 characters)
+MAX_HOST = 260
+#: the longest rule the log keeps (a long allow list is named in full up to this)
+MAX_RULE = 2000
+
+
+def printable(text: object, limit: int) -> str:
+    """``text`` with each non-printable character (control, escape, line or
+    format characters) written as its Python escape, cut to ``limit`` characters."""
+    raw = str(text)
+    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in raw[:limit])
+    return shown + "..." if len(raw) > limit else shown
+
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -62,6 +91,7 @@ class EgressLog:
                 raise ValueError(f"cannot open the egress log {path}: {exc.strerror}") from None
 
     def record(self, entry: EgressEntry) -> None:
+        entry.bounded()
         with self._lock:
             self._entries.append(entry)
             self._counts["allowed" if entry.allowed else "refused"] += 1
@@ -93,4 +123,4 @@ class EgressLog:
                 self._fd = None
 
 
-__all__ = ["EgressEntry", "EgressLog", "now_iso"]
+__all__ = ["EgressEntry", "EgressLog", "now_iso", "printable"]

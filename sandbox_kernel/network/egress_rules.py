@@ -16,7 +16,13 @@ Rules, in order (the first that applies decides):
 Patterns: ``pypi.org`` is that name exactly; ``*.pypi.org`` is any name
 below it (``files.pypi.org``, ``a.b.pypi.org``) but not ``pypi.org``
 itself, as in TLS certificates but at any depth; ``*`` is every name.
-IP literals are checked as addresses only (``*`` lets a public one through).
+
+An IP literal (``93.184.216.34``, ``[2606:2800::1]``) is a destination like
+a name: the deny list refuses it when it lists that address, the address
+rules apply to it, and it goes only if the allow list is ``*`` or lists that
+exact address. Otherwise ``allow=["pypi.org"]`` would still let a sandbox
+reach any public server by its address. ``allow_addresses`` does not admit
+a literal: it only lifts the address classes for names already allowed.
 """
 
 from __future__ import annotations
@@ -89,6 +95,9 @@ def _pattern(raw: str) -> str:
     text = raw.strip()
     if text == "*":
         return text
+    literal = _literal(text)
+    if literal is not None:
+        return str(literal)
     wildcard = text.startswith("*.")
     if "*" in (text[2:] if wildcard else text):
         raise ValueError(f"domain pattern {raw!r}: '*' is only allowed as the first label")
@@ -117,6 +126,14 @@ def parse_address(host: str) -> IPAddress | None:
         return ipaddress.ip_address(text.split("%", 1)[0])
     except ValueError:
         return None
+
+
+def _literal(text: str) -> IPAddress | None:
+    """The address a pattern is, if it is one (``[v6]`` too, never a zone ``%eth0``),
+    so that a pattern keeps the one spelling ``str(address)`` a literal is matched by."""
+    if "%" in text:
+        return None
+    return parse_address(text)
 
 
 def _embedded(address: IPAddress) -> list[IPAddress]:
@@ -185,24 +202,41 @@ class EgressPolicy:
                     return Decision(False, f"{why} {address} is never reached from a sandbox")
         return Decision(True, "public address")
 
+    def check_literal(self, address: IPAddress) -> Decision:
+        """The rules for an IP literal: deny list, address classes, then the allow list,
+        which must be ``*`` or name this exact address (a literal is a destination
+        the allow list has to grant like any name, not a way around it)."""
+        key = str(address)
+        if key in self._deny:
+            return Decision(False, f"deny list: {key}")
+        verdict = self.check_address(address)
+        if not verdict.allowed:
+            return verdict
+        if key in self._allow:
+            return Decision(True, f"allow list: {key}")
+        if "*" in self._allow:
+            return Decision(True, "allow list: *")
+        allowed = ", ".join(self._allow) or "empty"
+        return Decision(False, f"IP literal {key} is not in the allow list ({allowed})")
+
     def check(self, host: str, addresses: Iterable[IPAddress]) -> Decision:
-        """The whole decision for ``host`` resolved to ``addresses`` (all must pass)."""
+        """The whole decision for ``host`` resolved to ``addresses`` (all must pass).
+
+        An IP literal is its own and only address: ``addresses`` is ignored for it,
+        so a caller cannot pair an allowed literal with other addresses."""
         literal = parse_address(host)
-        if literal is None:
-            decision = self.check_name(normalise_name(host))
-            if not decision.allowed:
-                return decision
-        else:
-            decision = Decision(True, "IP literal")
+        if literal is not None:
+            return self.check_literal(literal)
+        decision = self.check_name(normalise_name(host))
+        if not decision.allowed:
+            return decision
         checked = list(addresses)
         if not checked:
             return Decision(False, f"{host} has no address")
         for address in checked:
             verdict = self.check_address(address)
             if not verdict.allowed:
-                if literal is None:
-                    return Decision(False, f"{host} resolves to a refused address: {verdict.rule}")
-                return verdict
+                return Decision(False, f"{host} resolves to a refused address: {verdict.rule}")
         return decision
 
     def describe(self) -> dict[str, list[str]]:

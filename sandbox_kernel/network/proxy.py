@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -46,6 +48,14 @@ HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "upgrade"}
 )
 CUT_RULE = "no network: the session holds private data"
+#: what a request's method may be (the log shows it; HTTP methods are short tokens)
+_METHOD = re.compile(r"[A-Z]{1,20}\Z")
+#: the characters a host name may have (IDNA names arrive as xn--)
+_NAME_CHARS = re.compile(r"[A-Za-z0-9._-]{1,253}\Z")
+#: the characters an IP literal may have (never a zone id: ``%`` is refused)
+_ADDRESS_CHARS = re.compile(r"[0-9A-Fa-f:.]{2,45}\Z")
+#: how much of a refused request's text the log and the reply quote
+SHOWN = 200
 
 
 class _BadRequest(Exception):
@@ -205,16 +215,11 @@ class EgressProxy:
             raise _BadRequest(400, "the request ended before its headers did") from None
         method, target, version, headers = _parse_head(head)
         entry.method = method
-        if method == "CONNECT":
-            host, port = _split_authority(target, None)
-        else:
-            url = urlsplit(target)
-            if url.scheme.lower() != "http" or not url.hostname:
-                raise _BadRequest(
-                    400,
-                    "only absolute http:// URLs (plain HTTP) and CONNECT (HTTPS and other TLS) go through this proxy",
-                )
-            host, port = url.hostname, url.port or 80
+        try:
+            host, port = _destination(method, target)
+        except _BadRequest:
+            entry.host = _shown(target)  # what was asked, escaped and bounded: never raw text of the sandbox's
+            raise
         entry.host, entry.port = host, port
         if self._cut:
             entry.rule = CUT_RULE
@@ -378,6 +383,13 @@ def _header_safe(text: str) -> str:
     return "".join(c if 32 <= ord(c) < 127 else "?" for c in text)[:300]
 
 
+def _shown(text: str) -> str:
+    """``text`` quoted, every non-ASCII or control character escaped and at most
+    :data:`SHOWN` characters of it: how a refused request appears in the log and
+    the reply, so a sandbox cannot write lines or terminal escapes into either."""
+    return ascii(text[:SHOWN]) + ("..." if len(text) > SHOWN else "")
+
+
 def _parse_head(head: bytes) -> tuple[str, str, str, list[tuple[str, str]]]:
     try:
         text = head.decode("latin-1")
@@ -385,20 +397,55 @@ def _parse_head(head: bytes) -> tuple[str, str, str, list[tuple[str, str]]]:
         raise _BadRequest(400, "the request is not text") from None
     lines = text.split("\r\n")
     parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise _BadRequest(400, f"malformed request line {lines[0][:100]!r}")
+    if len(parts) != 3 or parts[2] not in ("HTTP/1.0", "HTTP/1.1"):
+        raise _BadRequest(400, f"malformed request line {_shown(lines[0])}")
     method, target, version = parts
-    if not method.isalpha() or not method.isupper():
-        raise _BadRequest(400, f"malformed method {method[:20]!r}")
+    if not _METHOD.match(method):
+        raise _BadRequest(400, f"malformed method {_shown(method)}")
     headers: list[tuple[str, str]] = []
     for line in lines[1:]:
         if not line:
             continue
         name, sep, value = line.partition(":")
         if not sep or not name or name != name.strip():
-            raise _BadRequest(400, f"malformed header line {line[:100]!r}")
+            raise _BadRequest(400, f"malformed header line {_shown(line)}")
         headers.append((name, value.strip()))
     return method, target, version, headers
+
+
+def _destination(method: str, target: str) -> tuple[str, int]:
+    """The host and port a request asks for, checked to be a host name or an IP
+    literal before anything is logged or decided (400 otherwise)."""
+    if not target.isprintable():
+        raise _BadRequest(400, "control or non-printable character in the request target")
+    if method == "CONNECT":
+        host, port = _split_authority(target, None)
+    else:
+        url = urlsplit(target)
+        try:
+            host, port = url.hostname or "", url.port or 80
+        except ValueError:
+            raise _BadRequest(400, f"bad port in {_shown(target)}") from None
+        if url.scheme.lower() != "http" or not host:
+            raise _BadRequest(
+                400,
+                "only absolute http:// URLs (plain HTTP) and CONNECT (HTTPS and other TLS) go through this proxy",
+            )
+    return _checked_host(host, target), port
+
+
+def _checked_host(host: str, target: str) -> str:
+    """``host`` if it is a host name or an IP literal; anything else (control
+    characters, spaces, ``%`` zones, overlong text) is a 400 naming it, escaped."""
+    if _NAME_CHARS.match(host):
+        with contextlib.suppress(ValueError):
+            normalise_name(host)
+            return host
+    elif _ADDRESS_CHARS.match(host):
+        with contextlib.suppress(ValueError):
+            ipaddress.ip_address(host)
+            return host
+    raise _BadRequest(400, f"not a host name or IP address in {_shown(target)}")
 
 
 def _split_authority(target: str, default_port: int | None) -> tuple[str, int]:
@@ -408,13 +455,12 @@ def _split_authority(target: str, default_port: int | None) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     if not port_text and default_port is None:
-        raise _BadRequest(400, f"CONNECT needs host:port, got {target[:100]!r}")
-    try:
-        port = int(port_text) if port_text else int(default_port or 0)
-    except ValueError:
-        raise _BadRequest(400, f"bad port in {target[:100]!r}") from None
+        raise _BadRequest(400, f"CONNECT needs host:port, got {_shown(target)}")
+    if port_text and not (port_text.isascii() and port_text.isdigit()):
+        raise _BadRequest(400, f"bad port in {_shown(target)}")
+    port = int(port_text) if port_text else int(default_port or 0)
     if not host or not 0 < port < 65536:
-        raise _BadRequest(400, f"bad host or port in {target[:100]!r}")
+        raise _BadRequest(400, f"bad host or port in {_shown(target)}")
     return host, port
 
 

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..network.egress_log import MAX_HOST, MAX_RULE, printable
 from .calls import session_for, tool_errors, with_notices
 from .render import ToolResult
 from .sessions import SessionRegistry, ToolSession
@@ -42,6 +43,21 @@ def _tail(path: Path, n: int) -> list[dict[str, Any]]:
     return entries
 
 
+def _line(e: dict[str, Any]) -> str:
+    """One log entry as one line. Every field is escaped and bounded here too: the
+    file is the host's, but its text came from a sandbox, and an old log (or a
+    proxy bug) must not put forged lines or terminal escapes before the reader."""
+
+    def field(key: str, default: object, limit: int = 40) -> str:
+        return printable(e.get(key, default), limit)
+
+    verdict = "allowed" if e.get("allowed") is True else "refused"
+    return (
+        f"{field('time', '?')} {verdict} {field('method', '?', 20)} {field('host', '?', MAX_HOST)}:{field('port', '?')}"
+        f" ({field('rule', '', MAX_RULE)}; {field('bytes_down', 0)} B down, {field('bytes_up', 0)} B up)"
+    )
+
+
 def _mode(session: ToolSession) -> str:
     if not session.ratchet.network_allowed:
         return "none (the session holds private data)"
@@ -71,12 +87,7 @@ async def sandbox_network(
         else:
             allowed = sum(1 for e in log if e.get("allowed") is True)
             lines.append(f"Egress log (last {len(log)}): {allowed} allowed, {len(log) - allowed} refused")
-            for e in log:
-                verdict = "allowed" if e.get("allowed") is True else "refused"
-                lines.append(
-                    f"{e.get('time', '?')} {verdict} {e.get('method', '?')} {e.get('host', '?')}:{e.get('port', '?')}"
-                    f" ({e.get('rule', '')}; {e.get('bytes_down', 0)} B down, {e.get('bytes_up', 0)} B up)"
-                )
+            lines.extend(_line(e) for e in log)
     return with_notices(ToolResult("\n".join(lines)), notices)
 
 

@@ -1,11 +1,14 @@
 """The egress proxy against origins on 127.0.0.1: what goes, what is refused, the log, the cut.
 
 Refused addresses (10.x, 169.254.169.254...) are refused before any connect,
-so no test ever sends a packet beyond loopback.
+and the tests that name public IP literals divert the proxy's connect to the
+loopback origin (the ``diverted`` fixture), so no test ever sends a packet
+beyond loopback.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shutil
 import subprocess
@@ -15,10 +18,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from proxy_helpers import Forwarder, OriginServer, ProxyThread, iter_setup, raw_request
 
+from sandbox_kernel.network import EgressEntry, EgressLog, EgressPolicy
+from sandbox_kernel.network.egress_rules import IPAddress
 from sandbox_kernel.network.proxy import CUT_RULE
 
 Setup = tuple[OriginServer, ProxyThread, Forwarder]
@@ -122,6 +128,9 @@ def test_curl_uses_the_proxy(setup: Setup) -> None:
         ("169.254.169.254", "cloud metadata address"),
         ("[::ffff:127.0.0.1]", "loopback address ::ffff:7f00:1"),
         ("0.0.0.0", "unspecified"),
+        # allow_addresses lifts the loopback class for the allowed names that resolve there,
+        # but a literal needs the allow list ('files.example', '*.test') to name it
+        ("127.0.0.1", "IP literal 127.0.0.1 is not in the allow list (files.example, *.test)"),
     ],
 )
 def test_refused_with_a_clear_rule_never_a_hang(setup: Setup, host: str, rule: str) -> None:
@@ -144,6 +153,11 @@ def test_unresolvable_malformed_and_oversized(setup: Setup) -> None:
     assert raw_request(fwd.port, b"HELLO\r\n\r\n").startswith(b"HTTP/1.1 400 ")
     assert raw_request(fwd.port, b"GET /relative HTTP/1.1\r\nHost: x\r\n\r\n").startswith(b"HTTP/1.1 400 ")
     assert raw_request(fwd.port, b"CONNECT files.example HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    for bad_port in (b"99999999", b"x", b"+80"):  # a 400, not an exception that drops the connection unanswered
+        request = b"GET http://files.example:" + bad_port + b"/ HTTP/1.1\r\n\r\n"
+        assert raw_request(fwd.port, request).startswith(b"HTTP/1.1 400 "), bad_port
+    assert raw_request(fwd.port, b"CONNECT files.example:+443 HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    assert raw_request(fwd.port, b"GET http://files.example/ HTTP/1.1x\r\n\r\n").startswith(b"HTTP/1.1 400 ")
     flood = b"GET http://files.example/ HTTP/1.1\r\n" + b"X-A: " + b"a" * 100_000 + b"\r\n\r\n"
     assert raw_request(fwd.port, flood).startswith(b"HTTP/1.1 431 ")
 
@@ -239,3 +253,141 @@ def test_a_sandbox_cannot_hold_unbounded_connections(setup: Setup) -> None:
         time.sleep(0.01)
     status, _, _ = get(fwd, f"http://files.example:{origin.port}/small")
     assert status == 200
+
+
+# ---- IP literals against a domain allow list --------------------------------------------
+
+PUBLIC_V4 = "93.184.216.34"
+PUBLIC_V6 = "2606:2800:220:1::1"
+Diverted = tuple[OriginServer, ProxyThread, Forwarder, list[str]]
+
+
+@pytest.fixture
+def diverted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Diverted]:
+    """A proxy (allow list: pypi.org, *.pythonhosted.org; a test may replace it)
+    whose connects are diverted to the loopback origin.
+
+    The diversion records every address the proxy decided to reach and connects
+    to 127.0.0.1 instead: a public literal the policy lets through (rightly or,
+    on the old code, wrongly) reaches the test's origin, and no packet leaves
+    loopback whatever the code under test decides."""
+    origin = OriginServer()
+    proxy = ProxyThread(tmp_path / "egress.sock", EgressPolicy(allow=["pypi.org", "*.pythonhosted.org"]), {})
+    attempts: list[str] = []
+    real_connect = proxy.proxy._connect
+
+    async def divert(addresses: list[IPAddress], port: int, entry: EgressEntry) -> Any:
+        attempts.extend(str(address) for address in addresses)
+        return await real_connect([ipaddress.ip_address("127.0.0.1")], port, entry)
+
+    monkeypatch.setattr(proxy.proxy, "_connect", divert)
+    forwarder = Forwarder(tmp_path / "egress.sock")
+    try:
+        yield origin, proxy, forwarder, attempts
+    finally:
+        forwarder.close()
+        proxy.close()
+        origin.close()
+
+
+def tunnel_get(fwd: Forwarder, authority: str) -> bytes:
+    """CONNECT to ``authority``, then a plain GET /small inside the tunnel."""
+    request = f"CONNECT {authority} HTTP/1.1\r\n\r\nGET /small HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    return raw_request(fwd.port, request.encode())
+
+
+@pytest.mark.parametrize(("host", "address"), [(PUBLIC_V4, PUBLIC_V4), (f"[{PUBLIC_V6}]", PUBLIC_V6)])
+def test_a_public_ip_literal_does_not_bypass_the_domain_allow_list(diverted: Diverted, host: str, address: str) -> None:
+    """allow=['pypi.org', '*.pythonhosted.org']: a sandbox must not reach any
+    server by naming its address, through CONNECT or an absolute URL."""
+    origin, proxy, fwd, attempts = diverted
+    rule = f"IP literal {address} is not in the allow list (pypi.org, *.pythonhosted.org)"
+    reply = tunnel_get(fwd, f"{host}:{origin.port}")
+    assert reply.startswith(b"HTTP/1.1 403 ") and rule.encode() in reply, reply[:300]
+    status, body, header = get(fwd, f"http://{host}:{origin.port}/small")
+    assert status == 403 and header == rule and rule in body.decode()
+    # a Host header naming an allowed domain changes nothing: the URL's host is the destination
+    raw = f"GET http://{host}:{origin.port}/small HTTP/1.1\r\nHost: pypi.org\r\n\r\n"
+    assert raw_request(fwd.port, raw.encode()).startswith(b"HTTP/1.1 403 ")
+    assert attempts == [], "the proxy tried to connect"
+    entries = proxy.log.tail(3)
+    assert [(e["method"], e["host"], e["allowed"], e["rule"]) for e in entries] == [
+        ("CONNECT", address, False, rule),
+        ("GET", address, False, rule),
+        ("GET", address, False, rule),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("allow", "rule_v4", "rule_v6"),
+    [
+        ([PUBLIC_V4, f"[{PUBLIC_V6}]"], f"allow list: {PUBLIC_V4}", f"allow list: {PUBLIC_V6}"),
+        (["*"], "allow list: *", "allow list: *"),
+    ],
+)
+def test_a_listed_literal_or_star_still_goes(diverted: Diverted, allow: list[str], rule_v4: str, rule_v6: str) -> None:
+    origin, proxy, fwd, attempts = diverted
+    proxy.proxy.update_policy(EgressPolicy(allow=allow))
+    status, body, _ = get(fwd, f"http://{PUBLIC_V4}:{origin.port}/small")
+    assert status == 200 and body == b"hello from the origin"
+    reply = tunnel_get(fwd, f"[{PUBLIC_V6}]:{origin.port}")
+    assert reply.startswith(b"HTTP/1.1 200 Connection established") and reply.endswith(b"hello from the origin")
+    assert attempts == [PUBLIC_V4, PUBLIC_V6]
+    deadline = time.monotonic() + 5  # logged when the proxy has closed the connection
+    while len(proxy.log.tail(2)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    rules = sorted((e["host"], e["allowed"], e["rule"]) for e in proxy.log.tail(2))
+    assert rules == sorted([(PUBLIC_V4, True, rule_v4), (PUBLIC_V6, True, rule_v6)])
+
+
+# ---- what a sandbox can write into the egress log ----------------------------------------
+
+#: request heads a sandbox can send: forged log lines (LF, TAB), terminal escapes
+#: (ESC, OSC, BEL), a C1 line break (NEL, 0x85), and overlong host, zone or method
+INJECTIONS = {
+    "lf-tab-osc": b"CONNECT x\n2099-01-01T00:00:00.000Z\tallowed\tCONNECT\tpypi.org:443\x1b]0;pwned\x07\x1b[31m:443",
+    "esc-in-url": b"GET http://a\x1b[2J.test/small",
+    "c1-line-break": b"CONNECT files.example\x85forged.test:443",
+    "overlong-host": b"CONNECT " + b"a" * 60_000 + b".test:443",
+    "overlong-zone": b"CONNECT [fe80::1%" + b"A" * 60_000 + b"]:443",
+    "overlong-method": b"X" * 60_000 + b" http://files.example:1/small",
+}
+
+
+@pytest.mark.parametrize("cut", [False, True], ids=["open", "after-the-cut"])
+@pytest.mark.parametrize("line", INJECTIONS.values(), ids=INJECTIONS.keys())
+def test_a_request_cannot_write_lines_or_escapes_into_the_log(
+    setup: Setup, tmp_path: Path, line: bytes, cut: bool
+) -> None:
+    """The request is refused with 400 before its text is logged, and what is logged
+    (and replied) is escaped and bounded, before and after the ratchet's cut: a
+    private sandbox must not fill the host's egress.jsonl with 64 KiB entries."""
+    _, proxy, fwd = setup
+    if cut:
+        proxy.cut()
+    reply = raw_request(fwd.port, line + b" HTTP/1.1\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 400 "), reply[:200]
+    body = reply.split(b"\r\n\r\n", 1)[1].decode("latin-1").rstrip("\n")
+    assert body.isprintable() and len(body) < 1000
+    logged = (tmp_path / "egress.jsonl").read_text().splitlines()
+    assert len(logged) == 1 and len(logged[0]) < 2000
+    entry = json.loads(logged[0])
+    assert entry["allowed"] is False and entry["rule"]
+    for key in ("time", "method", "host", "rule", "address", "status"):
+        assert entry[key].isprintable(), (key, entry[key][:200])
+    assert len(entry["host"]) <= 260 and len(entry["method"]) <= 20
+
+
+def test_the_log_escapes_and_bounds_what_it_is_given(tmp_path: Path) -> None:
+    """Second wall: whatever the proxy hands it, the log keeps no control character
+    and no overlong field (an entry's text comes from a sandbox)."""
+    log = EgressLog(tmp_path / "egress.jsonl")
+    forged = "x\n2099 allowed GET pypi.org\x1b]0;pwned\x07\u202e\x85"
+    log.record(EgressEntry(time="t", method="GET\n", host=forged + "a" * 1000, port=1, allowed=False, rule=forged))
+    log.close()
+    entry = json.loads((tmp_path / "egress.jsonl").read_text())
+    assert entry["host"].startswith("x\\n2099 allowed GET pypi.org\\x1b]0;pwned\\x07\\u202e\\x85aaa")
+    assert entry["host"].endswith("...") and len(entry["host"]) < 300
+    assert (
+        entry["rule"] == "x\\n2099 allowed GET pypi.org\\x1b]0;pwned\\x07\\u202e\\x85" and entry["method"] == "GET\\n"
+    )

@@ -112,3 +112,46 @@ def test_the_hosts_own_addresses_are_found_and_refused(tmp_path: Path) -> None:
     verdict = policy.check("www.example", [A("93.184.216.34")])
     assert not verdict.allowed and "this host's own" in verdict.rule
     assert local_addresses(tmp_path / "missing") == []  # no /proc: nothing extra, the classes still hold
+
+
+@pytest.mark.parametrize("literal", ["93.184.216.34", "[2606:2800:220:1::1]", "2606:2800:220:1::1"])
+def test_an_ip_literal_is_refused_unless_the_allow_list_names_it(literal: str) -> None:
+    """A public IP literal is a destination like a name: ``allow=["pypi.org"]``
+    must not let a sandbox reach any server by its address."""
+    address = A(literal.strip("[]"))
+    policy = EgressPolicy(allow=["pypi.org", "*.pythonhosted.org"])
+    verdict = policy.check(literal, [address])
+    assert not verdict.allowed
+    assert verdict.rule == f"IP literal {address} is not in the allow list (pypi.org, *.pythonhosted.org)"
+    # allow_addresses lifts the address classes for allowed names; it does not admit a literal
+    assert not EgressPolicy(allow=["pypi.org"], allow_addresses=[str(address)]).check(literal, [address]).allowed
+    # the addresses given with a literal are not consulted: the literal is where the proxy connects
+    assert not policy.check(literal, [A("151.101.0.223")]).allowed
+
+
+def test_an_ip_literal_goes_when_listed_or_everything_is_allowed() -> None:
+    # listed in any spelling (brackets, zeros) it matches the address, not the text
+    listed = EgressPolicy(allow=["pypi.org", "93.184.216.34", "[2606:2800:220:1:0:0:0:1]"])
+    assert listed.describe()["allow"] == ["pypi.org", "93.184.216.34", "2606:2800:220:1::1"]
+    verdict = listed.check("93.184.216.34", [A("93.184.216.34")])
+    assert verdict.allowed and verdict.rule == "allow list: 93.184.216.34"
+    assert listed.check("[2606:2800:220:1::1]", [A("2606:2800:220:1::1")]).allowed
+    assert not listed.check("93.184.216.35", [A("93.184.216.35")]).allowed
+    everything = EgressPolicy()
+    verdict = everything.check("93.184.216.34", [A("93.184.216.34")])
+    assert verdict.allowed and verdict.rule == "allow list: *"
+    # deny wins over '*' for a literal too
+    verdict = EgressPolicy(deny=["93.184.216.34"]).check("93.184.216.34", [A("93.184.216.34")])
+    assert not verdict.allowed and verdict.rule == "deny list: 93.184.216.34"
+
+
+def test_a_listed_private_literal_still_needs_its_address_allowed() -> None:
+    """The address rules hold for a literal the allow list names: listing
+    10.0.0.5 is not enough, allow_addresses must lift its class as well."""
+    listed = EgressPolicy(allow=["10.0.0.5"])
+    verdict = listed.check("10.0.0.5", [A("10.0.0.5")])
+    assert not verdict.allowed and "private address (RFC 1918) 10.0.0.5" in verdict.rule
+    both = EgressPolicy(allow=["10.0.0.5"], allow_addresses=["10.0.0.5"])
+    assert both.check("10.0.0.5", [A("10.0.0.5")]).allowed
+    # loopback is refused by class with the allow list at '*', as before
+    assert "loopback address 127.0.0.1" in EgressPolicy().check("127.0.0.1", [A("127.0.0.1")]).rule

@@ -3,6 +3,7 @@ the session's egress proxy, and ``sandbox_network`` shows the rules and the log.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -91,3 +92,30 @@ async def test_cells_and_shell_go_through_the_proxy_and_the_log_shows_it(
     assert "Exit code: 1" in r.text
     r = await sandbox_network(entries=1, **kw)
     assert r.text.splitlines()[0] == "Network: none (the session holds private data)"
+
+
+async def test_the_log_is_shown_one_line_per_entry_with_no_escapes(proxied: SessionRegistry) -> None:
+    """Every text of an egress entry came from a sandbox. Even an entry the proxy
+    logged raw (an older log, a bug) is shown escaped and on one line: no forged
+    'allowed' line, no terminal escape (OSC, CSI, C1) reaches the reader."""
+    kw = {"user_id": "alice", "session_id": "forged", "registry": proxied}
+    session = await proxied.get("alice", "forged")
+    forged = {
+        "time": "t\x1b[2J",
+        "method": "CONNECT\r",
+        "host": "x\n2099-01-01T00:00:00.000Z allowed CONNECT pypi.org\x1b]0;pwned\x07" + "a" * 5000,
+        "port": "443\n",
+        "allowed": False,
+        "rule": "r\u2028\x9b31m",
+        "bytes_down": "1\x85",
+        "bytes_up": 0,
+    }
+    session.dir.mkdir(parents=True, exist_ok=True)
+    (session.dir / "egress.jsonl").write_text(json.dumps(forged) + "\n")
+    r = await sandbox_network(**kw)
+    lines = r.text.split("\n")
+    assert len(lines) == 4 and all(line.isprintable() for line in lines), lines
+    assert lines[2] == "Egress log (last 1): 0 allowed, 1 refused"
+    assert lines[3].startswith("t\\x1b[2J refused CONNECT\\r x\\n2099-01-01T00:00:00.000Z allowed CONNECT pypi.org")
+    assert "\\x1b]0;pwned\\x07aaa" in lines[3] and ":443\\n (r\\u2028\\x9b31m; 1\\x85 B down, 0 B up)" in lines[3]
+    assert len(lines[3]) < 500

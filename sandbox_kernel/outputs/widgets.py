@@ -10,11 +10,18 @@ passes the same policy (guarantee 8):
   comms (``sandbox_kernel.status``) are never reachable from a cell;
 - a model's ``_model_module`` / ``_view_module`` must be a standard widget
   package or one installed in this Jupyter server: no other JavaScript is
-  loaded (and so nothing from a CDN);
+  loaded (and so nothing from a CDN); a model cannot change its class, a
+  standard model is shown only by the view its package pairs it with (a Label
+  cannot be shown by ``HTMLView``), and class names and versions are plain
+  (they reach the error widget's HTML);
 - what the frontend renders as HTML (the ``value`` of HTML/HTMLMath, a
-  ``description`` with ``description_allow_html``) is cleaned like
-  ``text/html``; an Output widget's outputs like any output bundle; once the
-  session is private, every string is defanged and links are removed;
+  ``description`` with a truthy ``description_allow_html``) must be text and is
+  cleaned like ``text/html``; an Output widget's outputs like any output
+  bundle; style and layout values like CSS; ``update_states`` must name each
+  model as it was opened;
+- once the session is private, every string is defanged, links are removed
+  and nothing is fetched: no ``url()`` in styles, no Image/Video/Audio with
+  ``format="url"`` but a ``data:`` image;
 - a message over ``max_message_bytes`` or beyond ``rate`` messages a second is
   dropped, with a notice.
 
@@ -28,27 +35,33 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ._html import clean_html
-from ._policy import Notes
+from ._policy import Notes, clean_css, describe_url_removal, image_ok
+from ._widget_names import (
+    HTML_VALUE_MODELS,
+    HTML_VIEWS,
+    MEDIA_MODELS,
+    MEDIA_VIEWS,
+    STANDARD_MODULES,
+    STYLE_VIEWS,
+    js_truthy,
+    name_problem,
+    version_problem,
+    view_problem,
+)
 from .links import defang_json, defang_text
 from .sanitize import sanitize_bundle
 
 #: the MIME type of a widget view in a display bundle
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
-#: the widget packages every JupyterLab / Notebook 7 with ipywidgets has
-STANDARD_MODULES: frozenset[str] = frozenset(
-    {"@jupyter-widgets/base", "@jupyter-widgets/controls", "@jupyter-widgets/output"}
-)
 #: targets a sandbox may open comms for
 SANDBOX_TARGETS: frozenset[str] = frozenset({"jupyter.widget"})
 #: targets of frontend-opened comms that are the sandbox's to answer
 FRONTEND_TARGETS: frozenset[str] = frozenset({"jupyter.widget", "jupyter.widget.control"})
-#: models whose ``value`` the frontend renders as HTML
-HTML_VALUE_MODELS: frozenset[str] = frozenset({"HTMLModel", "HTMLMathModel"})
 #: the widget message methods a sandbox may send
 SANDBOX_METHODS: frozenset[str] = frozenset({"update", "echo_update", "custom", "update_states"})
 MAX_COMMS = 10_000
@@ -87,10 +100,48 @@ def installed_widget_modules(paths: Iterable[str | Path] | None = None) -> froze
 
 @dataclass
 class _Comm:
+    """What the frontend holds for one comm, as far as rendering goes: the
+    state arrives in pieces (comm_open, then updates), and what a piece means
+    depends on the pieces before it (a view switched to HTML, a format switched
+    to ``url``)."""
+
     target: str
+    model_module: str | None = None
     model_name: str = ""
+    view_module: str | None = None
+    view_name: str | None = None
     allow_html: bool = False
     description: str = ""
+    url_format: bool = False
+
+    @property
+    def view(self) -> tuple[str | None, str | None]:
+        return (self.view_module, self.view_name)
+
+    def renders_html_value(self) -> bool:
+        return self.model_name in HTML_VALUE_MODELS or self.view in HTML_VIEWS
+
+    def loads_media(self) -> bool:
+        return self.model_name in MEDIA_MODELS or self.view in MEDIA_VIEWS
+
+    def sets_css(self) -> bool:
+        """A style or layout model: the frontend sets each value as a CSS property."""
+        standard_style = self.model_module in STANDARD_MODULES and (
+            self.model_name.endswith("StyleModel") or self.model_name == "LayoutModel"
+        )
+        return standard_style or self.view in STYLE_VIEWS
+
+    @classmethod
+    def opened_by_frontend(cls, target: str, data: Any) -> _Comm:
+        """A comm the frontend opened: its model is the one the frontend named
+        (kept only if it is a well-formed name; the sandbox cannot change it)."""
+        comm = cls(target)
+        state = data.get("state") if isinstance(data, Mapping) else None
+        if isinstance(state, Mapping):
+            module, name = state.get("_model_module"), state.get("_model_name")
+            if isinstance(module, str) and name_problem("_model_name", name, optional=False) is None:
+                comm.model_module, comm.model_name = module, str(name)
+        return comm
 
 
 @dataclass
@@ -182,14 +233,27 @@ class WidgetComms:
         """Record a frontend comm message being handed to the sandbox (checked by :meth:`for_sandbox`)."""
         if msg_type == "comm_open":
             self._admit_new()
-            self._comms[str(content["comm_id"])] = _Comm(str(content["target_name"]))
+            comm = _Comm.opened_by_frontend(str(content["target_name"]), content.get("data"))
+            self._comms[str(content["comm_id"])] = comm
         elif msg_type == "comm_close":
             self._comms.pop(str(content.get("comm_id")), None)
 
     # ---- sandbox -> frontend --------------------------------------------------------------
     def from_sandbox(self, msg: Mapping[str, Any], buffers: list[bytes], *, private: bool) -> CleanMessage:
         """The message to publish for a comm message a cell sent, or
-        :class:`WidgetRefused` saying why it is dropped."""
+        :class:`WidgetRefused` saying why it is dropped. Refusals and notes
+        quote what the sandbox sent, and the user reads them as stream text:
+        once private they are defanged like any text (no link to click)."""
+        if not private:
+            return self._from_sandbox(msg, buffers, private=False)
+        try:
+            clean = self._from_sandbox(msg, buffers, private=True)
+        except WidgetRefused as exc:
+            raise WidgetRefused(defang_text(str(exc))) from None
+        clean.notes = [defang_text(note) for note in clean.notes]
+        return clean
+
+    def _from_sandbox(self, msg: Mapping[str, Any], buffers: list[bytes], *, private: bool) -> CleanMessage:
         msg_type = msg.get("msg_type")
         content = msg.get("content")
         metadata = msg.get("metadata")
@@ -216,6 +280,8 @@ class WidgetComms:
             self._admit_new()
             comm = _Comm(str(target))
             clean_data = self._clean_widget_data(comm, data, buffers, private, notes)
+            if not comm.model_name or comm.model_module is None:
+                raise WidgetRefused("a widget's comm_open must name its model (_model_module and _model_name)")
             self._comms[comm_id] = comm
             clean.update(target_name=target, data=clean_data)
             module = content.get("target_module")
@@ -225,14 +291,15 @@ class WidgetComms:
             known = self._comms.get(comm_id)
             if known is None:
                 raise WidgetRefused(f"comm {comm_id} is not a widget of this session")
-            clean["data"] = self._clean_widget_data(known, data, buffers, private, notes)
+            probe = replace(known)  # kept only if the whole message passes
+            clean["data"] = self._clean_widget_data(probe, data, buffers, private, notes)
+            self._comms[comm_id] = probe
         else:
             if self._comms.pop(comm_id, None) is None:
                 raise WidgetRefused(f"comm {comm_id} is not a widget of this session")
             clean["data"] = defang_json(dict(data)) if private else dict(data)
-        meta = dict(metadata or {})
-        version = meta.get("version")
-        meta = {"version": version} if isinstance(version, str) and len(version) < 40 else {}
+        version = dict(metadata or {}).get("version")
+        meta = {"version": version} if isinstance(version, str) and version_problem("version", version) is None else {}
         return CleanMessage(str(msg_type), clean, meta, buffers, notes.items)
 
     # ---- internals ----------------------------------------------------------------------
@@ -265,14 +332,15 @@ class WidgetComms:
                 raise WidgetRefused("update_states is answered only on the widget control comm")
             out["states"], out["buffer_paths"] = self._clean_states(data, buffers, private, notes)
             return out
+        self._check_buffer_paths(out.get("buffer_paths"), len(buffers))
         if "state" in data:
             state = data["state"]
             if not isinstance(state, Mapping):
                 raise WidgetRefused("a widget's state must be an object")
-            out["state"] = self._clean_state(comm, state, private, notes)
+            placed = _buffers_by_key(out.get("buffer_paths") or [], buffers, prefix=())
+            out["state"] = self._clean_state(comm, state, placed, private, notes)
         if method == "custom" and private:
             out["content"] = defang_json(data.get("content"))
-        self._check_buffer_paths(out.get("buffer_paths"), len(buffers))
         return out
 
     def _clean_states(
@@ -288,22 +356,8 @@ class WidgetComms:
         kept: dict[str, Any] = {}
         for model_id, entry in states.items():
             try:
-                if not self.owns(model_id) or not isinstance(entry, Mapping):
-                    raise WidgetRefused(f"{str(model_id)[:80]} is not a widget of this session")
-                module = entry.get("model_module")
-                if module not in self.modules:
-                    raise WidgetRefused(self._module_refusal(module))
-                state = entry.get("state")
-                if not isinstance(state, Mapping):
-                    raise WidgetRefused("a widget's state must be an object")
-                comm = self._comms[model_id]
-                model_name = entry.get("model_name")
-                kept[model_id] = {
-                    "model_name": str(model_name),
-                    "model_module": module,
-                    "model_module_version": str(entry.get("model_module_version", ""))[:40],
-                    "state": self._clean_state(comm, {"_model_name": model_name, **state}, private, notes),
-                }
+                placed = _buffers_by_key(paths or [], buffers, prefix=(model_id, "state"))
+                kept[model_id] = self._clean_state_entry(model_id, entry, placed, private, notes)
             except WidgetRefused as exc:
                 notes.add(f"widget {str(model_id)[:40]} left out: {exc}")
         kept_paths = []
@@ -315,6 +369,41 @@ class WidgetComms:
         buffers[:] = kept_buffers
         return kept, kept_paths
 
+    def _clean_state_entry(
+        self, model_id: Any, entry: Any, placed: Mapping[str, bytes | None], private: bool, notes: Notes
+    ) -> dict[str, Any]:
+        """One model of ``update_states``. The frontend builds the model from
+        the entry's ``model_module``/``model_name`` and then applies the state,
+        so both must be the model this comm was opened as (a state naming
+        another model would be cleaned as that one)."""
+        if not self.owns(model_id) or not isinstance(entry, Mapping):
+            raise WidgetRefused(f"{str(model_id)[:80]} is not a widget of this session")
+        state = entry.get("state")
+        if not isinstance(state, Mapping):
+            raise WidgetRefused("a widget's state must be an object")
+        comm = self._comms[model_id]
+        module, name = entry.get("model_module"), entry.get("model_name")
+        if not self._module_ok(module):
+            raise WidgetRefused(self._module_refusal(module))
+        if not comm.model_name or (module, name) != (comm.model_module, comm.model_name):
+            raise WidgetRefused(
+                f"the entry names {str(name)[:40]!r} of {str(module)[:40]!r}, but the widget is "
+                f"{comm.model_name or 'unknown'!r} of {comm.model_module!r}"
+            )
+        version = entry.get("model_module_version", "")
+        problem = version_problem("model_module_version", version)
+        if problem:
+            raise WidgetRefused(problem)
+        probe = replace(comm)
+        clean = {
+            "model_name": comm.model_name,
+            "model_module": comm.model_module,
+            "model_module_version": version,
+            "state": self._clean_state(probe, state, placed, private, notes),
+        }
+        self._comms[model_id] = probe
+        return clean
+
     @staticmethod
     def _check_buffer_paths(paths: Any, n: int) -> None:
         if paths is None:
@@ -324,36 +413,148 @@ class WidgetComms:
         if not ok:
             raise WidgetRefused("buffer_paths must be one list of keys per buffer")
 
+    def _module_ok(self, module: Any) -> bool:
+        """A module the page may load (a list or object is no name, and would
+        not even hash)."""
+        return isinstance(module, str) and module in self.modules
+
     def _module_refusal(self, module: Any) -> str:
         return f"widget module {str(module)[:80]!r} is not installed in this Jupyter server"
 
-    def _clean_state(self, comm: _Comm, state: Mapping[str, Any], private: bool, notes: Notes) -> dict[str, Any]:
-        for key in ("_model_module", "_view_module"):
-            module = state.get(key)
-            if key in state and module is not None and module not in self.modules:
-                raise WidgetRefused(self._module_refusal(module))
-        name = state.get("_model_name")
-        if "_model_name" in state:
-            if not isinstance(name, str) or (comm.model_name and name != comm.model_name):
-                raise WidgetRefused("a widget cannot change its model")
-            comm.model_name = name
+    def _clean_state(
+        self, comm: _Comm, state: Mapping[str, Any], placed: Mapping[str, bytes | None], private: bool, notes: Notes
+    ) -> dict[str, Any]:
+        """One piece of a widget's state, checked against what the comm already
+        holds (``comm`` is updated: the caller keeps it only if all passes).
+        ``placed`` are the buffers the frontend puts into top-level keys."""
+        self._take_identity(comm, state)
         out = dict(state)
         where = f"widget {comm.model_name or 'state'}"
-        allow_was = comm.allow_html
-        if "description_allow_html" in out:
-            comm.allow_html = out["description_allow_html"] is True
-        if isinstance(out.get("description"), str):
-            comm.description = out["description"]
-        if comm.allow_html and ("description" in out or not allow_was):
-            # a later switch to HTML would render the description already sent: send it cleaned
-            out["description"] = clean_html(comm.description, private=private, notes=notes, where=where)
-        if comm.model_name in HTML_VALUE_MODELS and isinstance(out.get("value"), str):
-            out["value"] = clean_html(out["value"], private=private, notes=notes, where=where)
+        _clean_description(comm, out, placed, private, notes, where)
+        if comm.renders_html_value():
+            if "value" in placed:
+                raise WidgetRefused(f"the HTML value of a {comm.model_name} must be text, not a binary buffer")
+            if "value" in out:
+                out["value"] = _html_field(out["value"], "value", private, notes, where)
+        if comm.loads_media():
+            _check_media_url(comm, out, placed, private)
+        if comm.sets_css():
+            out = _clean_style_values(out, private, notes, where)
         if comm.model_name == "OutputModel" and "outputs" in out:
             out["outputs"] = _clean_outputs(out["outputs"], private, notes)
         if private:
             out = defang_json(out)
         return out
+
+    def _take_identity(self, comm: _Comm, state: Mapping[str, Any]) -> None:
+        """Record the model and view a piece of state names, and refuse what the
+        frontend must not be told: a module not installed, a name or version
+        that is not plain (they reach an error widget's HTML), another model
+        than the comm's, or a view its model is not shown by. Checked on the
+        comm's merged state, so the order of the pieces does not matter."""
+        for key in ("_model_module", "_view_module"):
+            module = state.get(key)
+            if key in state and (module is not None or key == "_model_module") and not self._module_ok(module):
+                raise WidgetRefused(self._module_refusal(module))
+        problem = (
+            name_problem("_model_name", state.get("_model_name"), optional=False) if "_model_name" in state else None
+        )
+        problem = problem or (
+            name_problem("_view_name", state.get("_view_name"), optional=True) if "_view_name" in state else None
+        )
+        for key in ("_model_module_version", "_view_module_version"):
+            problem = problem or (version_problem(key, state.get(key)) if key in state else None)
+        if problem:
+            raise WidgetRefused(problem)
+        if "_model_name" in state and comm.model_name and state["_model_name"] != comm.model_name:
+            raise WidgetRefused("a widget cannot change its model")
+        if "_model_module" in state and comm.model_module is not None and state["_model_module"] != comm.model_module:
+            raise WidgetRefused("a widget cannot change its model")
+        comm.model_name = str(state.get("_model_name", comm.model_name))
+        comm.model_module = state.get("_model_module", comm.model_module)
+        comm.view_module = state.get("_view_module", comm.view_module)
+        comm.view_name = state.get("_view_name", comm.view_name)
+        problem = view_problem((comm.model_module, comm.model_name), comm.view)
+        if problem:
+            raise WidgetRefused(problem)
+
+
+def _buffers_by_key(paths: list[Any], buffers: list[bytes], prefix: tuple[Any, ...]) -> dict[str, bytes | None]:
+    """The top-level state keys the frontend puts a buffer into, each with the
+    buffer when the path is exactly that key (``None`` when deeper)."""
+    placed: dict[str, bytes | None] = {}
+    n = len(prefix)
+    for path, buffer in zip(paths, buffers, strict=False):
+        if len(path) > n and tuple(path[:n]) == prefix and isinstance(path[n], str):
+            placed[path[n]] = buffer if len(path) == n + 1 else None
+    return placed
+
+
+def _html_field(value: Any, key: str, private: bool, notes: Notes, where: str) -> str | None:
+    """A field the frontend renders as HTML, cleaned. Only text is: the
+    frontend would turn a list or object into markup (``String(value)``)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise WidgetRefused(f"the {key} of {where} is rendered as HTML and must be text, not {type(value).__name__}")
+    return clean_html(value, private=private, notes=notes, where=where)
+
+
+def _clean_description(
+    comm: _Comm, out: dict[str, Any], placed: Mapping[str, bytes | None], private: bool, notes: Notes, where: str
+) -> None:
+    """``description`` is HTML when ``description_allow_html`` is true as
+    JavaScript sees it (``1``, ``"yes"``); it is sent on as a real bool, and a
+    later switch to HTML re-sends the description already sent, cleaned."""
+    allow_was = comm.allow_html
+    if "description_allow_html" in out:
+        comm.allow_html = js_truthy(out["description_allow_html"])
+        out["description_allow_html"] = comm.allow_html
+    if "description" in placed:
+        raise WidgetRefused("a widget's description must be text, not a binary buffer")
+    if "description" in out:
+        description = out["description"]
+        if description is not None and not isinstance(description, str):
+            raise WidgetRefused(f"a widget's description must be text, not {type(description).__name__}")
+        comm.description = description or ""
+    if comm.allow_html and ("description" in out or not allow_was):
+        out["description"] = _html_field(comm.description, "description", private, notes, where)
+
+
+def _check_media_url(comm: _Comm, out: Mapping[str, Any], placed: Mapping[str, bytes | None], private: bool) -> None:
+    """Image, Video and Audio with ``format="url"`` load the URL their ``value``
+    buffer holds. It passes the rule for ``<img src>``: in a private session
+    only ``data:`` images, so nothing is fetched; the format and the value may
+    come in different messages, so a switch to ``url`` without its value is
+    refused there too."""
+    if "format" in out:
+        comm.url_format = out["format"] == "url"
+    if not comm.url_format or not ("format" in out or "value" in out or "value" in placed):
+        return
+    buffer = placed.get("value")
+    if buffer is None:
+        if private:
+            raise WidgetRefused(f"{comm.model_name} loads no URL in a private session (its format is 'url')")
+        return
+    url = buffer.decode("utf-8", "replace")
+    if not image_ok(url, private=private):
+        raise WidgetRefused(
+            f"{comm.model_name} with format 'url' cannot load {describe_url_removal(url, private=private)}"
+        )
+
+
+def _clean_style_values(out: dict[str, Any], private: bool, notes: Notes, where: str) -> dict[str, Any]:
+    """A style or layout model's values become CSS properties
+    (``style.setProperty``): each passes the CSS cleaner, so nothing runs and,
+    once private, nothing is fetched (``background: url(...)``). A value that
+    cannot be cleaned in place is sent as ``None``, which removes the property."""
+    for key, value in out.items():
+        if key.startswith("_") or value is None or isinstance(value, (bool, int, float)):
+            continue
+        if not isinstance(value, str):
+            raise WidgetRefused(f"the style value {key[:40]!r} of {where} must be text, not {type(value).__name__}")
+        out[key] = clean_css(value, private=private, notes=notes, where=f"{where} {key[:40]}")
+    return out
 
 
 def _clean_outputs(outputs: Any, private: bool, notes: Notes) -> list[dict[str, Any]]:

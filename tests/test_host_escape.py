@@ -181,7 +181,9 @@ def test_files_written_by_a_cell_are_not_owned_by_root(kernel: SandboxKernelHand
 @ROOT_ONLY
 def test_a_root_kernels_workspace_still_works(tmp_path: Path) -> None:
     """Files root made in the notebook folder before the kernel started stay
-    usable: read, overwritten, replaced; new files and folders can be made."""
+    usable: read, overwritten, replaced; new files and folders can be made.
+    A file root keeps to itself (0600) stays unreadable: "others" may not
+    read it, and the sandbox's uid is one of them."""
     require_bwrap()
     ws, tmp = tmp_path / "ws", tmp_path / "tmp"
     (ws / "data").mkdir(parents=True)
@@ -199,12 +201,42 @@ def test_a_root_kernels_workspace_still_works(tmp_path: Path) -> None:
             "rows = json.load(open('data/rows.json')); rows.append(4)\n"
             "json.dump(rows, open('data/rows.json', 'w'))\n"
             "open('data/new.txt', 'w').write('new')\n"
-            "print(open('private.txt').read())\n"
+            "try:\n"
+            "    print(open('private.txt').read())\n"
+            "except PermissionError:\n"
+            "    print('refused')\n"
         )
         assert run.status == "ok", (run.errors, run.stderr)
-        assert run.stdout.split() == ["1,2", "mine"]
+        assert run.stdout.split() == ["1,2", "refused"]
         assert (ws / "table.csv").read_text() == "a,b\n3,4\n"
         assert json.loads((ws / "data" / "rows.json").read_text()) == [1, 2, 3, 4]
         assert (ws / "data" / "new.txt").read_text() == "new"
     finally:
         kernel.shutdown()
+
+
+def test_a_root_file_renamed_by_a_cell_is_not_shared_at_the_next_start(tmp_path: Path) -> None:
+    """Attack (found by an audit): the workspace's entries were shared with
+    the sandbox's uid by name, dot-entries left out. A cell cannot read a
+    0600 ``.env`` of root's, but it may rename it (it can write the folder);
+    after a restart (a cell can ask for one: ``exit``), the new kernel had
+    ``env-copy`` shared, readable."""
+    require_bwrap()
+    if os.geteuid() != 0:
+        pytest.skip("a kernel that is not root shares nothing: its sandbox has the user's own access")
+    ws, tmp = tmp_path / "ws", tmp_path / "tmp"
+    ws.mkdir()
+    tmp.mkdir()
+    (ws / ".env").write_text("TOKEN=root-only")
+    (ws / ".env").chmod(0o600)
+    (ws / "notes.txt").write_text("shared")
+    kernel = SandboxKernelHandle(ws, tmp, extra_args=["--SandboxKernel.backend=bwrap"])
+    attempt = "try:\n    print(open('env-copy').read())\nexcept PermissionError:\n    print('refused')\n"
+    try:
+        assert kernel.stdout_of("import os\nos.rename('.env', 'env-copy')\n" + attempt) == "refused\n"
+        kernel.km.restart_kernel(now=True)  # a new kernel process shares the workspace again
+        kernel.kc.wait_for_ready(timeout=60)
+        assert kernel.stdout_of(attempt + "print(open('notes.txt').read())") == "refused\nshared\n"
+    finally:
+        kernel.shutdown()
+    assert (ws / "env-copy").read_text() == "TOKEN=root-only"

@@ -179,10 +179,14 @@ def share_tree(root: Path, uid: int, gid: int, limit: int = SHARE_TREE_LIMIT) ->
     """Give ``uid`` read-write access to what already exists in a workspace, so
     a root kernel's notebook can still overwrite the data files root made.
 
-    Dot-entries are left alone (the places host programs trust live there, and
-    the workspace policy masks them anyway), symlinks are never followed, and
-    only regular files and directories are touched. Returns how many entries
-    were looked at; stops after ``limit``."""
+    Only what "others" may already read is shared: a file root keeps to
+    itself (0600) stays unreadable, whatever its name. The name cannot
+    decide it: the sandbox may rename any entry of a folder it can write,
+    and a 0600 ``.env`` renamed ``env`` was shared at the next start.
+    Dot-entries are left alone too (the places host programs trust live
+    there, and the workspace policy masks them anyway), symlinks are never
+    followed, and only regular files and directories are touched. Returns
+    how many entries were looked at; stops after ``limit``."""
     seen = 0
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
@@ -199,7 +203,7 @@ def share_tree(root: Path, uid: int, gid: int, limit: int = SHARE_TREE_LIMIT) ->
             try:
                 st = os.fstat(fd)
                 is_dir = stat.S_ISDIR(st.st_mode)
-                if not (is_dir or stat.S_ISREG(st.st_mode)):
+                if not (is_dir or stat.S_ISREG(st.st_mode)) or not st.st_mode & stat.S_IROTH:
                     continue
                 want = 7 if is_dir else 6
                 if not _may(st, uid, gid, want):

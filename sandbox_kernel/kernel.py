@@ -109,7 +109,9 @@ class SandboxKernel(Kernel, EngineSettings):
         Unicode(),
         help="Widget frontend packages whose models cells may create, besides the standard @jupyter-widgets "
         "ones and the JupyterLab extensions installed where this server looks (jupyter_path('labextensions')). "
-        "A widget naming any other module is refused: no other code is loaded into the page.",
+        "A widget naming any other module is refused: no other code is loaded into the page. Packages whose "
+        "models run code from their state (anywidget, ipyreact, jupyter-vue) are allowed only when listed here, "
+        "even when installed: a cell's state would then be script in the page.",
     ).tag(config=True)
     widget_max_message_bytes = Int(
         8 * 1024 * 1024,

@@ -294,3 +294,36 @@ def test_frontend_side_routes_only_widget_comms_to_the_sandbox() -> None:
     assert w.for_sandbox("comm_close", {"comm_id": "ctl"})
     w.from_frontend("comm_close", {"comm_id": "ctl"})
     assert not w.owns("ctl")
+
+
+def test_widget_packages_that_run_code_from_the_state_need_the_users_opt_in(tmp_path: Path) -> None:
+    """anywidget (and ipyreact, ipyvue's templates) run the JavaScript a
+    model's state carries: installed in the server, they would let any cell
+    run script in the page. They pass only when listed in widget_modules."""
+    for name in ("anywidget", "jupyter-matplotlib"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "package.json").write_text(json.dumps({"name": name}))
+    found = installed_widget_modules([tmp_path])
+    assert found == {"jupyter-matplotlib"}
+    esm = state("AnyModel", _model_module="anywidget", _view_module="anywidget", _esm="alert(document.cookie)")
+    with pytest.raises(WidgetRefused, match="not installed"):
+        WidgetComms(modules=found).from_sandbox(open_msg("aw1", esm), [], private=False)
+    opted_in = WidgetComms(modules=found | {"anywidget"})
+    assert opted_in.from_sandbox(open_msg("aw2", esm), [], private=False).content["data"]["state"]["_esm"]
+
+
+@pytest.mark.parametrize(
+    "url", ["//evil.example/t/1.png", " //evil.example/x", "\\\\evil.example/x", "/\\evil.example/x", "\t//evil/x"]
+)
+def test_private_widget_state_holds_no_scheme_less_url_to_another_host(url: str) -> None:
+    """A third-party widget (a map's tile layer) fetches what its state names;
+    once private, ``https://`` was already broken but ``//host`` (and the
+    backslash spellings a browser's URL parser accepts) went through."""
+    w = WidgetComms(modules={"jupyter-leaflet"})
+    st = state("LeafletTileLayerModel", _model_module="jupyter-leaflet", _view_module="jupyter-leaflet", url=url)
+    out = w.from_sandbox(open_msg("tl1", st), [], private=True).content["data"]["state"]["url"]
+    assert out.lstrip(" \t").startswith("[/]/"), out
+    public = w.from_sandbox(open_msg("tl2", st), [], private=False).content["data"]["state"]["url"]
+    assert public == url
+    kept = w.from_sandbox(open_msg("tl3", {**st, "url": "/files/tiles/1.png"}), [], private=True)
+    assert kept.content["data"]["state"]["url"] == "/files/tiles/1.png"

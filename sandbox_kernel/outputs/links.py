@@ -26,6 +26,10 @@ from typing import Any
 _SCHEME_SEP = re.compile(r"://")
 _WWW = re.compile(r"(?i)\b(www)\.")
 _PSEUDO = re.compile(r"(?i)\b(data|mailto|javascript|vbscript|file|tel|sms|ftp|ws|wss):")
+#: a value a browser takes as a URL on another host without a scheme: ``//host``,
+#: ``\\host`` or ``/\host`` (the URL parser reads ``\`` as ``/`` and drops
+#: leading spaces and control characters)
+_PROTOCOL_RELATIVE = re.compile(r"\A([\x00-\x20]*)[/\\][/\\]")
 
 
 def defang_text(text: str) -> str:
@@ -45,11 +49,20 @@ def defang_markdown(text: str) -> str:
     return _WWW.sub(r"\1[.]", _SCHEME_SEP.sub("[:]//", text))
 
 
-def defang_json(value: Any) -> Any:
+def _defang_url(text: str) -> str:
+    """``text`` defanged, and a leading ``//host`` (a URL on another host
+    without a scheme) made a path on this one."""
+    return _PROTOCOL_RELATIVE.sub(r"\1[/]/", defang_text(text))
+
+
+def defang_json(value: Any, *, urls: bool = False) -> Any:
     """Every string of a JSON value (keys too) defanged; iterative (deep values
-    cannot exhaust the stack)."""
+    cannot exhaust the stack). ``urls``: the strings may be used as URLs by
+    code in the page (widget state: a map's tile URL, a third-party widget's
+    image), so a scheme-less ``//host`` is broken too."""
+    defang = _defang_url if urls else defang_text
     if isinstance(value, str):
-        return defang_text(value)
+        return defang(value)
     if not isinstance(value, (list, dict)):
         return value
     root: list[Any] = [None]
@@ -59,12 +72,12 @@ def defang_json(value: Any) -> Any:
         if isinstance(item, dict):
             copy: Any = {}
             for k, v in item.items():
-                stack.append((v, copy, defang_text(k) if isinstance(k, str) else k))
+                stack.append((v, copy, defang(k) if isinstance(k, str) else k))
         elif isinstance(item, list):
             copy = [None] * len(item)
             for i, v in enumerate(item):
                 stack.append((v, copy, i))
         else:
-            copy = defang_text(item) if isinstance(item, str) else item
+            copy = defang(item) if isinstance(item, str) else item
         parent[key] = copy
     return root[0]

@@ -72,10 +72,18 @@ class WidgetRefused(ValueError):
     """A widget message that is not forwarded (the text says why)."""
 
 
+#: widget packages whose models run code their state carries (anywidget's and
+#: ipyreact's ``_esm``, ipyvue's templates): a sandbox's state would be script in
+#: the page. Installed or not, their models pass only when the user lists them in
+#: ``SandboxKernel.widget_modules`` (the opt-in of guarantee 8).
+CODE_WIDGET_MODULES: frozenset[str] = frozenset({"anywidget", "ipyreact", "jupyter-vue"})
+
+
 def installed_widget_modules(paths: Iterable[str | Path] | None = None) -> frozenset[str]:
     """Names of the JupyterLab extensions installed where this server looks
     (``jupyter_path('labextensions')``): a widget library's frontend module is
-    served from there, so its models may be used. Read on the host only."""
+    served from there, so its models may be used; not those of
+    :data:`CODE_WIDGET_MODULES`. Read on the host only."""
     if paths is None:
         from jupyter_core.paths import jupyter_path
 
@@ -95,7 +103,7 @@ def installed_widget_modules(paths: Iterable[str | Path] | None = None) -> froze
                     continue
                 if isinstance(name, str) and len(name) < 200:
                     names.add(name)
-    return frozenset(names)
+    return frozenset(names - CODE_WIDGET_MODULES)
 
 
 @dataclass
@@ -297,7 +305,7 @@ class WidgetComms:
         else:
             if self._comms.pop(comm_id, None) is None:
                 raise WidgetRefused(f"comm {comm_id} is not a widget of this session")
-            clean["data"] = defang_json(dict(data)) if private else dict(data)
+            clean["data"] = defang_json(dict(data), urls=True) if private else dict(data)
         version = dict(metadata or {}).get("version")
         meta = {"version": version} if isinstance(version, str) and version_problem("version", version) is None else {}
         return CleanMessage(str(msg_type), clean, meta, buffers, notes.items)
@@ -340,7 +348,7 @@ class WidgetComms:
             placed = _buffers_by_key(out.get("buffer_paths") or [], buffers, prefix=())
             out["state"] = self._clean_state(comm, state, placed, private, notes)
         if method == "custom" and private:
-            out["content"] = defang_json(data.get("content"))
+            out["content"] = defang_json(data.get("content"), urls=True)
         return out
 
     def _clean_states(
@@ -443,7 +451,7 @@ class WidgetComms:
         if comm.model_name == "OutputModel" and "outputs" in out:
             out["outputs"] = _clean_outputs(out["outputs"], private, notes)
         if private:
-            out = defang_json(out)
+            out = defang_json(out, urls=True)
         return out
 
     def _take_identity(self, comm: _Comm, state: Mapping[str, Any]) -> None:

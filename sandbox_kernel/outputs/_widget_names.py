@@ -160,11 +160,16 @@ def version_problem(key: str, value: Any) -> str | None:
 
 
 def view_problem(model: tuple[str | None, str | None], view: View) -> str | None:
-    """Why a model cannot be shown by a view. A standard model only by the view
-    its package pairs it with; any other model by any view but the HTML ones
-    (they would render its value as HTML uncleaned)."""
+    """Why a model cannot be shown by a view. By a standard view, a standard
+    model only if its package pairs them, any other model never by the HTML
+    ones (they would render its value as HTML uncleaned). By an installed
+    package's own view, any model: that package's code is trusted with its
+    own models already, and custom widgets often keep ipywidgets'
+    ``DOMWidgetModel`` and bring only a view."""
     if view[1] is None:
         return None  # no view can be made, so nothing is rendered
+    if view[0] not in STANDARD_MODULES:
+        return None  # an installed package's view (the module itself is checked as installed)
     module, name = model
     if module in STANDARD_MODULES:
         allowed = STANDARD_VIEWS.get((str(module), str(name)))

@@ -49,6 +49,12 @@ PRELUDE = textwrap.dedent(
     def refused(number, *args):
         res, err = sc(number, *args)
         return res == -1 and err == errno.EPERM
+    def attempt(fn):
+        try:
+            fn()
+            return 'done'
+        except OSError as exc:
+            return errno.errorcode.get(exc.errno)
     """
 )
 
@@ -412,12 +418,6 @@ def test_set_id_files_cannot_be_made(kernel: SandboxKernelHandle) -> None:
         os.chdir('/workspace/setid')
         shutil.copy('/usr/bin/id', 'victim')
         fd = os.open('victim', os.O_RDONLY)
-        def attempt(fn):
-            try:
-                fn()
-                return 'done'
-            except OSError as exc:
-                return errno.errorcode.get(exc.errno)
         out['os.chmod_6755'] = attempt(lambda: os.chmod('victim', 0o6755))
         out['os.chmod_4755'] = attempt(lambda: os.chmod('victim', 0o4755))
         out['os.chmod_2755'] = attempt(lambda: os.chmod('victim', 0o2755))
@@ -466,12 +466,6 @@ def test_copies_of_the_hosts_set_uid_programs_lose_the_bits(kernel: SandboxKerne
         os.makedirs('/workspace/copies', exist_ok=True)
         os.chdir('/workspace/copies')
         source = {source!r}
-        def attempt(fn):
-            try:
-                fn()
-                return 'done'
-            except OSError as exc:
-                return errno.errorcode.get(exc.errno)
         def run(*argv):
             done = subprocess.run(argv, capture_output=True, text=True)
             return [done.returncode, done.stderr.strip()[-200:]]

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kernel_helpers import SandboxKernelHandle
@@ -65,6 +66,21 @@ COMMAND = (
 )
 
 
+async def _start_command(reg: SessionRegistry, session_id: str, url: str) -> tuple[Path, asyncio.Task[Any]]:
+    """Start COMMAND in the session's sandbox; return its workspace and task once it runs."""
+    session = await reg.get("alice", session_id)
+    session.workspace.mkdir(parents=True, exist_ok=True)
+    command = asyncio.create_task(
+        sandbox_execute(COMMAND.format(url=url), timeout=120, user_id="alice", session_id=session_id, registry=reg)
+    )
+    for _ in range(600):
+        if (session.workspace / "started").exists() or command.done():
+            break
+        await asyncio.sleep(0.05)
+    assert (session.workspace / "started").exists(), command.result().text if command.done() else "not started"
+    return session.workspace, command
+
+
 @pytest.mark.parametrize("network", ["proxied", "host", "user"])
 async def test_a_running_command_loses_its_network_when_the_session_rises(
     network: str, recorder: int, data_dir: Path
@@ -81,22 +97,13 @@ async def test_a_running_command_loses_its_network_when_the_session_rises(
         )
     )
     try:
-        session = await reg.get("alice", "shell")
-        session.workspace.mkdir(parents=True, exist_ok=True)
-        command = asyncio.create_task(
-            sandbox_execute(COMMAND.format(url=url), timeout=120, user_id="alice", session_id="shell", registry=reg)
-        )
-        for _ in range(600):
-            if (session.workspace / "started").exists() or command.done():
-                break
-            await asyncio.sleep(0.05)
-        assert (session.workspace / "started").exists(), command.result().text if command.done() else "not started"
-        assert session.engine is None  # the command runs in an engine of its own
+        workspace, command = await _start_command(reg, "shell", url)
+        assert (await reg.get("alice", "shell")).engine is None  # the command runs in an engine of its own
         # A connector raises the session and waits, as documented, until no
         # sandbox of it has network: the command's must count, and be cut.
         connector = PrivateData("alice", "shell", reg.config.privacy_store())
         await asyncio.to_thread(connector.add_private_dataset, "crm", "SECRET", "connector", wait=15)
-        (session.workspace / "go").touch()
+        (workspace / "go").touch()
         result = (await asyncio.wait_for(command, 60)).text
     finally:
         await reg.aclose()
@@ -121,24 +128,14 @@ async def test_private_datasets_wait_for_every_holder_of_the_folder_to_lose_its_
     reg = SessionRegistry(ToolsConfig(backend="bwrap", idle_timeout=600, network="host", privacy_poll_interval=0))
     kernel = None
     try:
-        session = await reg.get("alice", "agent")
-        session.workspace.mkdir(parents=True, exist_ok=True)
-        url = f"http://127.0.0.1:{recorder}/x"
-        command = asyncio.create_task(
-            sandbox_execute(COMMAND.format(url=url), timeout=120, user_id="alice", session_id="agent", registry=reg)
-        )
-        for _ in range(600):
-            if (session.workspace / "started").exists() or command.done():
-                break
-            await asyncio.sleep(0.05)
-        assert (session.workspace / "started").exists(), command.result().text if command.done() else "not started"
+        workspace, command = await _start_command(reg, "agent", f"http://127.0.0.1:{recorder}/x")
         secret = tmp_path / "crm.csv"
         secret.write_text("name,ssn\nbob,123-45-6789\n")
         (tmp_path / "ktmp").mkdir()
         datasets = json.dumps({"crm": {"source": str(secret), "sensitivity": "SECRET"}})
         kernel = await asyncio.to_thread(
             SandboxKernelHandle,
-            session.workspace,
+            workspace,
             tmp_path / "ktmp",
             [
                 "--SandboxKernel.backend=bwrap",
@@ -159,7 +156,7 @@ async def test_private_datasets_wait_for_every_holder_of_the_folder_to_lose_its_
         assert "123-45-6789" not in shown, shown
         assert "The private datasets are not mounted in this sandbox" in shown, shown
         assert "of session agent" in shown, shown
-        (session.workspace / "go").touch()
+        (workspace / "go").touch()
         await asyncio.wait_for(command, 60)
     finally:
         if kernel is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import functools
 import itertools
 import json
 import logging
@@ -167,8 +168,6 @@ class Session:
         self._warned = False  # the isolation warning is shown once per session
         self._caps_warned = False  # so is the lack of whole-sandbox caps
         self._background: set[asyncio.Future[Any]] = set()
-        #: who still had network when private mounts were due (they were withheld)
-        self._mounts_withheld: str | None = None
         #: one-off commands running with a way out, and whether it is the proxy
         self._commands: dict[SandboxProcess, bool] = {}
         self._workspace_noted = False  # the home-rule note is shown once per session
@@ -261,9 +260,10 @@ class Session:
         store = getattr(getattr(self.ratchet, "data", None), "store", None)
         return [Path(store.root)] if store is not None else []
 
-    def _spec(self) -> SandboxSpec:
+    def _spec(self, withhold_mounts: bool = False) -> SandboxSpec:
         """The worker's sandbox: the session's launch (engine/launch.py) plus
-        its checkpoints and the worker's code."""
+        its checkpoints and the worker's code (``withhold_mounts``: without the
+        private datasets, see :meth:`_holders_with_network`)."""
         extra: list[BindMount] = []
         seed = completer_seed.find()
         if self.sandbox.isolates:
@@ -301,6 +301,7 @@ class Session:
             extra,
             proxied=self.sandbox_proxied,
             seed=seed,
+            withhold_mounts=withhold_mounts,
         )
         if launch.notes and not self._workspace_noted:
             self._workspace_noted = True
@@ -314,6 +315,7 @@ class Session:
         extra_mounts: list[BindMount],
         proxied: bool = False,
         seed: Path | None = None,
+        withhold_mounts: bool = False,
     ) -> Launch:
         state = self._visible(self.state_dir, IN_STATE)
         egress_env: dict[str, str] = {}
@@ -335,7 +337,7 @@ class Session:
                 command,
                 isolate_network=isolate_network,
                 ratchet=self.ratchet,
-                private_mounts=isolate_network and not proxied and not self._mounts_withheld,
+                private_mounts=isolate_network and not proxied and not withhold_mounts,
                 store_dirs=self._store_dirs(),
                 allowed_roots=self.config.allowed_roots,
                 extra_mounts=extra_mounts,
@@ -378,9 +380,12 @@ class Session:
             ]
             # a one-off command has no worker to run the forwarder: a small launcher does
             command = [sys.executable, "-I", "-c", FORWARDER_THEN_EXEC % f"{IN_LIB}/{WORKER_PACKAGE}", *command]
-        if isolate and not proxied:
-            self._mounts_withheld = await self._holders_with_network()
-        launch = await asyncio.to_thread(self._launch, command, isolate, extra, proxied)
+        withheld = await self._holders_with_network() if isolate and not proxied else None
+        if withheld:
+            self._pending_notices.append(self._withheld_notice(withheld))
+        launch = await asyncio.to_thread(
+            functools.partial(self._launch, command, isolate, extra, proxied, withhold_mounts=bool(withheld))
+        )
         way_out = not isolate or proxied
         live: list[SandboxProcess] = []
 
@@ -498,14 +503,14 @@ class Session:
         self._needs_mounts = False
         if self.sandbox_proxied:
             await self._ensure_proxy()
-        self._mounts_withheld = await self._holders_with_network()
-        if self._mounts_withheld:
-            notice = self._withheld_notice(self._mounts_withheld)
+        withheld = await self._holders_with_network()
+        if withheld:
+            notice = self._withheld_notice(withheld)
             if emit is not None:
                 emit("stream", {"name": "stderr", "text": notice})
             else:
                 self._pending_notices.append(notice)
-        spec = self._spec()  # a refused workspace raises SandboxUnavailable with its reason
+        spec = self._spec(withhold_mounts=bool(withheld))  # a refused workspace raises SandboxUnavailable
         worker, msg = await self._start_worker(spec)
         if msg.get("type") != Msg.READY and _transient_start_failure(worker.stderr_tail) and not self._closed:
             # The kernel's netlink set-up of a new network namespace can fail

@@ -121,3 +121,21 @@ def test_private_kernel_defangs_streams_errors_and_outputs(fresh_kernel: Sandbox
     # reply fields too: user_expressions and the pager
     run = k.run("1", user_expressions={"u": repr(SECRET_URL)})
     assert "https://evil" not in str(run.reply["user_expressions"])
+
+
+def test_policy_notes_quote_no_link_once_private(fresh_kernel: SandboxKernelHandle) -> None:
+    """A note says what the policy dropped and names it: a MIME type or a
+    metadata key the cell chose, such as ``text/x-https://host/?d=...``.
+    Once private it went out as stderr text that JupyterLab links."""
+    k = fresh_kernel
+    k.run("%private patients CONFIDENTIAL")
+    run = k.run(
+        "from IPython.display import display\n"
+        f"display({{'text/x-{SECRET_URL}': 'a', 'text/plain': 'kept'}}, raw=True)\n"
+        "display({'text/x-' + 'www.evil.example/' + 'y' * 100000: 'a', 'text/plain': 'kept'}, raw=True)\n"
+        f"display({{'text/plain': 'kept'}}, metadata={{'text/plain': {{'{SECRET_URL}': object}}}}, raw=True)"
+    )
+    notes = run.stderr
+    assert "output dropped" in notes, notes
+    assert not LAB_AUTOLINK.search(notes), notes
+    assert all(len(line) < 400 for line in notes.splitlines()), [len(line) for line in notes.splitlines()]

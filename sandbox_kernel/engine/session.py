@@ -1248,7 +1248,9 @@ class Session:
                     view = self.widgets.view(data[WIDGET_VIEW_MIME])
                     data = {k: v for k, v in data.items() if k != WIDGET_VIEW_MIME}
                     if view is None:
-                        _note_once(notes, "a widget view was dropped: it names no widget of this session", emit)
+                        _note_once(
+                            notes, "a widget view was dropped: it names no widget of this session", emit, private
+                        )
                 clean = sanitize_bundle(  # a non-mapping is named in clean.removed, never trusted
                     data,  # type: ignore[arg-type]
                     content.get("metadata"),
@@ -1258,7 +1260,7 @@ class Session:
                 if view is not None:
                     clean.data[WIDGET_VIEW_MIME] = view
                 for note in clean.removed:
-                    _note_once(notes, note, emit)
+                    _note_once(notes, note, emit, private)
                 if not clean.data or (not isinstance(data, Mapping) and not limiter.admit_bundle(clean.data)):
                     return
                 emit(kind, {**content, "data": clean.data, "metadata": clean.metadata})
@@ -1299,10 +1301,10 @@ class Session:
             clean = self.widgets.from_sandbox(msg, buffers, private=private)
         except WidgetRefused as exc:
             self.log.warning("widget message from the sandbox dropped: %s", exc)
-            _note_once(notes, f"a widget message was dropped: {exc}", emit)
+            _note_once(notes, f"a widget message was dropped: {exc}", emit, private)
             return
         for note in clean.notes:
-            _note_once(notes, note, emit)
+            _note_once(notes, note, emit, private)
         emit(clean.msg_type, {"content": clean.content, "metadata": clean.metadata, "buffers": clean.buffers})
 
     @staticmethod
@@ -1346,11 +1348,15 @@ class Session:
             )
 
 
-def _note_once(notes: set[str], note: str, emit: Emit) -> None:
-    """Tell the user once per request what the output policy removed."""
-    if note not in notes:
-        notes.add(note)
-        emit("stream", {"name": "stderr", "text": f"{NOTICE} {note}\n"})
+def _note_once(notes: set[str], note: str, emit: Emit, private: bool = False) -> None:
+    """Tell the user once per request what the output policy removed. A note
+    may quote what the sandbox named (a MIME type, a metadata key): one
+    printable line, and once private no link (JupyterLab links URLs in
+    stream text, and a MIME type can be ``x-https://host/?d=...``)."""
+    line = plain_line(note)
+    if line not in notes:
+        notes.add(line)
+        emit("stream", {"name": "stderr", "text": f"{NOTICE} {defang_text(line) if private else line}\n"})
 
 
 def plain_line(text: str) -> str:

@@ -78,6 +78,14 @@ class Ratchet:
         #: the last level read from the store, and when (see :meth:`recent_state`)
         self._memo: tuple[float, PrivacyState] | None = None
 
+    def prepare(self) -> None:
+        """Before the session's first sandbox: make what a later rise needs
+        room for on disk (the file store's slots; see ``PrivacyStore.prepare``),
+        so a sandbox that fills the disk cannot keep a rise from lasting."""
+        self.data.store.prepare(self.user_id, self.session_id)
+        if self.folders is not None and self.workspace is not None:
+            self.folders.prepare(self.workspace)
+
     @property
     def user_id(self) -> str:
         return self.data.user_id

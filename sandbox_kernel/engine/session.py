@@ -176,6 +176,10 @@ class Session:
         self._enforcement: EnforcementRecord | None = None
         self._enforcement_problem: str | None = None
         if ratchet is not None:
+            try:
+                ratchet.prepare()  # before any sandbox can fill the disk
+            except OSError as exc:
+                self.log.warning("could not make room for the ratchet's records: %s", exc)
             self._enforcement = EnforcementRecord(
                 ratchet.data.store.root,
                 ratchet.user_id,

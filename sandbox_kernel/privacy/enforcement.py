@@ -14,6 +14,7 @@ atomically; a holder whose process is gone is ignored (and removed).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -62,17 +63,20 @@ class EnforcementRecord:
         ).encode()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
+            try:
+                if os.write(fd, data) != len(data):
+                    raise OSError(errno.ENOSPC, "short write")
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a full disk: no half-written file left behind (guarantee 6)
+            raise
         self._last = now
 
     def close(self) -> None:
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
+        for path in (self.path, self.path.with_suffix(".tmp")):
+            path.unlink(missing_ok=True)
         self._last = None
 
 

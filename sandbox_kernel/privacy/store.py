@@ -152,6 +152,11 @@ class _Problem(Exception):
         self.future = future
 
 
+def _slot(marker: Path) -> str:
+    """The empty file that becomes ``marker`` by a rename (``PrivacyStore.prepare``)."""
+    return str(marker.parent / f".{marker.name}.slot")
+
+
 def _highwater_root(root: Path) -> Path:
     """Where the append-only high-water marks live: beside the store, not in it,
     so losing the store's folder does not take them along."""
@@ -213,15 +218,41 @@ class PrivacyStore:
         return Path(dict(_session_paths(self._root, user_id, session_id)[1])[level])
 
     def _record_highwater(self, user_id: str, session_id: str, level: Sensitivity) -> None:
-        """Leave an empty marker per level reached; never removed, never lowered."""
+        """Leave an empty marker per level reached; never removed, never lowered.
+        A slot :meth:`prepare` made becomes the marker by a rename, which needs
+        no new inode or block: a full disk cannot stop it."""
         if level <= Sensitivity.PUBLIC:
             return
         path = self._highwater_path(user_id, session_id, level)
         if path.exists():
             return
+        try:
+            os.rename(_slot(path), path)
+            return
+        except FileNotFoundError:
+            pass
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, 0o600)
         os.close(fd)
+
+    def prepare(self, user_id: str, session_id: str) -> None:
+        """Make now, before any sandbox of the session runs, every file a rise
+        needs a new inode for: the store's folders, the session's lock, and a
+        slot per level for its high-water marker. A sandbox can fill the disk
+        the store is on (its workspace and checkpoints are often there); a
+        rise then could write neither its record nor its marker, kept the
+        level only in the process, and a restart found the session PUBLIC.
+        With the slots, the marker is still made, and every later read fails
+        closed at that level."""
+        with self._locked(user_id, session_id):
+            pass
+        for _level, marker in _session_paths(self._root, user_id, session_id)[1]:
+            path = Path(marker)
+            if os.path.lexists(path):
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(_slot(path), os.O_WRONLY | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, 0o600)
+            os.close(fd)
 
     def highwater(self, user_id: str, session_id: str) -> Sensitivity:
         """The highest level this session is known to have reached (PUBLIC if none)."""

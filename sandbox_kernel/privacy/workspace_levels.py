@@ -62,6 +62,14 @@ class WorkspaceLevels:
             states.append(self.store.read(EXACT, _key(place)))
         return merge(*states)
 
+    def prepare(self, workspace: str | os.PathLike[str]) -> None:
+        """Make the records a rise of ``workspace`` writes ready now (see
+        :meth:`PrivacyStore.prepare`): the folder's own and every ancestor's."""
+        folder = folder_of(workspace)
+        self.store.prepare(EXACT, _key(folder))
+        for place in folder.parents:
+            self.store.prepare(BELOW, _key(place))
+
     def rise(self, workspace: str | os.PathLike[str], state: PrivacyState, who: str) -> None:
         """Record that a session with ``workspace`` reached ``state``'s level
         (no-op for a public state, and once the records are that high)."""

@@ -544,6 +544,13 @@ class SandboxKernel(Kernel, EngineSettings):
                 self.log.warning("%s refused: %s", msg_type, exc)
                 return
             if not sandbox_owned:
+                comm_id = content.get("comm_id") if isinstance(content, dict) else None
+                if msg_type == "comm_open" and isinstance(comm_id, str) and comm_id in self.comm_manager.comms:
+                    # ipykernel would replace the live comm, and the replaced one's
+                    # __del__ then tells the frontend "closed": the status widget
+                    # stops hearing about rises while it still shows the old state
+                    self.log.warning("comm_open refused: comm %.80s is already open", comm_id)
+                    return
                 host_handler(stream, ident, msg)
                 return
             parent = self.get_parent("shell")

@@ -210,3 +210,35 @@ def test_status_comm_reports_and_refuses_lowering(fresh_kernel: SandboxKernelHan
     run = k.run(IFACES)
     assert run.stdout.strip() == "['lo']"
     assert "[SYSTEM]" in run.stderr
+
+
+def test_a_second_open_of_the_live_status_comm_leaves_it_working(fresh_kernel: SandboxKernelHandle) -> None:
+    """A frontend that opens the same comm id twice (found by an audit):
+    ipykernel replaced the live comm, the replaced object's ``__del__`` told
+    the frontend the comm was closed, and the widget stopped hearing about
+    rises while it still showed "network on". The second open is refused;
+    the comm goes on and the rise reaches it."""
+    k = fresh_kernel
+    k.run("1")
+    comm = CommClient(k)
+    assert comm.open()[-1]["type"] == "state"
+    comm._send(
+        "comm_open",
+        {"comm_id": comm.comm_id, "target_name": "sandbox_kernel.status", "data": {"version": 1, "type": "hello"}},
+    )
+    # the kernel's collector frees the replaced comm (a cycle) once enough is
+    # allocated: a large message from the frontend does that
+    comm._send("comm_msg", {"comm_id": "no-such-comm", "data": {"junk": [{} for _ in range(300_000)]}})
+    deadline = time.monotonic() + 5
+    closed = []
+    while time.monotonic() < deadline:
+        try:
+            msg = k.kc.get_iopub_msg(timeout=0.2)
+        except Exception:
+            continue
+        if msg["msg_type"] == "comm_close" and msg["content"].get("comm_id") == comm.comm_id:
+            closed.append(msg)
+    assert not closed, closed
+    k.run("%private patients CONFIDENTIAL")
+    states = [r for r in comm.send({"version": 1, "type": "request_state"}) if r["type"] == "state"]
+    assert states and states[-1]["state"]["level"] == "CONFIDENTIAL", states

@@ -51,8 +51,7 @@ from ..sandbox.bwrap import SYSTEM_DIRS, BubblewrapSandbox, python_roots
 from .catalog import CATALOG, ToolSpec, call_tool
 from .errors import FATAL_PREFIX, ToolRetryError
 from .render import ToolResult
-from .sessions import SessionRegistry, current_identity
-from .workspace import data_dir
+from .sessions import SessionRegistry, current_identity, get_registry
 
 
 def _out(result: ToolResult) -> Any:
@@ -115,6 +114,10 @@ class PrivateDataMCPToolset(WrapperToolset):
     #: kernels' and MCP servers' ``shared_store_url``: a rise on any host routes
     #: this toolset to the isolated instance
     shared_store_url: str = ""
+    #: the tools' registry whose store to read when ``store`` is not given:
+    #: by default the one the tool functions use (``set_registry``), so a
+    #: ``ToolsConfig(data_dir=...)`` is followed here too
+    registry: SessionRegistry | None = None
     _switched: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -126,7 +129,11 @@ class PrivateDataMCPToolset(WrapperToolset):
         if self.store is not None and self.shared_store_url:
             raise ValueError("PrivateDataMCPToolset: give store or shared_store_url, not both")
         if self.store is None:
-            self.store = open_store(data_dir() / "privacy", self.shared_store_url)
+            # The store the tools write: one read elsewhere (the default data
+            # dir when the tools use another) never saw the rise, and routed
+            # a private session's calls to the networked instance.
+            config = (self.registry or get_registry()).config
+            self.store = open_store(config.root() / "privacy", self.shared_store_url or config.shared_store_url)
 
     @property
     def private(self) -> bool:

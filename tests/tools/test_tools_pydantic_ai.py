@@ -106,3 +106,24 @@ async def test_private_data_routing_is_one_way(data_dir: Path) -> None:
         agent = Agent(scripted([("fetch", {})]), toolsets=[routed])
         assert "isolated" in str(returns(await agent.run("go"))[0].content)
         assert routed.private
+
+
+async def test_private_data_routing_reads_the_store_the_tools_use(tmp_path: Path, data_dir: Path) -> None:
+    """Tools on ``ToolsConfig(data_dir=...)``, the toolset built as documented
+    (no ``store=``): it read the default data dir's store, never saw the rise,
+    and kept routing a private session to the networked instance (an audit)."""
+    from sandbox_kernel.tools import ToolsConfig, set_registry
+
+    custom = SessionRegistry(ToolsConfig(backend="bwrap", data_dir=tmp_path / "custom"))
+    set_registry(custom)
+    try:
+        normal, isolated = FunctionToolset(), FunctionToolset()
+        routed = PrivateDataMCPToolset(normal, isolated=isolated, user_id="pa", session_id="s4")
+        assert not routed.private
+        PrivateData("pa", "s4", custom.config.privacy_store()).add_private_dataset("hr", Sensitivity.SECRET)
+        assert routed.private and routed.target() is isolated
+        explicit = PrivateDataMCPToolset(normal, isolated=isolated, user_id="pa", session_id="s4", registry=custom)
+        assert explicit.private
+    finally:
+        set_registry(None)
+        await custom.aclose()

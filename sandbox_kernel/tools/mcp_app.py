@@ -20,17 +20,22 @@ from typing import Any
 
 from jupyter_core.paths import jupyter_config_path
 from mcp.server.mcpserver import MCPServer
-from traitlets import Bool, Bunch, Dict, Enum, Float, Int, TraitError, Unicode, validate
+from traitlets import Bool, Bunch, Dict, Enum, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import Config
 from traitlets.config.application import Application, boolean_flag
 from traitlets.config.loader import ArgumentError, KVArgParseConfigLoader
 
 from ..app import CONFIG_FILE
 from ..engine.settings import EngineSettings
-from .mcp_server import build_server
+from .mcp_server import build_server, guarded_http_app, http_allowed_hosts, is_loopback_host
 from .sessions import SessionRegistry, ToolsConfig
 
 log = logging.getLogger("sandbox_kernel.tools.mcp")
+
+#: the HTTP bearer token when neither --token-file nor --token is given
+TOKEN_ENV = "SANDBOX_KERNEL_MCP_TOKEN"
+#: shortest token accepted: a guessable token is no authentication
+MIN_TOKEN_LENGTH = 16
 
 # ---------------------------------------------------------------- configuration
 
@@ -40,6 +45,9 @@ ALIASES: dict[str, str] = {
     "host": "MCPServerApp.host",
     "port": "MCPServerApp.port",
     "path": "MCPServerApp.path",
+    "allowed-host": "MCPServerApp.allowed_hosts",
+    "token": "MCPServerApp.token",
+    "token-file": "MCPServerApp.token_file",
     "user-id": "MCPServerApp.user_id",
     "session-id": "MCPServerApp.session_id",
     "backend": "MCPServerApp.backend",
@@ -50,7 +58,9 @@ ALIASES: dict[str, str] = {
     "log-level": "MCPServerApp.log_level",
 }
 _FLAG_OF = {trait.split(".", 1)[1]: f"--{flag}" for flag, trait in ALIASES.items()}
-_FLAG_OF.update(identity_headers="--identity-headers", docker_persistent="--docker-persistent")
+_FLAG_OF.update(
+    identity_headers="--identity-headers", docker_persistent="--docker-persistent", unsafe_no_token="--unsafe-no-token"
+)
 _DEFAULTS = ToolsConfig()
 
 
@@ -111,6 +121,8 @@ class MCPServerApp(Application, EngineSettings):
     examples = (
         "python -m sandbox_kernel mcp --user-id alice --session-id s1\n"
         "python -m sandbox_kernel mcp --transport streamable-http --port 8000\n"
+        "python -m sandbox_kernel mcp --transport streamable-http --host 0.0.0.0 --token-file /run/secrets/mcp-token "
+        "--allowed-host localhost:9000\n"
         "python -m sandbox_kernel mcp --MCPServerApp.network=host --MCPServerApp.max_cells=200"
     )
     aliases = {**Application.aliases, **ALIASES}  # noqa: RUF012 - traitlets declares them per instance
@@ -122,6 +134,11 @@ class MCPServerApp(Application, EngineSettings):
             "HTTP only: take the session from the X-Sandbox-User-Id / X-Sandbox-Session-Id headers "
             "(only behind a trusted gateway that sets them).",
             "Use the fixed --user-id / --session-id (the default).",
+        ),
+        "unsafe-no-token": (
+            {"MCPServerApp": {"unsafe_no_token": True}},
+            "UNSAFE: serve HTTP on a non-loopback --host without a bearer token (anyone who reaches the port "
+            "runs code). Only behind a gateway that authenticates every request.",
         ),
         **boolean_flag(
             "docker-persistent",
@@ -144,6 +161,30 @@ class MCPServerApp(Application, EngineSettings):
     ).tag(config=True)
     port = Int(8000, help="TCP port of the streamable-http transport (1-65535).").tag(config=True)
     path = Unicode("/mcp", help="Endpoint path of the streamable-http transport.").tag(config=True)
+    allowed_hosts = List(
+        Unicode(),
+        [],
+        help="HTTP: more Host header values to answer to, as 'name:port' (e.g. 'localhost:9000' when a "
+        "container's port 8000 is published as 9000, or 'mcp.example.org:443'); 'name:*' for any port. "
+        "Always allowed: 127.0.0.1, localhost and [::1] on --port, and --host itself if it is an IP address. "
+        "Requests with any other Host are refused (421) and browser pages of another origin (403): "
+        "DNS-rebinding protection.",
+    ).tag(config=True)
+    token = Unicode(
+        "",
+        help="HTTP: bearer token every request must carry (Authorization: Bearer <token>, else 401). "
+        "Visible to other local users in the process list: prefer --token-file or "
+        f"${TOKEN_ENV}. At least {MIN_TOKEN_LENGTH} characters.",
+    ).tag(config=True)
+    token_file = Unicode(
+        "",
+        help="HTTP: file holding the bearer token (surrounding whitespace ignored); see --token.",
+    ).tag(config=True)
+    unsafe_no_token = Bool(
+        False,
+        help="UNSAFE: allow HTTP on a non-loopback --host without a token. Without it such a server refuses "
+        "to start: anyone who reaches the port could run commands and read the notebooks.",
+    ).tag(config=True)
     log_level = LogLevel(
         (0, 10, 20, 30, 40, 50, "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "CRITICAL"),
         default_value=logging.WARNING,
@@ -203,6 +244,25 @@ class MCPServerApp(Application, EngineSettings):
         value = str(proposal.value).strip()
         if not value or any(c.isspace() for c in value):
             raise _bad("host", f"must be a host name or address, got {proposal.value!r}")
+        return value
+
+    @validate("allowed_hosts")
+    def _check_allowed_hosts(self, proposal: Bunch) -> list[str]:
+        hosts = [str(h).strip() for h in proposal.value]
+        for host in hosts:
+            if not host or any(c.isspace() for c in host) or "/" in host or "@" in host or host == "*":
+                raise _bad(
+                    "allowed_hosts",
+                    f"{host!r} is not a Host header value: give 'name:port' (e.g. 'localhost:8000') or 'name:*', "
+                    "without scheme or path",
+                )
+        return hosts
+
+    @validate("token")
+    def _check_token(self, proposal: Bunch) -> str:
+        value = str(proposal.value).strip()
+        if value and (len(value) < MIN_TOKEN_LENGTH or not value.isprintable() or " " in value):
+            raise _bad("token", f"must be at least {MIN_TOKEN_LENGTH} printable characters without spaces")
         return value
 
     @validate("path")
@@ -318,6 +378,55 @@ class MCPServerApp(Application, EngineSettings):
             docker_persistent=self.docker_persistent,
         )
 
+    def http_token(self) -> str | None:
+        """The bearer token HTTP requests must carry: from ``--token-file``, else
+        ``--token``, else ``$SANDBOX_KERNEL_MCP_TOKEN``; ``None`` if none is set.
+        :class:`ConfigError` (naming the option) for an unreadable file, an empty
+        or too short token, or both ``--token`` and ``--token-file``."""
+        if self.token and self.token_file:
+            raise ConfigError(f"{_option('token')} and {_option('token_file')}: give one of them, not both")
+        if self.token_file:
+            try:
+                with open(self.token_file, encoding="utf-8") as f:
+                    value, origin = f.read().strip(), _option("token_file")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"{_option('token_file')}: cannot read {self.token_file!r}: {exc}") from None
+        elif self.token:
+            value, origin = self.token, _option("token")
+        elif TOKEN_ENV in os.environ:
+            value, origin = os.environ[TOKEN_ENV].strip(), f"${TOKEN_ENV}"
+        else:
+            return None
+        if len(value) < MIN_TOKEN_LENGTH or not value.isprintable() or " " in value:
+            raise ConfigError(
+                f"{origin}: the token must be at least {MIN_TOKEN_LENGTH} printable characters without spaces "
+                "(make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
+        return value
+
+    def http_guard(self) -> tuple[list[str], str | None]:
+        """The allowed Host values and the bearer token of the HTTP transport.
+
+        A bind address other than loopback without a token is a :class:`ConfigError`
+        naming ``--token-file`` (anyone who reaches the port would run commands),
+        unless ``--unsafe-no-token`` says the user knows (e.g. an authenticating
+        gateway in front)."""
+        token = self.http_token()
+        if token is None and not is_loopback_host(self.host):
+            if not self.unsafe_no_token:
+                raise ConfigError(
+                    f"{_option('host')} {self.host} is not a loopback address, so the server needs a bearer token: "
+                    f"set {_option('token_file')} (or {_option('token')}, or ${TOKEN_ENV}). Clients then send "
+                    f"'Authorization: Bearer <token>'. Only behind a gateway that authenticates every request, "
+                    f"{_option('unsafe_no_token')} serves without one."
+                )
+            log.warning(
+                "--unsafe-no-token: serving HTTP on %s:%s without authentication; anyone who reaches it runs code",
+                self.host,
+                self.port,
+            )
+        return http_allowed_hosts(self.host, self.port, self.allowed_hosts), token
+
     def make_server(self) -> tuple[SessionRegistry, MCPServer]:
         """The session registry and the MCP server (:class:`ConfigError` on a bad
         value, e.g. an invalid ``$SANDBOX_KERNEL_SESSION_ID``)."""
@@ -335,19 +444,20 @@ class MCPServerApp(Application, EngineSettings):
         client goes away (stdio) or the process is interrupted, then close the
         registry (sessions checkpointed). :class:`ConfigError` before serving."""
         logging.basicConfig(level=self.log_level, stream=sys.stderr)
+        guard = self.http_guard() if self.transport == "streamable-http" else None
         registry, server = self.make_server()
-        if self.identity_headers and self.transport == "stdio":
-            log.warning("--identity-headers has no effect with the stdio transport")
+        if self.transport == "stdio":
+            for name in ("identity_headers", "allowed_hosts", "token", "token_file", "unsafe_no_token"):
+                if getattr(self, name):
+                    log.warning("%s has no effect with the stdio transport", _FLAG_OF[name])
         import anyio
 
         async def serve() -> None:
             try:
-                if self.transport == "stdio":
+                if guard is None:
                     await server.run_stdio_async()
                 else:
-                    await server.run_streamable_http_async(
-                        host=self.host, port=self.port, streamable_http_path=self.path
-                    )
+                    await self._serve_http(server, *guard)
             finally:
                 with anyio.CancelScope(shield=True):
                     await registry.aclose()
@@ -356,6 +466,15 @@ class MCPServerApp(Application, EngineSettings):
             anyio.run(serve)
         except KeyboardInterrupt:
             pass
+
+    async def _serve_http(self, server: MCPServer, allowed_hosts: list[str], token: str | None) -> None:
+        """Serve :func:`guarded_http_app` with uvicorn (what the SDK's
+        ``run_streamable_http_async`` does, with the guard in front)."""
+        import uvicorn
+
+        app = guarded_http_app(server, path=self.path, allowed_hosts=allowed_hosts, token=token)
+        config = uvicorn.Config(app, host=self.host, port=self.port, log_level=server.settings.log_level.lower())
+        await uvicorn.Server(config).serve()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

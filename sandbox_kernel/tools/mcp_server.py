@@ -18,18 +18,32 @@ The model cannot pick another session (that would let it escape the
 private-data ratchet by starting a fresh one). Over HTTP, with
 ``--identity-headers``, a trusted gateway may set ``X-Sandbox-User-Id`` and
 ``X-Sandbox-Session-Id`` per request instead.
+
+Over HTTP every request passes :class:`HttpGuard` first: its ``Host`` must be
+one this server answers to and a browser's ``Origin`` must be this server's
+(a web page that rebinds its own name to this address sends its own name:
+refused), and, when a token is set, it must carry ``Authorization: Bearer
+<token>``. The SDK's own Host/Origin check is switched on too, whatever the
+bind address (it switches itself on only for the literal loopback hosts).
 """
 
 from __future__ import annotations
 
+import hmac
 import inspect
+import ipaddress
 import logging
 import os
 import uuid
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp_types import CallToolResult, ImageContent, TextContent
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..privacy import default_user_id, validate_id
 from .catalog import CATALOG, ToolSpec, call_tool
@@ -104,3 +118,131 @@ def build_server(
         server.add_tool(spec.bind(call, [ctx_param]))
     server.registry = reg  # type: ignore[attr-defined]
     return server
+
+
+# ---------------------------------------------------------------- HTTP guard
+
+#: the names of this machine's loopback interface a local client puts in ``Host``
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a bind address keeps the server on this machine's loopback
+    (``localhost``, 127.0.0.0/8, ``::1``). Any other name or address (``0.0.0.0``,
+    a host name that might resolve elsewhere) counts as reachable from outside."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_with_port(name: str, port: int) -> str:
+    """``Host`` header spelling of ``name`` on ``port`` (IPv6 literals in brackets)."""
+    try:
+        if ipaddress.ip_address(name.strip("[]")).version == 6:
+            name = f"[{name.strip('[]')}]"
+    except ValueError:
+        pass
+    return f"{name}:{port}"
+
+
+def http_allowed_hosts(bind_host: str, port: int, extra: Iterable[str] = ()) -> list[str]:
+    """The ``Host`` values the server answers to: the loopback names on ``port``,
+    the bind address itself when it is a concrete IP address (a rebinding page
+    sends its own *name*, never an address literal), and ``extra`` (the user's
+    ``--allowed-host``: e.g. the name and port a container is published on)."""
+    hosts = [_host_with_port(name, port) for name in LOOPBACK_NAMES]
+    if port == 80:  # clients leave out the default port
+        hosts += list(LOOPBACK_NAMES)
+    try:
+        address = ipaddress.ip_address(bind_host.strip("[]"))
+    except ValueError:
+        address = None
+    if address is not None and not address.is_unspecified:
+        hosts.append(_host_with_port(str(address), port))
+    for host in extra:
+        if host not in hosts:
+            hosts.append(host)
+    return hosts
+
+
+def transport_security(allowed_hosts: Sequence[str]) -> TransportSecuritySettings:
+    """DNS-rebinding protection on, for these ``Host`` values and the matching
+    ``http(s)://`` origins (a browser page of any other origin is refused)."""
+    origins = [f"{scheme}://{host}" for host in allowed_hosts for scheme in ("http", "https")]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=list(allowed_hosts), allowed_origins=origins
+    )
+
+
+class HttpGuard:
+    """ASGI middleware in front of the whole HTTP app (every path and method).
+
+    1. ``Host`` / ``Origin`` (the SDK's checker, with :func:`transport_security`):
+       an unknown Host gets 421, a foreign browser Origin 403. The SDK checks
+       these too, but only on the MCP endpoint and after a session may have been
+       set up; here nothing behind the guard sees such a request.
+    2. With a ``token``: exactly one ``Authorization: Bearer <token>`` header,
+       compared in constant time (:func:`hmac.compare_digest`), else 401.
+    """
+
+    def __init__(self, app: ASGIApp, security: TransportSecuritySettings, token: str | None = None) -> None:
+        self.app = app
+        self.security = TransportSecurityMiddleware(security)
+        self.token = token.encode() if token else None
+
+    def _authorized(self, scope: Scope) -> bool:
+        assert self.token is not None
+        values = [v for k, v in scope.get("headers", []) if k.lower() == b"authorization"]
+        if len(values) != 1:
+            return False
+        scheme, _, credential = values[0].strip().partition(b" ")
+        # compare every time, even for a wrong scheme, so timing tells nothing
+        matches = hmac.compare_digest(credential.strip(), self.token)
+        return scheme.lower() == b"bearer" and matches
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):  # lifespan
+            await self.app(scope, receive, send)
+            return
+        response: PlainTextResponse | None = None
+        refused = await self.security.validate_request(Request(scope), is_post=False)
+        if refused is not None:
+            what = "Host" if refused.status_code == 421 else "Origin"
+            log.warning("refused an HTTP request: %s %r not allowed", what, Request(scope).headers.get(what))
+            response = PlainTextResponse(
+                f"{what} header not allowed: this MCP server answers only to the Host names set with "
+                "--allowed-host (MCPServerApp.allowed_hosts) and the loopback names on its port "
+                "(DNS-rebinding protection); browser pages of other origins are refused.",
+                status_code=refused.status_code,
+            )
+        elif self.token is not None and not self._authorized(scope):
+            log.warning("refused an HTTP request without the right bearer token")
+            response = PlainTextResponse(
+                "missing or wrong bearer token: send 'Authorization: Bearer <token>' with the token set by "
+                "--token-file / --token / $SANDBOX_KERNEL_MCP_TOKEN",
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        if response is None:
+            await self.app(scope, receive, send)
+        elif scope["type"] == "http":
+            await response(scope, receive, send)
+        else:  # a websocket: close before accepting
+            await send({"type": "websocket.close", "code": 1008})
+
+
+def guarded_http_app(
+    server: MCPServer,
+    *,
+    path: str,
+    allowed_hosts: Sequence[str],
+    token: str | None,
+) -> ASGIApp:
+    """The streamable-HTTP ASGI app of ``server``, with the SDK's DNS-rebinding
+    protection on (whatever the bind address) and :class:`HttpGuard` in front."""
+    security = transport_security(allowed_hosts)
+    app = server.streamable_http_app(streamable_http_path=path, transport_security=security)
+    return HttpGuard(app, security, token)

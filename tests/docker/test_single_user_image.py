@@ -133,13 +133,19 @@ def answers(url: str, logs: Callable[[], str], timeout: float = 60) -> None:
 
 @pytest.mark.asyncio
 async def test_the_image_serves_the_agent_tools_over_http(docker_client: Any, image: str) -> None:
-    """`sandbox-kernel mcp` in the same image, published on 127.0.0.1 only."""
+    """`sandbox-kernel mcp` in the same image, published on 127.0.0.1 only, as
+    docs/deploy/container.md says: 0.0.0.0 needs a token, and the published port
+    (not the server's 8000) is an allowed Host."""
+    import httpx2
     from kernel_helpers import free_port
     from mcp.client import Client
+    from mcp.client.streamable_http import streamable_http_client
 
     port = free_port()
+    token = "image-test-token-0123456789"
     api = docker_client.api
     command = ["sandbox-kernel", "mcp", "--transport", "streamable-http", "--host", "0.0.0.0", "--port", "8000"]
+    command += ["--token", token, "--allowed-host", f"127.0.0.1:{port}"]
     with narrow_container(
         api,
         image,
@@ -150,7 +156,11 @@ async def test_the_image_serves_the_agent_tools_over_http(docker_client: Any, im
     ) as container_id:
         api.start(container_id)
         answers(f"http://127.0.0.1:{port}/mcp", lambda: api.logs(container_id).decode(errors="replace"))
-        async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+        url = f"http://127.0.0.1:{port}/mcp"
+        with httpx2.Client(timeout=30) as http:
+            assert http.post(url, json={}).status_code == 401  # no token
+        http_client = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120)
+        async with Client(streamable_http_client(url, http_client=http_client)) as client:
             first = await client.call_tool("repl_execute_cell", {"code": "import os; x = 6 * 7; os.getpid()"})
             again = await client.call_tool("repl_execute_cell", {"code": "x"})
     texts = ["\n".join(b.text for b in r.content if b.type == "text") for r in (first, again)]

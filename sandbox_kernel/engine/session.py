@@ -41,7 +41,7 @@ from ..worker.protocol import CHECKPOINT_FAILED_MARKER, Msg, Op
 from . import completer_seed, owned_dirs
 from .config import EngineConfig
 from .launch import IN_EGRESS, IN_LIB, IN_PACKAGES, IN_STATE, WORKER_PACKAGE, WORKER_SOURCE, Launch, plan_launch
-from .ratchet import SYSTEM_NOTICE, Ratchet
+from .ratchet import SYSTEM_NOTICE, Ratchet, unisolated_notice, unisolated_refusal
 from .replay import ReplayLog
 from .safe_read import UnsafeFileError, read_bytes, read_json
 from .worker import DEAD, WorkerHandle
@@ -376,6 +376,8 @@ class Session:
         (the shell tool): the same launch as the cells' sandbox, without the
         worker's checkpoints, network decided by the ratchet now."""
         await self.refresh_privacy()
+        if await self._fail_closed():
+            raise SandboxUnavailable(unisolated_refusal(self.sandbox.name))
         proxied = self.network_allowed and self.proxied_mode
         isolate = not self.network_allowed or proxied or self.config.network == "none"
         extra: list[BindMount] = []
@@ -447,11 +449,25 @@ class Session:
                 return True
         return False
 
+    async def _fail_closed(self) -> bool:
+        """Once private, a backend that isolates nothing (the development
+        fallback) runs nothing more: it has no network to cut, so nothing would
+        keep the data in. Kills what runs; returns whether that is the case."""
+        if self.sandbox.isolates or not self.private:
+            return False
+        if self.worker is not None and self.worker.alive:
+            await self.worker.kill()
+        for child in [c for c in self._commands if c.returncode is None]:
+            await child.kill()
+        return True
+
     async def _cut_commands(self) -> None:
         """Take the network of the session's running one-off commands away:
         theirs is the session's proxy (cut in place) or their own user-mode
         network (its helper killed); a command on the host's network, which
         cannot be taken away, is killed."""
+        if await self._fail_closed():
+            return
         for child, proxied in list(self._commands.items()):
             if child.returncode is not None:
                 continue
@@ -491,6 +507,8 @@ class Session:
     async def _ensure_worker(self, emit: Emit | None) -> WorkerHandle:
         if self._closed:
             raise SandboxUnavailable("the session is shut down")
+        if await self._fail_closed():
+            raise SandboxUnavailable(unisolated_refusal(self.sandbox.name))
         if self.worker is not None and self.worker.alive:
             return self.worker
         # A session handed a replay log (agent tools resuming a notebook whose
@@ -680,6 +698,10 @@ class Session:
         self, emit: Emit | None, reason: str = "the session became private: its network was cut", rerun: bool = False
     ) -> None:
         """No sandbox with network may run once the session is private."""
+        if await self._fail_closed():  # nothing to replace it with: say so, claim no cut
+            if emit is not None:
+                emit("stream", {"name": "stderr", "text": unisolated_notice(self.sandbox.name) + "\n"})
+            return
         if self._needs_mounts and self.worker is not None and self.worker.alive and not self.sandbox_has_network:
             await self._replace("to mount the private datasets", emit)
             notice = (
@@ -750,6 +772,8 @@ class Session:
 
     async def cut_network(self) -> bool:
         """Take the network of the live sandbox away now (no-op without one)."""
+        if await self._fail_closed():
+            return True
         if self.sandbox_proxied and self.proxy is not None:
             if not self.proxy.is_cut:
                 closed = self.proxy.cut()

@@ -71,6 +71,15 @@ def resolve_name(name: str = "auto") -> str:
     return name
 
 
+def backend_isolates(backend: str = "auto") -> tuple[str, bool]:
+    """The backend ``backend`` stands for here, and whether it isolates
+    anything, without starting one: the agent tools report what a session's
+    sandbox gives (and the ratchet's notices say whether the network was
+    really cut) before any sandbox runs. ``ValueError`` as :func:`load_backend`."""
+    name = resolve_name(backend)
+    return name, bool(load_backend(name).isolates)
+
+
 def get_sandbox(backend: str = "auto", parent: Any = None) -> Sandbox:
     """A sandbox of the named backend. ``auto``: bwrap when installed, else the
     (unsafe) subprocess fallback; an explicit backend that is unavailable
@@ -82,4 +91,4 @@ def get_sandbox(backend: str = "auto", parent: Any = None) -> Sandbox:
     return cls()
 
 
-__all__ = ["BUILTIN", "GROUP", "backend_names", "get_sandbox", "load_backend", "resolve_name"]
+__all__ = ["BUILTIN", "GROUP", "backend_isolates", "backend_names", "get_sandbox", "load_backend", "resolve_name"]

@@ -58,10 +58,14 @@ def _line(e: dict[str, Any]) -> str:
     )
 
 
-def _mode(session: ToolSession) -> str:
-    if not session.ratchet.network_allowed:
-        return "none (the session holds private data)"
-    return {"user": "full", "host": "host (the host's network)"}.get(session.config.network, session.config.network)
+def _modes(session: ToolSession) -> list[str]:
+    """What the session's sandboxes really get (``ToolSession.cell_network`` /
+    ``shell_network``), not the configured mode: a Docker shell and a backend
+    that isolates nothing differ from it. The shell gets its own line when it differs."""
+    cells, shell = session.cell_network()[1], session.shell_network()[1]
+    if shell == cells:
+        return [f"Network: {cells}"]
+    return [f"Network (cells): {cells}", f"Network (shell commands, Docker): {shell}"]
 
 
 @tool_errors
@@ -79,7 +83,7 @@ async def sandbox_network(
         rules = session.config.egress_policy.describe()
         log = _tail(session.dir / "egress.jsonl", entries)
         lines = [
-            f"Network: {_mode(session)}",
+            *_modes(session),
             f"Egress rules: allow {', '.join(rules['allow']) or 'nothing'}; deny {', '.join(rules['deny']) or 'nothing'}",
         ]
         if not log:

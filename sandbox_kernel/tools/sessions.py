@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..engine import EngineConfig, Session
-from ..engine.ratchet import Ratchet
+from ..engine.ratchet import UNISOLATED_FIX, Ratchet
 from ..engine.replay import ReplayLog
 from ..network import EgressPolicy
-from ..privacy import PrivacyStore, default_user_id, validate_id
+from ..privacy import NetworkMode, PrivacyStore, default_user_id, validate_id
 from ..sandbox import ResourceLimits
 from ..sandbox.limit_traits import DEFAULT_LIMITS
+from ..sandbox.registry import backend_isolates
 from .notebook import MAX_CELLS, NOTEBOOK_FILE, Notebook
 from .workspace import data_dir, session_dir, workspace_dir
 
@@ -104,6 +105,9 @@ class ToolsConfig:
     #: tools on other hosts (privacy/postgres.py); empty: this host's files only
     shared_store_url: str = ""
 
+    def __post_init__(self) -> None:
+        check_shell_network(self.shell_backend, self.network)
+
     def root(self) -> Path:
         return Path(self.data_dir) if self.data_dir is not None else data_dir()
 
@@ -112,6 +116,32 @@ class ToolsConfig:
         from ..privacy.postgres import open_store
 
         return open_store(self.root() / "privacy", self.shared_store_url)
+
+
+def check_shell_network(shell_backend: str, network: str) -> None:
+    """Refuse a Docker shell with ``network="proxied"``: its containers get no
+    egress proxy (the proxy lives in the engine's sandboxes), so the shell would
+    either have Docker's bridge (every host, no rules, no log: what the audit
+    found) or nothing, never what the setting promises. Said at config time,
+    naming both settings and the choices, instead of a shell that differs
+    silently from the cells."""
+    if shell_backend == "docker" and network == "proxied":
+        raise ValueError(
+            "shell_backend='docker' cannot honour network='proxied' (the default): the Docker shell's containers "
+            "get no egress proxy, rules or log. Choose network='none' (no network for cells nor shell), "
+            "network='user' (full network, no egress rules), or shell_backend='sandbox' (the shell gets the "
+            "proxy like the cells)"
+        )
+
+
+def docker_shell_mode(config: ToolsConfig, session_mode: NetworkMode) -> NetworkMode:
+    """The Docker shell's network for a session whose ratchet says ``session_mode``:
+    ``ToolsConfig.network`` as the cells' sandboxes follow it ("none": none;
+    "user"/"full"/"host": Docker's bridge; "proxied", which ToolsConfig refuses,
+    none), and none once private whatever the setting."""
+    if session_mode is not NetworkMode.FULL:
+        return NetworkMode.NONE
+    return NetworkMode.FULL if config.network in ("user", "full", "host") else NetworkMode.NONE
 
 
 class ToolSession:
@@ -132,6 +162,14 @@ class ToolSession:
         self.store = self.config.privacy_store()
         self.notebook = Notebook.load(user_id, session_id, self.dir / NOTEBOOK_FILE, self.config.max_cells)
         self.ratchet = Ratchet(user_id, session_id, self.store, self.config.private_datasets, workspace=self.workspace)
+        #: the backend the cells' (and the default shell's) sandboxes use, and
+        #: whether it isolates anything: what the tools report and the notices say
+        try:
+            self.backend, self.isolates = backend_isolates(self.config.backend)
+        except ValueError:  # unknown or broken: the engine names the error when it starts
+            self.backend, self.isolates = self.config.backend, True
+        if not self.isolates:
+            self.ratchet.unisolated = self.backend
         self.engine: Session | None = None
         #: engines started for one shell command while no REPL engine is live
         #: (tools/shell.py): watched for rises like ``engine``
@@ -205,13 +243,48 @@ class ToolSession:
         finally:
             await engine.shutdown()
 
+    def cell_network(self) -> tuple[str, str]:
+        """What the cells' sandboxes (and the default shell's) really get: a
+        short name and a sentence. The configured mode only where the backend
+        enforces it; a backend that isolates nothing is said to."""
+        allowed = self.ratchet.network_allowed
+        if not self.isolates:
+            if allowed:
+                return "full, not isolated", (
+                    f"full, NOT isolated: the development {self.backend!r} backend runs cells and commands as plain "
+                    "processes with this host's network; no egress rules apply and nothing is logged"
+                )
+            return "NOT cut, cells and commands refused", (
+                f"NOT cut: the session holds private data, but the development {self.backend!r} backend isolates "
+                f"nothing, so its network was never cut and cells and shell commands are refused. {UNISOLATED_FIX}"
+            )
+        if not allowed:
+            return "none", "none (the session holds private data)"
+        short = {"user": "full"}.get(self.config.network, self.config.network)
+        return short, {"host": "host (the host's network)"}.get(short, short)
+
+    def shell_network(self) -> tuple[str, str]:
+        """What ``sandbox_execute`` really gets: the Docker shell's own network
+        (:func:`docker_shell_mode`), else the same as the cells."""
+        if self.config.shell_backend != "docker":
+            return self.cell_network()
+        if docker_shell_mode(self.config, self.ratchet.state.network_mode) is NetworkMode.FULL:
+            return "full", "full (Docker's bridge network; no egress rules apply and nothing is logged)"
+        return "none", "none (the session holds private data)" if not self.ratchet.network_allowed else "none"
+
     def privacy(self) -> dict[str, Any]:
         state = self.ratchet.state
         # A whole-session mark (widget, host API, a private session sharing the
         # folder) is provenance too: who raised it, why and when.
         mark = state.mark.to_json() if state.mark is not None else None
-        network = {"user": "full"}.get(self.config.network, self.config.network)
-        return {**state.to_json(), "mark": mark, "network": network if self.ratchet.network_allowed else "none"}
+        return {
+            **state.to_json(),
+            "mark": mark,
+            "network": self.cell_network()[0],
+            "shell_network": self.shell_network()[0],
+            "backend": self.backend,
+            "isolated": self.isolates,
+        }
 
 
 class SessionRegistry:
@@ -366,6 +439,7 @@ class SessionRegistry:
 
     def docker_manager(self) -> Any:
         if self._docker is None:
+            check_shell_network(self.config.shell_backend, self.config.network)  # a config changed after it was made
             from ..docker import SandboxManager
 
             # workspace_root/<user>/<session> is workspace_dir(user, session, root):
@@ -374,13 +448,17 @@ class SessionRegistry:
                 read_only_mounts=dict(self.config.docker_read_only_mounts) or None,
                 config=self.config.docker_config,
                 workspace_root=self.config.root() / "workspaces",
-                network_mode_getter=lambda u, s: (
+                # ToolsConfig.network and the ratchet together (the manager keeps
+                # the most restrictive it has seen): not the ratchet alone, which
+                # says FULL for every public session whatever the setting
+                network_mode_getter=lambda u, s: docker_shell_mode(
+                    self.config,
                     Ratchet(
                         u,
                         s,
                         self.config.privacy_store(),
                         workspace=workspace_dir(u, s, self.config.root()),
-                    ).state.network_mode
+                    ).state.network_mode,
                 ),
                 shared_workspace=True,
             )

@@ -50,6 +50,7 @@ def _config(data_dir: Path, image: str, limits: dict[str, Any]) -> ToolsConfig:
     return ToolsConfig(
         backend="bwrap",
         shell_backend="docker",
+        network="user",  # public shells get Docker's bridge ("proxied" is refused with a Docker shell)
         idle_timeout=600,
         data_dir=data_dir,
         docker_config=offline_config(image=image, **limits),
@@ -372,6 +373,7 @@ async def test_docker_unreachable_is_fatal(tmp_path: Path, monkeypatch: pytest.M
     reg = SessionRegistry(
         ToolsConfig(
             shell_backend="docker",
+            network="none",
             idle_timeout=600,
             data_dir=tmp_path / "data",
             docker_config=offline_config(image=TEST_IMAGE),
@@ -428,14 +430,24 @@ async def test_aclose_removes_the_container_of_a_cancelled_call(
 
 async def test_default_docker_config_and_cli_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SANDBOX_DOCKER_IMAGE", raising=False)
-    reg = SessionRegistry(ToolsConfig(shell_backend="docker", data_dir=tmp_path / "d1"))
+    reg = SessionRegistry(ToolsConfig(shell_backend="docker", network="none", data_dir=tmp_path / "d1"))
     try:
         assert reg.docker_manager().config == ContainerConfig()  # None: ContainerConfig's defaults
         assert reg.docker_manager().workspace_root == tmp_path / "d1" / "workspaces"
     finally:
         await reg.aclose()
     reg = SessionRegistry(
-        _cli(["--shell-backend", "docker", "--docker-image", "example/shell:1", "--data-dir", str(tmp_path / "d2")])
+        _cli(
+            [
+                "--shell-backend",
+                "docker",
+                "--MCPServerApp.network=full",
+                "--docker-image",
+                "example/shell:1",
+                "--data-dir",
+                str(tmp_path / "d2"),
+            ]
+        )
     )
     try:
         assert reg.config.shell_backend == "docker"

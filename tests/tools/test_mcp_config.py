@@ -98,7 +98,7 @@ def test_defaults_are_tools_config_defaults() -> None:
     [
         (["--backend", "subprocess"], "backend", "subprocess"),
         (["--backend=docker"], "backend", "docker"),
-        (["--shell-backend", "docker"], "shell_backend", "docker"),
+        (["--shell-backend", "docker", "--MCPServerApp.network=none"], "shell_backend", "docker"),
         (["--idle-timeout", "12.5"], "idle_timeout", 12.5),
         (["--docker-persistent"], "docker_persistent", True),
         (["--MCPServerApp.network=host"], "network", "host"),
@@ -211,7 +211,7 @@ c.SandboxKernel.backend = "docker"   # the kernel's part of the same file
 
 def test_json_config_file(config_dir: Path) -> None:
     (config_dir / f"{CONFIG_FILE}.json").write_text(
-        json.dumps({"MCPServerApp": {"shell_backend": "docker", "max_cells": 9}})
+        json.dumps({"MCPServerApp": {"shell_backend": "docker", "network": "none", "max_cells": 9}})
     )
     cfg = app_for([]).tools_config()
     assert (cfg.shell_backend, cfg.max_cells) == ("docker", 9)
@@ -266,6 +266,14 @@ def test_bad_values_exit_2_naming_the_option(
         assert needle in err
     with pytest.raises(ConfigError):  # the library form raises instead
         app_for(argv)
+
+
+def test_docker_shell_with_the_proxied_default_is_refused_before_serving() -> None:
+    """The Docker shell gets no egress proxy: ``--shell-backend docker`` alone
+    (network stays "proxied") is a ConfigError naming both settings (``main``
+    exits 2 with it), not a shell on Docker's bridge."""
+    with pytest.raises(ConfigError, match=r"shell_backend='docker' cannot honour network='proxied'"):
+        app_for(["--shell-backend", "docker"]).make_server()
 
 
 def test_bad_values_in_the_config_file(config_dir: Path, no_serving: None, capsys: pytest.CaptureFixture[str]) -> None:

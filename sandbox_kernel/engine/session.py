@@ -453,7 +453,7 @@ class Session:
         """Once private, a backend that isolates nothing (the development
         fallback) runs nothing more: it has no network to cut, so nothing would
         keep the data in. Kills what runs; returns whether that is the case."""
-        if self.sandbox.isolates or not self.private:
+        if self.sandbox.enforces_network or not self.private:
             return False
         if self.worker is not None and self.worker.alive:
             await self.worker.kill()

@@ -272,6 +272,11 @@ class Sandbox(ABC):
     name: str = "abstract"
     #: False only for the development fallback
     isolates: bool = True
+    #: whether a sandbox started without network has none (False for the
+    #: development fallback: once private, the engine runs nothing more on it).
+    #: Apart from ``isolates`` for the engine's own tests, whose stand-in
+    #: backend runs plain processes but is trusted to have the launch it was given
+    enforces_network: bool = True
     #: said loudly (first cell, kernel log, widget) when the backend isolates
     #: less than users expect; None for a real sandbox
     warning: str | None = None

@@ -20,6 +20,7 @@ class SubprocessSandbox(Sandbox):
 
     name = "subprocess"
     isolates = False
+    enforces_network = False
     warning = WARNING
 
     @staticmethod

@@ -43,6 +43,14 @@ def _tail(path: Path, n: int) -> list[dict[str, Any]]:
     return entries
 
 
+def _times(e: dict[str, Any]) -> int:
+    """How many requests an entry stands for: the log counts identical refusals
+    within a window on one line (network/egress_log.py); bounded, as it is read
+    from a file a sandbox's requests fill."""
+    count = e.get("count")
+    return min(count, 10**9) if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
+
+
 def _line(e: dict[str, Any]) -> str:
     """One log entry as one line. Every field is escaped and bounded here too: the
     file is the host's, but its text came from a sandbox, and an old log (or a
@@ -52,9 +60,11 @@ def _line(e: dict[str, Any]) -> str:
         return printable(e.get(key, default), limit)
 
     verdict = "allowed" if e.get("allowed") is True else "refused"
+    times = f" x{_times(e)}" if _times(e) > 1 else ""
     return (
-        f"{field('time', '?')} {verdict} {field('method', '?', 20)} {field('host', '?', MAX_HOST)}:{field('port', '?')}"
-        f" ({field('rule', '', MAX_RULE)}; {field('bytes_down', 0)} B down, {field('bytes_up', 0)} B up)"
+        f"{field('time', '?')} {verdict}{times} {field('method', '?', 20)} {field('host', '?', MAX_HOST)}:"
+        f"{field('port', '?')} ({field('rule', '', MAX_RULE)}; {field('bytes_down', 0)} B down, "
+        f"{field('bytes_up', 0)} B up)"
     )
 
 
@@ -89,8 +99,9 @@ async def sandbox_network(
         if not log:
             lines.append("Egress log: no connection yet.")
         else:
-            allowed = sum(1 for e in log if e.get("allowed") is True)
-            lines.append(f"Egress log (last {len(log)}): {allowed} allowed, {len(log) - allowed} refused")
+            allowed = sum(_times(e) for e in log if e.get("allowed") is True)
+            refused = sum(_times(e) for e in log if e.get("allowed") is not True)
+            lines.append(f"Egress log (last {len(log)}): {allowed} allowed, {refused} refused")
             lines.extend(_line(e) for e in log)
     return with_notices(ToolResult("\n".join(lines)), notices)
 

@@ -119,3 +119,15 @@ async def test_the_log_is_shown_one_line_per_entry_with_no_escapes(proxied: Sess
     assert lines[3].startswith("t\\x1b[2J refused CONNECT\\r x\\n2099-01-01T00:00:00.000Z allowed CONNECT pypi.org")
     assert "\\x1b]0;pwned\\x07aaa" in lines[3] and ":443\\n (r\\u2028\\x9b31m; 1\\x85 B down, 0 B up)" in lines[3]
     assert len(lines[3]) < 500
+
+
+async def test_counted_refusals_are_shown_with_their_count(proxied: SessionRegistry) -> None:
+    """The log writes identical refusals as one line with a count: the tool
+    says how many there were, not one."""
+    session = await proxied.get("alice", "counted")
+    session.dir.mkdir(parents=True, exist_ok=True)
+    entry = {"time": "t", "method": "CONNECT", "host": "10.1.2.3", "port": 1, "allowed": False, "rule": "private"}
+    (session.dir / "egress.jsonl").write_text(json.dumps({**entry, "count": 250}) + "\n" + json.dumps(entry) + "\n")
+    r = await sandbox_network(user_id="alice", session_id="counted", registry=proxied)
+    assert "Egress log (last 2): 0 allowed, 251 refused" in r.text, r.text
+    assert "t refused x250 CONNECT 10.1.2.3:1" in r.text and "t refused CONNECT 10.1.2.3:1" in r.text, r.text

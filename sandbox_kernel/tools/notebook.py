@@ -28,6 +28,11 @@ if TYPE_CHECKING:
     from ..engine import Session
 
 MAX_CELLS = 500
+#: outputs a notebook keeps in all; beyond, the oldest cells' outputs are dropped.
+#: Each call rewrites the whole notebook on the event loop: without a bound, one
+#: agent printing 10 MB per cell made every save of every session stall it for
+#: seconds (the privacy watcher included), and the file grew toward 5 GB
+MAX_NOTEBOOK_BYTES = 32 * 1024 * 1024
 MAX_CODE_CHARS = 1_000_000
 MAX_TIMEOUT = 3600.0
 SCHEMA_VERSION = 1
@@ -241,6 +246,17 @@ class OutputCollector:
             )
 
 
+def _outputs_size(cell: Cell) -> int:
+    return len(json.dumps([o.to_json() for o in cell.outputs], ensure_ascii=False))
+
+
+def _dropped_note(max_bytes: int) -> str:
+    return (
+        f"[sandbox_kernel] this cell's outputs were dropped: the notebook keeps at most "
+        f"{max_bytes / (1024 * 1024):g} MB of outputs, the oldest cells' go first\n"
+    )
+
+
 def _atomic_write(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -276,11 +292,21 @@ def check_code(code: Any) -> str:
 class Notebook:
     """The cells of one agent session, persisted at ``path`` (a JSON file)."""
 
-    def __init__(self, user_id: str, session_id: str, path: Path, max_cells: int = MAX_CELLS) -> None:
+    def __init__(
+        self,
+        user_id: str,
+        session_id: str,
+        path: Path,
+        max_cells: int = MAX_CELLS,
+        max_bytes: int = MAX_NOTEBOOK_BYTES,
+    ) -> None:
         self.user_id = user_id
         self.session_id = session_id
         self.path = path
         self.max_cells = max_cells
+        self.max_bytes = max_bytes
+        #: the JSON size of each finished cell's outputs, by cell id
+        self._sizes: dict[str, int] = {}
         self.cells: list[Cell] = []
         self.execution_count = 0
         self.created_at = time.time()
@@ -292,9 +318,16 @@ class Notebook:
 
     # ---- persistence -----------------------------------------------------------------
     @classmethod
-    def load(cls, user_id: str, session_id: str, path: Path, max_cells: int = MAX_CELLS) -> Notebook:
+    def load(
+        cls,
+        user_id: str,
+        session_id: str,
+        path: Path,
+        max_cells: int = MAX_CELLS,
+        max_bytes: int = MAX_NOTEBOOK_BYTES,
+    ) -> Notebook:
         """Load the notebook from ``path``, or a new empty one when it does not exist."""
-        nb = cls(user_id, session_id, path, max_cells)
+        nb = cls(user_id, session_id, path, max_cells, max_bytes)
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -344,6 +377,33 @@ class Notebook:
 
     def save(self) -> None:
         _atomic_write(self.path, json.dumps(self.to_json(), ensure_ascii=False))
+
+    async def save_off_loop(self) -> None:
+        """:meth:`save`, the write and its fsync in a thread: the JSON is made
+        here, so no thread reads cells the loop may be changing."""
+        text = json.dumps(self.to_json(), ensure_ascii=False)
+        await asyncio.to_thread(_atomic_write, self.path, text)
+
+    def _fit_budget(self, current: Cell) -> None:
+        """Drop the oldest cells' outputs (``current``'s last) until all of them
+        fit in ``max_bytes``, each replaced by a note saying why. Sizes of
+        finished cells are kept, so a call costs the size of the newest ones."""
+        self._sizes[current.id] = _outputs_size(current)
+        for cell in self.cells[-2:]:  # a thread of the last cell may still have printed into it
+            self._sizes[cell.id] = _outputs_size(cell)
+        known = self._sizes  # cells deleted since are left out
+        self._sizes = {c.id: known[c.id] if c.id in known else _outputs_size(c) for c in self.cells}
+        total = sum(self._sizes.values())
+        note = _dropped_note(self.max_bytes)
+        for cell in [c for c in self.cells if c is not current] + [current]:
+            if total <= self.max_bytes:
+                return
+            if not cell.outputs or (len(cell.outputs) == 1 and cell.outputs[0].text == note):
+                continue
+            cell.outputs = [CellOutput(OutputType.STREAM, name="stderr", text=note)]
+            size = _outputs_size(cell)
+            total -= self._sizes[cell.id] - size
+            self._sizes[cell.id] = size
 
     # ---- cells -----------------------------------------------------------------------
     def get_cell(self, number: Any) -> Cell:
@@ -451,7 +511,8 @@ class Notebook:
                         **cell.privacy_raised,
                     }
                 )
-        self.save()
+        self._fit_budget(cell)
+        await self.save_off_loop()
         return cell
 
     # ---- export ----------------------------------------------------------------------

@@ -28,7 +28,7 @@ from ..privacy import NetworkMode, PrivacyStore, default_user_id, validate_id
 from ..sandbox import ResourceLimits
 from ..sandbox.limit_traits import DEFAULT_LIMITS
 from ..sandbox.registry import backend_isolates
-from .notebook import MAX_CELLS, NOTEBOOK_FILE, Notebook
+from .notebook import MAX_CELLS, MAX_NOTEBOOK_BYTES, NOTEBOOK_FILE, Notebook
 from .workspace import data_dir, session_dir, workspace_dir
 
 if TYPE_CHECKING:  # the docker package is imported only when the Docker shell is used
@@ -72,6 +72,8 @@ class ToolsConfig:
     shell_backend: str = "sandbox"
     idle_timeout: float = 1800.0
     max_cells: int = MAX_CELLS
+    #: outputs an agent notebook keeps in all (the oldest cells' are dropped beyond)
+    max_notebook_bytes: int = MAX_NOTEBOOK_BYTES
     #: None: $SANDBOX_KERNEL_DATA_DIR or <jupyter data dir>/sandbox_kernel, read when used
     data_dir: Path | None = None
     limits: ResourceLimits = DEFAULT_LIMITS
@@ -160,7 +162,9 @@ class ToolSession:
         self.dir = session_dir(user_id, session_id, root)
         self.state_dir = self.dir / "state"
         self.store = self.config.privacy_store()
-        self.notebook = Notebook.load(user_id, session_id, self.dir / NOTEBOOK_FILE, self.config.max_cells)
+        self.notebook = Notebook.load(
+            user_id, session_id, self.dir / NOTEBOOK_FILE, self.config.max_cells, self.config.max_notebook_bytes
+        )
         self.ratchet = Ratchet(user_id, session_id, self.store, self.config.private_datasets, workspace=self.workspace)
         #: the backend the cells' (and the default shell's) sandboxes use, and
         #: whether it isolates anything: what the tools report and the notices say

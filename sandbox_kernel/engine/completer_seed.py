@@ -22,6 +22,7 @@ never share a writable cache: each sandbox's copy dies with its ``/tmp``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -47,8 +48,11 @@ _log = logging.getLogger(__name__)
 _started = threading.Event()
 
 
+@functools.lru_cache(maxsize=1)
 def _key() -> str | None:
-    """Names the installation the cache was made for (None without jedi)."""
+    """Names the installation the cache was made for (None without jedi).
+    Kept for the process: the metadata lookups cost about 3 ms, and
+    :func:`find` runs at every sandbox start and every completion."""
     try:
         versions = f"jedi {metadata.version('jedi')} parso {metadata.version('parso')}"
     except metadata.PackageNotFoundError:

@@ -472,14 +472,19 @@ class Session:
             if child.returncode is not None:
                 continue
             if proxied:
-                if self.proxy is not None and not self.proxy.is_cut:
-                    closed = self.proxy.cut()
-                    self.log.warning("egress proxy cut (%d connection(s) closed): the session became private", closed)
+                self._cut_proxy()
             elif not child.network_cut:
                 if not await child.cut_network():
                     await child.kill()
                     child.network_cut = True
                 self.log.warning("network of a running command cut: the session became private")
+
+    def _cut_proxy(self) -> None:
+        """Cut the session's egress proxy (the live sandbox's way out and that of
+        its proxied commands) once, closing what is open through it."""
+        if self.proxy is not None and not self.proxy.is_cut:
+            closed = self.proxy.cut()
+            self.log.warning("egress proxy cut (%d connection(s) closed): the session became private", closed)
 
     async def _ensure_proxy(self) -> EgressProxy:
         """The session's egress proxy, started on first use (PROXIED mode)."""
@@ -775,9 +780,7 @@ class Session:
         if await self._fail_closed():
             return True
         if self.sandbox_proxied and self.proxy is not None:
-            if not self.proxy.is_cut:
-                closed = self.proxy.cut()
-                self.log.warning("egress proxy cut (%d connection(s) closed): the session became private", closed)
+            self._cut_proxy()
             return True
         if self.worker is None or not self.worker.alive or self.isolate_network:
             return False

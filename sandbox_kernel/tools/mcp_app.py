@@ -37,6 +37,13 @@ TOKEN_ENV = "SANDBOX_KERNEL_MCP_TOKEN"
 #: shortest token accepted: a guessable token is no authentication
 MIN_TOKEN_LENGTH = 16
 
+
+def _usable_token(value: str) -> bool:
+    """A bearer token: long enough to guess at no rate, one printable word
+    (it travels in an HTTP header)."""
+    return len(value) >= MIN_TOKEN_LENGTH and value.isprintable() and " " not in value
+
+
 # ---------------------------------------------------------------- configuration
 
 #: the command-line shortcuts of the traits (the flags of the former argparse CLI)
@@ -261,7 +268,7 @@ class MCPServerApp(Application, EngineSettings):
     @validate("token")
     def _check_token(self, proposal: Bunch) -> str:
         value = str(proposal.value).strip()
-        if value and (len(value) < MIN_TOKEN_LENGTH or not value.isprintable() or " " in value):
+        if value and not _usable_token(value):
             raise _bad("token", f"must be at least {MIN_TOKEN_LENGTH} printable characters without spaces")
         return value
 
@@ -397,7 +404,7 @@ class MCPServerApp(Application, EngineSettings):
             value, origin = os.environ[TOKEN_ENV].strip(), f"${TOKEN_ENV}"
         else:
             return None
-        if len(value) < MIN_TOKEN_LENGTH or not value.isprintable() or " " in value:
+        if not _usable_token(value):
             raise ConfigError(
                 f"{origin}: the token must be at least {MIN_TOKEN_LENGTH} printable characters without spaces "
                 "(make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"

@@ -388,8 +388,9 @@ class Notebook:
         """Drop the oldest cells' outputs (``current``'s last) until all of them
         fit in ``max_bytes``, each replaced by a note saying why. Sizes of
         finished cells are kept, so a call costs the size of the newest ones."""
-        self._sizes[current.id] = _outputs_size(current)
-        for cell in self.cells[-2:]:  # a thread of the last cell may still have printed into it
+        # the newest outputs: this cell's, and the last cells' (a thread of the
+        # last one may still have printed into it)
+        for cell in [current, *(c for c in self.cells[-2:] if c is not current)]:
             self._sizes[cell.id] = _outputs_size(cell)
         known = self._sizes  # cells deleted since are left out
         self._sizes = {c.id: known[c.id] if c.id in known else _outputs_size(c) for c in self.cells}

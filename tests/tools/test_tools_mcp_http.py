@@ -34,31 +34,32 @@ def tcp_ready(host: str, port: int) -> bool:
         return False
 
 
+def mcp_http_argv(host: str, port: int, *extra: str) -> list[str]:
+    """`sandbox-kernel mcp` over streamable HTTP on ``host:port``, bwrap backend."""
+    return [
+        sys.executable,
+        "-m",
+        "sandbox_kernel",
+        "mcp",
+        "--transport",
+        "streamable-http",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--backend",
+        "bwrap",
+        *extra,
+    ]
+
+
 class HttpServer:
     def __init__(self, data_dir: Path, *extra: str, host: str = "127.0.0.1", env: dict[str, str] | None = None) -> None:
         self.host = host
         self.port = free_port()
         self.url = f"http://{host}:{self.port}/mcp"
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sandbox_kernel",
-                "mcp",
-                "--transport",
-                "streamable-http",
-                "--host",
-                host,
-                "--port",
-                str(self.port),
-                "--user-id",
-                "agent",
-                "--session-id",
-                "web",
-                "--backend",
-                "bwrap",
-                *extra,
-            ],
+            mcp_http_argv(host, self.port, "--user-id", "agent", "--session-id", "web", *extra),
             env={**os.environ, "SANDBOX_KERNEL_DATA_DIR": str(data_dir), **(env or {})},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -277,21 +278,7 @@ async def test_a_non_loopback_bind_without_a_token_does_not_start(tmp_path: Path
     binding anything. The old server tried to serve it, unauthenticated."""
     env = {**os.environ, "SANDBOX_KERNEL_DATA_DIR": str(tmp_path)}
     env.pop("SANDBOX_KERNEL_MCP_TOKEN", None)
-    argv = [
-        sys.executable,
-        "-m",
-        "sandbox_kernel",
-        "mcp",
-        "--transport",
-        "streamable-http",
-        "--host",
-        "192.0.2.1",
-        "--port",
-        str(free_port()),
-        "--backend",
-        "bwrap",
-    ]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(mcp_http_argv("192.0.2.1", free_port()), env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "--token-file" in done.stderr and "not a loopback address" in done.stderr, done.stderr
     assert "--unsafe-no-token" in done.stderr

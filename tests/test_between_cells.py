@@ -338,10 +338,13 @@ def test_frames_a_thread_floods_between_cells_do_not_grow_the_host(frame: str, t
         mine = [m for m in messages if m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream"]
         sent = sum(len(m["content"]["text"]) for m in mine)
         if "stream" in frame:
-            # the budget holds after the cell ended too, and the cut is said once
+            # the budget holds after the cell ended too, and the cut is said once:
+            # at the cell's end when the flood crossed the budget before it, else
+            # when it crosses it afterwards (which comes first is the scheduler's)
             assert 1_000_000 < sent < 2_100_000, sent
-            notes = [m["content"]["text"] for m in mine if "over the cell's budget" in m["content"]["text"]]
-            assert len(notes) == 1 and "max_output_bytes" in notes[0], [m["content"]["text"][:80] for m in mine]
+            notes = [m["content"]["text"] for m in mine if "SandboxKernel.max_output_bytes" in m["content"]["text"]]
+            assert len(notes) == 1, [m["content"]["text"][:80] for m in mine]
+            assert "over the cell's budget" in notes[0] or "output truncated" in notes[0], notes
         else:
             assert sent == 0
         run = handle.run("kept", timeout=120)  # the next cell drains what was held back

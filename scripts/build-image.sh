@@ -72,6 +72,7 @@ mmdebstrap --variant=minbase --quiet \
     --customize-hook="rm -rf \"\$1/tmp/wheels\" \"\$1/root/.cache\" \"\$1/var/cache/apt\"/*.bin \"\$1/var/lib/apt/lists\"/*" \
     --customize-hook="chroot \"\$1\" useradd --uid 1000 --user-group --create-home --shell /bin/bash jovyan" \
     --customize-hook="mkdir -p \"\$1/etc/jupyter\" && cp '$PWD/docker/seccomp-bwrap.json' \"\$1/etc/jupyter/seccomp-bwrap.json\"" \
+    --customize-hook="printf '%s\n' 'from sandbox_kernel import lab_content_policy' 'lab_content_policy.apply(c)' > \"\$1/etc/jupyter/jupyter_server_config.py\"" \
     "$SUITE" "$work/rootfs.tar" "$MIRROR"
 
 echo "build-image: docker import $TAG" >&2

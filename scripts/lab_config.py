@@ -32,3 +32,10 @@ c.SandboxKernelSpecManager.allow_unsandboxed_python = os.environ.get(STOCK_KERNE
     "yes",
     "on",
 }
+
+# The browser renders what sandboxes write (a private session's report.md with
+# a remote image, a notebook's markdown): it fetches nothing from another origin
+# (sandbox_kernel/lab_content_policy.py; SANDBOX_KERNEL_REMOTE_CONTENT=1 turns it off).
+from sandbox_kernel import lab_content_policy  # noqa: E402
+
+lab_content_policy.apply(c)

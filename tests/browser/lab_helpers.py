@@ -94,6 +94,11 @@ class LabServer:
             root / "tmp",
         ):
             path.mkdir(parents=True, exist_ok=True)
+        # The README's Lab fetches nothing from another origin (scripts/lab_config.py
+        # applies the same policy): every browser test runs Lab under it.
+        (jupyter_dir / "config" / "jupyter_server_config.py").write_text(
+            "from sandbox_kernel import lab_content_policy\nlab_content_policy.apply(c)\n"
+        )
         if kernel_config:  # read by every sandbox kernel this server starts
             (jupyter_dir / "config" / "sandbox_kernel_config.py").write_text(kernel_config)
         # No "get Jupyter news?" toast (it would cover our notification and

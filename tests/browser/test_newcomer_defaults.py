@@ -35,6 +35,8 @@ import pytest
 from lab_helpers import LAB_CONFIG, REPO, LabServer, notebook_json
 from playwright.sync_api import Locator, Page, expect
 
+from sandbox_kernel.lab_content_policy import REMOTE_CONTENT_ENV
+
 pytestmark = pytest.mark.timeout(300)
 
 APP_LOAD_TIMEOUT = 60_000
@@ -182,9 +184,10 @@ def server_kernel_processes(lab: LabServer) -> list[str]:
 # ---- the README's command ----------------------------------------------------------
 
 
-def _show_config(*args: str, tmp: Path, cwd: Path | None = None) -> str:
+def _show_config(*args: str, tmp: Path, cwd: Path | None = None, extra_env: dict[str, str] | None = None) -> str:
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != REMOTE_CONTENT_ENV},
+        **(extra_env or {}),
         "SANDBOX_KERNEL_NOTEBOOKS": str(tmp / "notebooks"),
         "JUPYTER_CONFIG_DIR": str(tmp / "config"),
         "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
@@ -211,9 +214,13 @@ def test_lab_sh_passes_the_shared_config(tmp_path: Path) -> None:
     assert "default_kernel_name = 'sandbox-python'" in default, default
     assert "SandboxKernelSpecManager" in default, default
     assert ".allow_unsandboxed_python = False" in default, default
+    assert "'Content-Security-Policy': \"default-src 'self'" in default, default
     stock = _show_config("--with-stock-kernel", tmp=tmp_path)
     assert ".allow_unsandboxed_python = True" in stock, stock
     assert "default_kernel_name = 'sandbox-python'" in stock, stock
+    # the content policy is off only when asked for, by name
+    remote = _show_config(tmp=tmp_path, extra_env={REMOTE_CONTENT_ENV: "1"})
+    assert "Content-Security-Policy" not in remote, remote
 
 
 def test_lab_sh_never_opens_notebooks_in_the_repository(tmp_path: Path) -> None:

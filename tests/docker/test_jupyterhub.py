@@ -323,3 +323,13 @@ def test_two_users_on_a_hub_each_in_their_own_sandboxed_server(
         assert status == 403, (path, status)
     status, listed = hub.api("GET", "/user/bob/api/sessions", token=tokens["bob"])
     assert status == 200 and [s["kernel"]["id"] for s in listed] == [kernels["bob"]]
+
+    # the image's server fetches nothing from another origin into its pages
+    # (sandbox_kernel/lab_content_policy.py, written into /etc/jupyter by scripts/build-image.sh)
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{hub.proxy_port}/user/alice/api/status",
+        headers={"Authorization": f"token {tokens['alice']}"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        policy = response.headers.get("Content-Security-Policy", "")
+    assert "img-src 'self' data: blob:" in policy and "connect-src 'self'" in policy, policy

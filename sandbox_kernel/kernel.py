@@ -228,6 +228,8 @@ class SandboxKernel(Kernel, EngineSettings):
             **state,
             "network": network or self.engine.network_mode,
             "backend": self.engine.backend,
+            # the widget says "network cut" only when it was (not on the subprocess fallback)
+            "enforces_network": self.engine.sandbox.enforces_network,
             "warnings": self.engine.warnings,
             "user_id": self.ratchet.user_id,
             "session_id": self.ratchet.session_id,

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from .sandbox.registry import backend_names
+from .sandbox.registry import backend_names, load_backend
 
 __all__ = [
     "LEVELS",
@@ -188,6 +188,34 @@ def error_message(message: str, request: str | None = None) -> dict[str, Any]:
     return msg
 
 
+#: the largest ``count`` of an egress entry sent to the widget (bounded: the
+#: number grows with what a sandbox asks for)
+MAX_EGRESS_COUNT = 10**9
+
+
+def _times(value: object) -> int:
+    """How many connections an egress entry stands for: the egress log writes
+    identical refusals as one entry with a ``count`` (network/egress_log.py).
+    Without it the widget would show one refusal where there were thousands."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"state.egress.recent[].count must be a positive integer, got {_short(value)}")
+    return min(value, MAX_EGRESS_COUNT)
+
+
+def _enforces_network(backend: str, claimed: object) -> bool:
+    """Whether a private session's network is really cut on ``backend``. A
+    provider may say less than the backend class (``Sandbox.enforces_network``)
+    but never more: the widget must not tell a user the network was cut on a
+    backend that cannot cut it (the development subprocess fallback)."""
+    if claimed is not None and not isinstance(claimed, bool):
+        raise ValueError(f"state.enforces_network must be a bool, got {_short(claimed)}")
+    try:
+        by_class = bool(load_backend(backend).enforces_network)
+    except ValueError:
+        by_class = False
+    return by_class and claimed is not False
+
+
 def _egress(value: Any) -> dict[str, Any] | None:
     """The egress summary (PROXIED mode), trimmed: hosts and rules come from what
     a sandbox asked for, so they are plain bounded strings (the widget shows text)."""
@@ -216,6 +244,7 @@ def _egress(value: Any) -> dict[str, Any] | None:
                 "allowed": entry.get("allowed") is True,
                 "rule": str(entry.get("rule", ""))[:300],
                 "bytes_down": entry.get("bytes_down") if isinstance(entry.get("bytes_down"), int) else 0,
+                "count": _times(entry.get("count", 1)),
             }
         )
     return {
@@ -301,6 +330,7 @@ def validate_state(state: object) -> dict[str, Any]:
         "datasets": clean_datasets,
         "error": state["error"],
         "backend": state["backend"],
+        "enforces_network": _enforces_network(state["backend"], state.get("enforces_network")),
         "warnings": list(warnings),
         "user_id": state["user_id"],
         "session_id": state["session_id"],
@@ -499,9 +529,11 @@ class StatusComm:
             if changed:
                 notice = None
                 if after["level"] != before["level"]:
-                    notice = (
-                        f"This session was marked {after['level']} from the status widget; "
+                    notice = f"This session was marked {after['level']} from the status widget; " + (
                         "its sandbox has no network from now on."
+                        if after["enforces_network"]
+                        else f"its network was NOT cut: this kernel is NOT sandboxed (the {after['backend']!r} "
+                        "backend), so it runs no more code in this session."
                     )
                 # Every open comm hears of it (two views of one kernel), the
                 # requester included.
@@ -543,6 +575,7 @@ class StatusComm:
             base = self._last_good or {
                 "datasets": [],
                 "backend": "subprocess",
+                "enforces_network": False,
                 "warnings": [],
                 "user_id": "",
                 "session_id": "",

@@ -189,6 +189,7 @@ def test_status_comm_reports_and_refuses_lowering(fresh_kernel: SandboxKernelHan
     comm = CommClient(k)
     state = comm.open()[-1]
     assert state["type"] == "state" and state["state"]["network"] == "full" and state["state"]["backend"] == "bwrap"
+    assert state["state"]["enforces_network"] is True  # the widget may say "Network cut" after a rise
     errors = comm.send({"version": 1, "type": "mark_private", "level": "PUBLIC"})
     assert errors[0]["type"] == "error"
     errors = comm.send({"version": 2, "type": "request_state"})
@@ -210,6 +211,33 @@ def test_status_comm_reports_and_refuses_lowering(fresh_kernel: SandboxKernelHan
     run = k.run(IFACES)
     assert run.stdout.strip() == "['lo']"
     assert "[SYSTEM]" in run.stderr
+
+
+def test_status_comm_on_the_subprocess_backend_does_not_claim_a_cut(tmp_path: Path) -> None:
+    """The development fallback isolates nothing: a rise cuts no network, the
+    kernel refuses every later cell instead (e3b4765). The state the widget
+    reads says so (``enforces_network`` false, ``network`` "none" because no
+    code of the session runs any more), and so does every notice it gets."""
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "tmp").mkdir()
+    k = SandboxKernelHandle(tmp_path / "ws", tmp_path / "tmp", extra_args=["--SandboxKernel.backend=subprocess"])
+    try:
+        assert k.run("1 + 1").status == "ok"
+        comm = CommClient(k)
+        state = comm.open()[-1]["state"]
+        assert (state["backend"], state["enforces_network"], state["network"]) == ("subprocess", False, "full")
+        replies = comm.send({"version": 1, "type": "mark_private", "level": "CONFIDENTIAL"})
+        replies += comm.collect(timeout=2, want=0)
+        states = [r for r in replies if r["type"] == "state"]
+        assert states and states[-1]["state"]["level"] == "CONFIDENTIAL", replies
+        assert (states[-1]["state"]["network"], states[-1]["state"]["enforces_network"]) == ("none", False)
+        notices = [r["notice"] for r in states if r.get("notice")]
+        assert notices and all("NOT cut" in n for n in notices), notices
+        assert not any("no network from now on" in n or "Outbound connections are blocked" in n for n in notices)
+        run = k.run("print('still running')")
+        assert run.status == "error" and "still running" not in run.stdout
+    finally:
+        k.shutdown()
 
 
 def test_a_second_open_of_the_live_status_comm_leaves_it_working(fresh_kernel: SandboxKernelHandle) -> None:

@@ -44,6 +44,9 @@ class FakeProvider:
         self.level = "PUBLIC"
         self.datasets: list[dict[str, Any]] = []
         self.backend = "bwrap"
+        #: what the provider says of its backend's network cut (None: not said)
+        self.enforces_network: bool | None = None
+        self.egress: dict[str, Any] | None = None
         self.warnings: list[str] = []
         self.calls: list[tuple[str, str]] = []
         self.threads: list[str] = []
@@ -56,7 +59,7 @@ class FakeProvider:
         if self.fail_status is not None:
             raise self.fail_status
         private = self.level != "PUBLIC"
-        return {
+        state: dict[str, Any] = {
             "private": private,
             "level": self.level,
             "network": "none" if private else "full",
@@ -67,6 +70,11 @@ class FakeProvider:
             "user_id": "alice",
             "session_id": "nb-1",
         }
+        if self.enforces_network is not None:
+            state["enforces_network"] = self.enforces_network
+        if self.egress is not None:
+            state["egress"] = self.egress
+        return state
 
     async def mark_private(self, level: str, reason: str) -> None:
         self.threads.append(threading.current_thread().name)
@@ -214,6 +222,7 @@ def test_open_with_hello_replies_with_state(setup: Any) -> None:
             "datasets": [],
             "error": None,
             "backend": "bwrap",
+            "enforces_network": True,
             "warnings": [],
             "user_id": "alice",
             "session_id": "nb-1",
@@ -470,6 +479,35 @@ def test_mark_private_raises_level_and_broadcasts(setup: Any) -> None:
         assert "CONFIDENTIAL" in msg["notice"]
 
 
+def test_mark_private_on_an_unisolated_backend_does_not_claim_a_cut(setup: Any) -> None:
+    """On the subprocess fallback nothing cuts the network (Sandbox.enforces_network
+    is False; the engine refuses every later cell instead): the rise's notice
+    and the state must say so, not "its sandbox has no network from now on"."""
+    _, fe, provider, loop = setup
+    provider.backend = "subprocess"
+    cid = fe.open()
+    assert fe.last(cid)["state"]["enforces_network"] is False
+    fe.clear()
+    fe.send(cid, {"version": 1, "type": "mark_private", "level": "CONFIDENTIAL"})
+    run_until(loop, lambda: fe.received(cid))
+    msg = fe.last(cid)
+    assert msg["changed"] is True and msg["state"]["network"] == "none"
+    assert msg["state"]["enforces_network"] is False
+    assert "no network from now on" not in msg["notice"]
+    assert "NOT cut" in msg["notice"] and "NOT sandboxed" in msg["notice"] and "no more code" in msg["notice"]
+
+
+def test_mark_private_on_a_sandboxing_backend_says_the_network_is_gone(setup: Any) -> None:
+    _, fe, _, loop = setup
+    cid = fe.open()
+    fe.clear()
+    fe.send(cid, {"version": 1, "type": "mark_private", "level": "SECRET"})
+    run_until(loop, lambda: fe.received(cid))
+    msg = fe.last(cid)
+    assert msg["state"]["enforces_network"] is True
+    assert msg["notice"].endswith("its sandbox has no network from now on.") and "NOT" not in msg["notice"]
+
+
 def test_mark_private_same_level_replies_unchanged_to_requester_only(setup: Any) -> None:
     _, fe, provider, loop = setup
     provider.level = "SECRET"
@@ -597,6 +635,66 @@ def test_validate_state_names_the_problem(provider: FakeProvider, patch: dict[st
     state = {**provider.status(), **patch}
     with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
         validate_state(state)
+
+
+@pytest.mark.parametrize(
+    ("backend", "claimed", "expected"),
+    [
+        ("bwrap", None, True),
+        ("docker", None, True),
+        ("bwrap", False, False),  # a provider may say less than its backend class
+        ("subprocess", None, False),
+        ("subprocess", True, False),  # never more: the subprocess fallback cuts nothing
+    ],
+)
+def test_state_says_whether_the_backend_cuts_the_network(
+    provider: FakeProvider, backend: str, claimed: bool | None, expected: bool
+) -> None:
+    provider.backend, provider.enforces_network = backend, claimed
+    assert validate_state(provider.status())["enforces_network"] is expected
+
+
+def test_validate_state_refuses_a_non_bool_enforces_network(provider: FakeProvider) -> None:
+    with pytest.raises(ValueError, match=r"state\.enforces_network"):
+        validate_state({**provider.status(), "enforces_network": "yes"})
+
+
+def test_unreadable_state_does_not_claim_a_network_cut(setup: Any) -> None:
+    _, fe, provider, _ = setup
+    provider.fail_status = OSError("store corrupt")
+    cid = fe.open()
+    assert fe.last(cid)["state"]["enforces_network"] is False
+
+
+EGRESS_ENTRY = {"time": "t", "host": "10.1.2.3", "port": 1, "allowed": False, "rule": "private address"}
+
+
+def egress(*entries: dict[str, Any]) -> dict[str, Any]:
+    return {"allowed": 0, "refused": 1235, "bytes_up": 0, "bytes_down": 0, "domains": [], "recent": list(entries)}
+
+
+def test_egress_entries_keep_their_count(setup: Any) -> None:
+    """The egress log writes identical refusals as one entry with a ``count``
+    (network/egress_log.py): the widget must get it, not one refusal where
+    there were 1234."""
+    _, fe, provider, _ = setup
+    provider.egress = egress({**EGRESS_ENTRY, "count": 1234}, {**EGRESS_ENTRY, "host": "example.org"})
+    cid = fe.open()
+    recent = fe.last(cid)["state"]["egress"]["recent"]
+    assert [(e["host"], e["count"]) for e in recent] == [("10.1.2.3", 1234), ("example.org", 1)]
+    assert fe.last(cid)["state"]["error"] is None
+
+
+def test_egress_count_is_bounded(provider: FakeProvider) -> None:
+    provider.egress = egress({**EGRESS_ENTRY, "count": 10**30})
+    assert validate_state(provider.status())["egress"]["recent"][0]["count"] == 10**9
+
+
+@pytest.mark.parametrize("count", [0, -5, True, 2.5, "1234", None])
+def test_a_bad_egress_count_is_refused(provider: FakeProvider, count: object) -> None:
+    provider.egress = egress({**EGRESS_ENTRY, "count": count})
+    with pytest.raises(ValueError, match="count must be a positive integer"):
+        validate_state(provider.status())
 
 
 def test_validate_state_drops_unknown_keys(provider: FakeProvider) -> None:

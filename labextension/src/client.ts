@@ -48,6 +48,8 @@ export interface ILevelRaised {
   from: Level;
   to: Level;
   notice?: string;
+  /** The state that carries the rise (what the popup may say depends on its backend). */
+  state: IState;
 }
 
 const MARK_PRIVATE_TIMEOUT_MS = 120_000;
@@ -409,7 +411,8 @@ export class StatusClient implements IDisposable {
       this._levelRaised.emit({
         from,
         to: parsed.state.level,
-        notice: parsed.notice
+        notice: parsed.notice,
+        state: parsed.state
       });
     }
     this._settle(parsed.state, null);

@@ -18,7 +18,7 @@ import { INotebookShell } from '@jupyter-notebook/application';
 
 import { ILevelRaised, StatusClient } from './client';
 import { levelRank } from './protocol';
-import { StatusItem, showStatusDialog } from './widgets';
+import { StatusItem, riseMessage, showStatusDialog } from './widgets';
 
 export { StatusClient, isSandboxKernelName } from './client';
 export * from './protocol';
@@ -38,22 +38,18 @@ function announce(client: StatusClient, change: ILevelRaised): void {
   announced.set(kernelId, rank);
   const name = client.sessionContext.name || client.sessionContext.path;
   const where = name.length > 40 ? `${name.slice(0, 37)}…` : name;
-  Notification.warning(
-    `Network cut: private data (${change.to}) entered this session (${where}). ` +
-      'Its sandbox has no network from now on.',
-    {
-      autoClose: false,
-      actions: [
-        {
-          label: 'Details',
-          caption: 'Show the sandbox status of this notebook',
-          callback: () => {
-            void showStatusDialog(client);
-          }
+  Notification.warning(riseMessage(change, where), {
+    autoClose: false,
+    actions: [
+      {
+        label: 'Details',
+        caption: 'Show the sandbox status of this notebook',
+        callback: () => {
+          void showStatusDialog(client);
         }
-      ]
-    }
-  );
+      }
+    ]
+  });
 }
 
 const plugin: JupyterFrontEndPlugin<void> = {

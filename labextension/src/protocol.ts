@@ -36,6 +36,8 @@ export interface IEgressEntry {
   allowed: boolean;
   rule: string;
   bytes_down: number;
+  /** How many connections it stands for: the log counts identical refusals as one entry. */
+  count: number;
 }
 
 /** The egress log's summary (PROXIED mode only). */
@@ -55,6 +57,12 @@ export interface IState {
   datasets: IDataset[];
   error: string | null;
   backend: Backend;
+  /**
+   * Whether a rise really cuts the network on this backend. False on the
+   * development subprocess fallback: there the network is NOT cut and the
+   * kernel runs no more code once private.
+   */
+  enforces_network: boolean;
   warnings: string[];
   user_id: string;
   session_id: string;
@@ -140,6 +148,29 @@ function count(value: unknown): number {
     : 0;
 }
 
+/** How many connections an egress entry stands for: a positive integer, else 1. */
+function times(value: unknown): number {
+  return typeof value === 'number' && Number.isFinite(value) && value >= 1
+    ? Math.floor(value)
+    : 1;
+}
+
+/**
+ * Whether the backend cuts the network on a rise. Only a backend that says
+ * so, or one of the two that do when an older kernel says nothing; never the
+ * subprocess fallback: a popup claiming a cut that did not happen would make
+ * a user trust a session that keeps nothing in.
+ */
+function enforcesNetwork(backend: string, claimed: unknown): boolean {
+  if (backend === 'subprocess') {
+    return false;
+  }
+  if (typeof claimed === 'boolean') {
+    return claimed;
+  }
+  return backend === 'bwrap' || backend === 'docker';
+}
+
 /** The egress summary, or undefined when absent or malformed (never trusted as markup). */
 function parseEgress(value: unknown): IEgress | undefined {
   if (!value || typeof value !== 'object' || Array.isArray(value)) {
@@ -158,7 +189,8 @@ function parseEgress(value: unknown): IEgress | undefined {
       port: count(r.port),
       allowed: r.allowed === true,
       rule: String(r.rule ?? '').slice(0, 300),
-      bytes_down: count(r.bytes_down)
+      bytes_down: count(r.bytes_down),
+      count: times(r.count)
     });
   }
   return {
@@ -206,6 +238,7 @@ export function parseState(value: unknown): IState | null {
     datasets,
     error: s.error,
     backend: s.backend as Backend,
+    enforces_network: enforcesNetwork(s.backend, s.enforces_network),
     warnings: s.warnings,
     user_id: s.user_id,
     session_id: s.session_id

@@ -9,6 +9,10 @@
  *   .sk-status-item[data-network][data-level][data-phase]  the item
  *   .sk-status-item .sk-status-label                        its text
  *   .sk-status-item[data-phase=unsandboxed]                 a kernel that is NOT sandboxed
+ *   .sk-status-item[data-enforces-network=false]            a sandbox kernel on a backend that
+ *                                                           cuts no network (subprocess fallback)
+ *   .sk-status-egress-entry[data-count]                     how many connections an egress entry
+ *                                                           stands for (shown as ×N when > 1)
  *   button.sk-switch-kernel                                 "Switch to the sandboxed kernel"
  *                                                           (in the item and in its popup)
  *   .sk-status-links-disabled                               popup: links disabled once private
@@ -21,8 +25,12 @@ import { Dialog, showErrorMessage } from '@jupyterlab/apputils';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
-import { SANDBOX_KERNEL_NAME, type StatusClient } from './client';
-import { Level, MARKABLE_LEVELS, levelRank } from './protocol';
+import {
+  type ILevelRaised,
+  SANDBOX_KERNEL_NAME,
+  type StatusClient
+} from './client';
+import { IState, Level, MARKABLE_LEVELS, levelRank } from './protocol';
 
 /** The item's text on a notebook whose kernel is not sandbox_kernel. */
 export const NOT_SANDBOXED_LABEL = 'Not sandboxed';
@@ -53,6 +61,36 @@ export async function switchToSandbox(client: StatusClient): Promise<void> {
   }
 }
 
+/**
+ * The popup's text for a rise. On a backend that does not enforce network
+ * (the development subprocess fallback) nothing was cut: the kernel refuses
+ * every later cell instead, and the popup says exactly that. JupyterLab's
+ * toast shows the first 140 characters: what matters comes first.
+ */
+export function riseMessage(change: ILevelRaised, where: string): string {
+  if (change.state.enforces_network) {
+    return (
+      `Network cut: private data (${change.to}) entered this session (${where}). ` +
+      'Its sandbox has no network from now on.'
+    );
+  }
+  return (
+    'Network NOT cut: this kernel is NOT sandboxed and runs no more code. ' +
+    `Private data (${change.to}) entered this session (${where}).`
+  );
+}
+
+/**
+ * The item's text on a backend that does not enforce network (the subprocess
+ * fallback): its network is the host's while public, and once private it is
+ * NOT cut; the kernel refuses every cell instead. Never "Network off" there.
+ */
+function unenforcedLabel(state: IState): string {
+  return state.private
+    ? `${NOT_SANDBOXED_LABEL} · cells refused · ${state.level}`
+    : `${NOT_SANDBOXED_LABEL} · Network on`;
+}
+
 /** The one-line text of the item for a client. */
 export function itemLabel(client: StatusClient | null): string {
   if (!client || !client.isActive) {
@@ -67,6 +105,9 @@ export function itemLabel(client: StatusClient | null): string {
   }
   if (!state) {
     return 'Sandbox: connecting…';
+  }
+  if (!state.enforces_network) {
+    return unenforcedLabel(state);
   }
   if (state.network === 'full') {
     return 'Network on';
@@ -87,13 +128,19 @@ function itemTitle(client: StatusClient | null): string {
     return client?.lastError ?? 'Sandboxed kernel: waiting for its status';
   }
   const lines = [
-    state.network === 'full'
-      ? `Sandbox (${state.backend}): the notebook's code can reach the network.`
-      : state.network === 'proxied'
-        ? `Sandbox (${state.backend}): web traffic only, through the egress proxy (rules and a log).`
-        : state.private
-          ? `Sandbox (${state.backend}): private data (${state.level}) entered this session; no network, for good.`
-          : `Sandbox (${state.backend}): no network.`
+    !state.enforces_network
+      ? state.private
+        ? `Not sandboxed (${state.backend} backend): private data (${state.level}) entered this session ` +
+          'and its network was NOT cut, so this kernel runs no more code in it.'
+        : `Not sandboxed (${state.backend} backend): cells run as plain processes on this computer, ` +
+          'with your files and the network.'
+      : state.network === 'full'
+        ? `Sandbox (${state.backend}): the notebook's code can reach the network.`
+        : state.network === 'proxied'
+          ? `Sandbox (${state.backend}): web traffic only, through the egress proxy (rules and a log).`
+          : state.private
+            ? `Sandbox (${state.backend}): private data (${state.level}) entered this session; no network, for good.`
+            : `Sandbox (${state.backend}): no network.`
   ];
   if (state.error) {
     lines.push(`Error: ${state.error}`);
@@ -204,6 +251,7 @@ export class StatusItem extends Widget {
     node.dataset.network = state ? state.network : 'unknown';
     node.dataset.level = state ? state.level : '';
     node.dataset.backend = state ? state.backend : '';
+    node.dataset.enforcesNetwork = state ? String(state.enforces_network) : '';
     this._label.textContent = itemLabel(client);
     const unsandboxed = !!client && client.isUnsandboxed;
     const problem =
@@ -344,16 +392,26 @@ class StatusBody extends Widget {
     row('Level', state.level, 'level');
     row(
       'Network',
-      state.network === 'full'
-        ? 'on: the code can reach the network'
-        : state.network === 'proxied'
-          ? 'proxied: HTTP(S) through the egress proxy, nothing else'
-          : state.private
-            ? 'off, for good (private data entered this session)'
-            : 'off',
+      !state.enforces_network
+        ? state.private
+          ? 'NOT cut (this kernel is not sandboxed): it runs no more code in this session'
+          : 'on: not sandboxed, the code reaches the network and your files'
+        : state.network === 'full'
+          ? 'on: the code can reach the network'
+          : state.network === 'proxied'
+            ? 'proxied: HTTP(S) through the egress proxy, nothing else'
+            : state.private
+              ? 'off, for good (private data entered this session)'
+              : 'off',
       'network'
     );
-    row('Sandbox', state.backend, 'backend');
+    row(
+      'Sandbox',
+      state.enforces_network
+        ? state.backend
+        : `${state.backend} (NOT sandboxed: cells run as plain processes)`,
+      'backend'
+    );
     row('Session', `${state.session_id} (user ${state.user_id})`, 'session');
     node.appendChild(facts);
     if (levelRank(state.level) > levelRank('PUBLIC')) {
@@ -386,8 +444,15 @@ class StatusBody extends Widget {
         for (const entry of egress.recent.slice().reverse()) {
           const tr = el('tr', 'sk-status-egress-entry');
           tr.dataset.allowed = String(entry.allowed);
+          tr.dataset.count = String(entry.count);
           tr.append(
             el('td', undefined, entry.allowed ? 'allowed' : 'refused'),
+            // identical refusals are one entry: say how many it stands for
+            el(
+              'td',
+              'sk-status-egress-count',
+              entry.count > 1 ? `×${entry.count}` : ''
+            ),
             el('td', undefined, `${entry.host}:${entry.port}`),
             el('td', undefined, entry.rule)
           );
@@ -484,21 +549,23 @@ export async function showStatusDialog(client: StatusClient): Promise<void> {
   }
   const state = client.state;
   const canMark = !!state && levelRank(state.level) < levelRank('SECRET');
+  const enforced = !state || state.enforces_network;
   const buttons: Dialog.IButton[] = [Dialog.cancelButton({ label: 'Close' })];
   if (canMark) {
     buttons.push(
       Dialog.warnButton({
         label: 'Mark session private…',
         className: 'sk-mark-private',
-        caption:
-          'Declare that private data is in this session: its sandbox loses the network for good',
+        caption: enforced
+          ? 'Declare that private data is in this session: its sandbox loses the network for good'
+          : 'Declare that private data is in this session: this kernel is not sandboxed, so it runs no more code in it',
         actions: [MARK_ACTION]
       })
     );
   }
   client.requestState();
   const dialog = new Dialog<void>({
-    title: 'Sandboxed kernel',
+    title: enforced ? 'Sandboxed kernel' : 'Not sandboxed',
     body: new StatusBody(client),
     buttons,
     defaultButton: 0,
@@ -520,7 +587,7 @@ class MarkPrivateBody
   extends Widget
   implements Dialog.IBodyWidget<IMarkChoice>
 {
-  constructor(current: Level) {
+  constructor(current: Level, enforced: boolean) {
     super();
     this.addClass('sk-mark-private-body');
     const choices = MARKABLE_LEVELS.filter(
@@ -561,9 +628,13 @@ class MarkPrivateBody
     warning.append(
       el('strong', undefined, 'This can never be undone. '),
       document.createTextNode(
-        "The session's sandbox loses all network now and for good: through kernel " +
-          'restarts and new kernels on this notebook too. Variables that cannot be ' +
-          'carried into the new, network-less sandbox are dropped, and you are told which.'
+        enforced
+          ? "The session's sandbox loses all network now and for good: through kernel " +
+              'restarts and new kernels on this notebook too. Variables that cannot be ' +
+              'carried into the new, network-less sandbox are dropped, and you are told which.'
+          : 'This kernel is NOT sandboxed: its network cannot be cut, so it runs no more ' +
+              'code in this session, now and for good: through kernel restarts and new ' +
+              'kernels on this notebook too.'
       )
     );
     this.node.append(levelLabel, reasonLabel, warning);
@@ -585,12 +656,13 @@ export async function showMarkPrivateDialog(
   client: StatusClient
 ): Promise<void> {
   const current = client.state?.level ?? 'PUBLIC';
+  const enforced = client.state?.enforces_network ?? true;
   if (levelRank(current) >= levelRank('SECRET')) {
     return;
   }
   const dialog = new Dialog<IMarkChoice>({
     title: 'Mark session private',
-    body: new MarkPrivateBody(current),
+    body: new MarkPrivateBody(current, enforced),
     buttons: [
       Dialog.cancelButton(),
       Dialog.warnButton({

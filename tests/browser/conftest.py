@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "network"))
 
-from lab_helpers import REPO, LabServer, Shots
+from lab_helpers import REPO, LabServer, Shots, serving
 from proxy_helpers import OriginServer
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -83,24 +82,16 @@ def lab(chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts
     # The sandboxes' "internet": an origin on 127.0.0.1 that the egress proxy
     # reaches as files.example (a test-only name override; nothing leaves loopback).
     origin = OriginServer()
-    server = LabServer(
-        root,
-        kernel_config=(
-            "c.SandboxKernel.egress_name_overrides = {'files.example': ['127.0.0.1']}\n"
-            "c.SandboxKernel.egress_allow_addresses = ['127.0.0.1']\n"
-        ),
+    config = (
+        "c.SandboxKernel.egress_name_overrides = {'files.example': ['127.0.0.1']}\n"
+        "c.SandboxKernel.egress_allow_addresses = ['127.0.0.1']\n"
     )
-    server.origin_port = origin.port  # type: ignore[attr-defined]
     try:
-        yield server
+        with serving(root, artifacts / "jupyter-lab.log", kernel_config=config) as server:
+            server.origin_port = origin.port  # type: ignore[attr-defined]
+            yield server
     finally:
         origin.close()
-        leftovers = server.stop()
-        shutil.copyfile(server.log_path, artifacts / "jupyter-lab.log")
-        assert not leftovers, (
-            "processes started by the server (kernels, bwrap sandboxes, pasta network helpers) were still "
-            f"alive after every kernel was shut down and the server stopped; killed now: {leftovers}"
-        )
 
 
 class BrowserLog:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,7 +17,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -308,3 +310,21 @@ class Shots:
         path = self.directory / f"{Shots.counter:02d}-{name}.png"
         page.screenshot(path=str(path))
         return path
+
+
+@contextmanager
+def serving(root: Path, log_copy: Path, kernel_config: str = "") -> Iterator[LabServer]:
+    """A :class:`LabServer` for a test module. On exit every kernel is shut
+    down and the server stopped, its log is copied to ``log_copy``, and a
+    process it started that outlived it (a kernel, a sandbox, a pasta helper)
+    is killed and fails the module."""
+    server = LabServer(root, kernel_config=kernel_config)
+    try:
+        yield server
+    finally:
+        leftovers = server.stop()
+        shutil.copyfile(server.log_path, log_copy)
+        assert not leftovers, (
+            "processes started by the server (kernels, bwrap sandboxes, pasta network helpers) were still "
+            f"alive after every kernel was shut down and the server stopped; killed now: {leftovers}"
+        )

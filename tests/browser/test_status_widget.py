@@ -15,9 +15,11 @@ on failure); the server log and the browser console are kept beside them."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from lab_helpers import LabServer, Shots
+from lab_helpers import LabServer, Shots, serving
 from playwright.sync_api import Locator, Page, expect
 
 pytestmark = pytest.mark.timeout(240)
@@ -167,6 +169,10 @@ def test_cell_raises_ratchet(page: Page, lab: LabServer, shot: Shots) -> None:
     note = toast(page, "Network cut")
     expect(note).to_be_visible(timeout=10_000)
     expect(note).to_contain_text("private data (CONFIDENTIAL) entered this session (nb1.ipynb)")
+    # bwrap cuts the network for real: the popup may say so, and nothing else
+    expect(note).to_contain_text("Its sandbox has no network from now on.")
+    expect(note).not_to_contain_text("NOT")
+    expect(item).to_have_attribute("data-enforces-network", "true")
     expect(note.locator(".jp-toast-message")).to_have_count(1)
     expect(page.locator(".Toastify__toast", has_text="Network cut")).to_have_count(1)  # announced once
     expect(cell.locator(".jp-OutputArea-output")).to_contain_text([SYSTEM_NOTICE])
@@ -446,3 +452,92 @@ def test_pager_payload_script_never_runs(page: Page, lab: LabServer, shot: Shots
     assert page.evaluate("() => window.__pwned") == 0, "the pager's script ran in the browser"
     assert cell.locator("img[onerror]").count() == 0
     shot(page, "pager-payload-sanitised")
+
+
+def test_egress_entry_shows_its_count(page: Page, lab: LabServer, shot: Shots) -> None:
+    """The egress log writes identical refusals as one entry with a ``count``
+    (network/egress_log.py); the popup must say how many there were, not show
+    one refusal where a cell made twenty."""
+    lab.put_notebook("h/egress.ipynb")
+    item = open_notebook(page, lab, "h/egress.ipynb")
+    expect(item.locator(".sk-status-label")).to_have_text(PROXIED)
+    # 20 identical requests the proxy refuses (a private address), well within
+    # the log's 10 s window; an opener without the error processor returns the 403s
+    cell, _ = run_cell(
+        page,
+        "import urllib.request as u; o = u.OpenerDirector(); o.add_handler(u.ProxyHandler()); "
+        "o.add_handler(u.HTTPHandler()); print([o.open('http://10.1.2.3:1/', timeout=5).status for _ in range(20)])",
+    )
+    assert stdout_text(cell).strip() == str([403] * 20), output_text(cell)
+    item.click()
+    dialog = page.locator(".sk-status-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog.locator(".sk-status-egress-summary")).to_contain_text("0 allowed, 20 refused", timeout=10_000)
+    entry = dialog.locator(".sk-status-egress-entry", has_text="10.1.2.3:1")
+    expect(entry).to_have_count(1)
+    expect(entry).to_have_attribute("data-count", "20")
+    expect(entry.locator(".sk-status-egress-count")).to_have_text("×20")
+    shot(page, "egress-counted-refusals")
+    page.keyboard.press("Escape")
+    expect(dialog).to_have_count(0)
+
+
+# ---- the development fallback: a backend that cuts no network ----------------------
+
+
+@pytest.fixture(scope="module")
+def unisolated_lab(lab: LabServer, tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[LabServer]:
+    """A second server whose kernels run on the subprocess backend (no isolation;
+    ``Sandbox.enforces_network`` is False). ``lab`` first: the page fixture's
+    browser belongs to it, and this server is stopped before it."""
+    config = "c.SandboxKernel.backend = 'subprocess'\n"
+    with serving(tmp_path_factory.mktemp("lab-subprocess"), artifacts / "jupyter-lab-subprocess.log", config) as server:
+        yield server
+
+
+def test_rise_on_the_subprocess_backend_says_the_network_was_not_cut(
+    page: Page, unisolated_lab: LabServer, shot: Shots
+) -> None:
+    """On the subprocess fallback a rise cuts nothing: the kernel refuses every
+    later cell instead (its notices say the network was NOT cut). The popup,
+    the item and the details must say the same, never "Network cut"."""
+    lab = unisolated_lab
+    lab.put_notebook("u/nb.ipynb")
+    item = open_notebook(page, lab, "u/nb.ipynb")
+    expect(item).to_have_attribute("data-backend", "subprocess")
+    expect(item).to_have_attribute("data-enforces-network", "false")
+    expect(item).to_have_attribute("data-network", "full")
+    expect(item.locator(".sk-status-label")).to_have_text("Not sandboxed · Network on")
+    shot(page, "subprocess-public")
+
+    run_cell(page, RATCHET_CELL)
+    expect(item).to_have_attribute("data-level", "CONFIDENTIAL", timeout=KERNEL_TIMEOUT)
+    # what the kernel reports: no code of the session runs, so no network is used
+    expect(item).to_have_attribute("data-network", "none")
+    expect(item.locator(".sk-status-label")).to_have_text("Not sandboxed · cells refused · CONFIDENTIAL")
+    note = toast(page, "Network NOT cut")
+    expect(note).to_be_visible(timeout=10_000)
+    expect(note).to_contain_text("Network NOT cut: this kernel is NOT sandboxed and runs no more code.")
+    expect(note).to_contain_text("Private data (CONFIDENTIAL) entered this session (nb.ipynb).")
+    expect(note).not_to_contain_text("…")  # the toast shows 140 characters: all of it fits
+    expect(page.locator(".Toastify__toast", has_text="Network cut")).to_have_count(0)
+    expect(page.locator(".Toastify__toast", has_text="no network from now on")).to_have_count(0)
+    shot(page, "subprocess-rise-popup")
+
+    # the kernel does what the popup says: the next cell is refused
+    cell, _ = run_cell(page, "print('still ' + 'running')")
+    assert "still running" not in stdout_text(cell), output_text(cell)
+    expect(cell.locator(".jp-OutputArea-output")).to_contain_text("refused")
+
+    note.get_by_role("button", name="Details").click()
+    dialog = page.locator(".sk-status-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog.locator(".jp-Dialog-header")).to_have_text("Not sandboxed")
+    expect(dialog.locator("[data-field=network]")).to_have_text(
+        "NOT cut (this kernel is not sandboxed): it runs no more code in this session"
+    )
+    expect(dialog.locator("[data-field=backend]")).to_contain_text("NOT sandboxed")
+    expect(dialog.locator(".sk-status-body")).not_to_contain_text("off, for good")
+    shot(page, "subprocess-details")
+    page.keyboard.press("Escape")
+    expect(dialog).to_have_count(0)

@@ -242,6 +242,32 @@ def check_store() -> Check:
     return Check("ratchet store", OK, f"{root} (private to uid {st.st_uid}; hidden from every sandbox)")
 
 
+def check_other_stores() -> Check:
+    """The stores kept outside the data dir that every sandbox start hides
+    (privacy/store_registry.py): a wrong or unreadable entry is a store some
+    sandbox may not hide."""
+    from .privacy.store_registry import read_registry, registry_dir, store_places
+
+    stores, problems = read_registry()
+    live = [s for s in stores if any(os.path.lexists(p) for p in store_places(s))]
+    gone = [s for s in stores if s not in live]
+    detail = (
+        f"{len(live)} outside the data dir, hidden from every sandbox: {', '.join(map(str, live))}"
+        if live
+        else "none outside the data dir"
+    )
+    if gone:
+        detail += f"; {len(gone)} gone (their entries are skipped): {', '.join(map(str, gone))}"
+    if problems:
+        return Check(
+            "other ratchet stores",
+            WARN,
+            f"{detail}; " + "; ".join(problems),
+            f"fix or remove the files named in {registry_dir()} (each holds one store's absolute path)",
+        )
+    return Check("other ratchet stores", OK, detail)
+
+
 CHECKS = (
     check_bwrap,
     check_pasta,
@@ -254,6 +280,7 @@ CHECKS = (
     check_completer_seed,
     check_labextension,
     check_store,
+    check_other_stores,
 )
 
 

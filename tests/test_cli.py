@@ -34,6 +34,7 @@ def test_doctor_reports_each_check_and_succeeds_here() -> None:
         "whole-sandbox caps (cgroups)",
         "kernelspec",
         "ratchet store",
+        "other ratchet stores",
         "Docker backend",
     ):
         assert name in checks, checks.keys()
@@ -52,3 +53,24 @@ def test_doctor_fails_and_names_the_fix_without_bwrap(tmp_path: Path) -> None:
     assert "apt-get install bubblewrap" in out.stdout
     assert "apt-get install passt" in out.stdout
     assert "CANNOT start sandboxes here" in out.stdout
+
+
+def test_doctor_lists_the_stores_outside_the_data_dir(tmp_path: Path) -> None:
+    """Every store the sandboxes hide besides the data dir, those that are gone,
+    and a bad registry entry with the folder to fix it in."""
+    data = tmp_path / "data"
+    env = {**os.environ, "SANDBOX_KERNEL_DATA_DIR": str(data)}
+    code = (
+        "import sys; from sandbox_kernel.privacy import PrivacyStore; "
+        "[PrivacyStore(p).prepare('alice', 's1') for p in sys.argv[1:]]"
+    )
+    live, gone = tmp_path / "ws" / "a-store", tmp_path / "old" / "privacy"
+    subprocess.run([sys.executable, "-c", code, str(live), str(gone)], env=env, check=True)
+    subprocess.run(["rm", "-r", str(tmp_path / "old")], check=True)
+    (data / "stores" / "bad").write_text("not/absolute\n")
+    out = _run("doctor", "--json", env=env)
+    check = {c["name"]: c for c in json.loads(out.stdout)}["other ratchet stores"]
+    assert check["status"] == "warning", check
+    assert f"hidden from every sandbox: {live}" in check["detail"], check
+    assert f"1 gone (their entries are skipped): {gone}" in check["detail"], check
+    assert str(data / "stores" / "bad") in check["detail"] and str(data / "stores") in check["fix"], check

@@ -27,11 +27,13 @@ hidden ones) that every backend applies after the workspace mount.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pwd
 import site
 import stat
 import sys
+import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -39,6 +41,11 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from ..sandbox.base import BindMount
+
+log = logging.getLogger("sandbox_kernel.workspace")
+_said_lock = threading.Lock()
+#: places already logged as holding a home (said once per process, not at every start)
+_said: set[Path] = set()
 
 #: the setting that points a kernel at another folder (named in every refusal)
 WORKSPACE_SETTING = "--SandboxKernel.workspace=/path/to/a/project/folder"
@@ -246,9 +253,21 @@ def collect_protected_places(
 ) -> ProtectedPlaces:
     """The protected places of this host process, read now.
 
-    ``store_dirs`` are privacy store directories in use (their parent, the
-    sandbox_kernel data dir, is hidden as a whole: other sessions' records and
-    workspaces live there; its ``workspaces/`` is an allowed root).
+    ``store_dirs`` are privacy store directories in use; with them, every store
+    another host process recorded in the registry (``privacy/store_registry.py``)
+    and that exists: a kernel configured with another store knows nothing of
+    this one, yet its workspace may contain it. Each store is hidden with what
+    the host writes beside it (high-water marks, holders, folder levels); a
+    data dir's store (``<data dir>/privacy``) hides its whole data dir (other
+    sessions' checkpoints, egress logs and workspaces live there; its
+    ``workspaces/`` is an allowed root). A store configured on its own
+    (``privacy_dir``) does not hide its parent folder, which may be any folder
+    of the user (notebooks beside it still run; the store is hidden).
+
+    A home, or a folder containing one, is never hidden as a whole: the home
+    rule keeps a home's top level read-only and masks what is inside it, and a
+    hidden home would swallow those masks. Such a store place is logged and
+    only what lies strictly inside stays hidden.
     """
     from jupyter_core.paths import (
         jupyter_config_dir,
@@ -259,6 +278,7 @@ def collect_protected_places(
     )
 
     from ..privacy.store import default_data_dir
+    from ..privacy.store_registry import data_dir_of, registered_stores, store_places
 
     homes = _homes()
     hidden: list[Path | None] = []
@@ -278,11 +298,15 @@ def collect_protected_places(
     readonly.append(_abs(os.environ.get("IPYTHONDIR")))
     readonly += [_abs(site.getuserbase()), _abs(site.getusersitepackages())]
 
-    data_dirs = {default_data_dir(), *(Path(d).parent for d in store_dirs)}
+    data_dirs = [default_data_dir()]
+    for store in dict.fromkeys([*(Path(d) for d in store_dirs), *registered_stores()]):
+        hidden += [_abs(p) for p in store_places(store)]
+        data = data_dir_of(store)
+        if data is not None:
+            data_dirs.append(data)
     for data in data_dirs:
         hidden.append(_abs(data))
         allowed.append(_abs(Path(data) / "workspaces"))
-    hidden += [_abs(d) for d in store_dirs]
     if os.environ.get("SANDBOX_WORKSPACE_ROOT"):
         allowed.append(_abs(os.environ["SANDBOX_WORKSPACE_ROOT"]))
 
@@ -303,7 +327,7 @@ def collect_protected_places(
     # A home on sys.path (a REPL started there) must not swallow the places inside
     # it: the home rule already keeps its top level (new modules) read-only.
     readonly = [p for p in readonly if p not in homes]
-    hidden_t = _outermost(unique(hidden))
+    hidden_t = _outermost(p for p in unique(hidden) if not _holds_a_home(p, homes))
     return ProtectedPlaces(
         homes=unique(homes),
         hidden=hidden_t,
@@ -312,6 +336,23 @@ def collect_protected_places(
         allowed_roots=unique(allowed),
         import_roots=tuple(p for p in unique(import_roots) if p not in homes),
     )
+
+
+def _holds_a_home(place: Path, homes: Iterable[Path]) -> bool:
+    """``place`` is a home or a folder above one (a store or data dir put at
+    ``~`` or ``/``): never hidden as a whole (see collect_protected_places)."""
+    if not any(_inside(home, place) for home in homes):
+        return False
+    with _said_lock:
+        first = place not in _said
+        _said.add(place)
+    if first:
+        log.error(
+            "%s is a home folder or contains one: it is not hidden from sandboxes as a whole (the places "
+            "inside it are); move the privacy store or data dir configured there to a folder of its own",
+            place,
+        )
+    return True
 
 
 def _outermost(paths: Iterable[Path]) -> tuple[Path, ...]:

@@ -28,7 +28,8 @@ from .sensitivity import Sensitivity
 POLL = 0.01
 
 
-def _root(store_root: Path) -> Path:
+def enforced_root(store_root: Path) -> Path:
+    """Where the holders of a store's sessions report (beside the store)."""
     return store_root.parent / f"{store_root.name}-enforced"
 
 
@@ -46,7 +47,7 @@ class EnforcementRecord:
     """One holder's entry (an engine session in this process)."""
 
     def __init__(self, store_root: Path, user_id: str, session_id: str, workspace: Path | None = None) -> None:
-        self.dir = _root(store_root) / validate_id(user_id, "user_id") / validate_id(session_id, "session_id")
+        self.dir = enforced_root(store_root) / validate_id(user_id, "user_id") / validate_id(session_id, "session_id")
         self.path = self.dir / f"{os.getpid()}-{uuid.uuid4().hex[:12]}.json"
         self.workspace = os.path.realpath(workspace) if workspace is not None else None
         self._last: tuple[str, bool] | None = None
@@ -82,7 +83,7 @@ class EnforcementRecord:
 
 def _holders(store_root: Path) -> list[tuple[str, str, Path, dict[str, Any]]]:
     """Every readable, live holder: (user_id, session_id, file, entry)."""
-    root = _root(store_root)
+    root = enforced_root(store_root)
     found = []
     try:
         users = os.listdir(root)

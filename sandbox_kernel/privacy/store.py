@@ -7,6 +7,10 @@ sandbox mount; dirs 0700, files 0600)::
     <root>/<user_id>/<session_id>.lock               flock'ed around every write
     <root>/<user_id>/<session_id>.json.corrupt-<ts>  a bad file, kept aside
 
+A store outside the default data dir is recorded in the registry there before
+it is first prepared or written (``store_registry.py``), so that every
+sandbox, whichever kernel starts it, hides it.
+
 Every write is a read-modify-write under an exclusive ``flock`` on the
 session's lock file (so kernels in different processes never lose each
 other's updates), merges what it adds with what is on disk (max of levels,
@@ -542,6 +546,12 @@ class PrivacyStore:
 
     def _ensure_root(self) -> int:
         root = self._root
+        # Before the folder exists: every sandbox started from now on hides it,
+        # whichever kernel starts it (a store outside the default data dir is
+        # otherwise known only to the processes configured with it).
+        from .store_registry import register
+
+        register(root)
         try:
             os.makedirs(root, mode=0o700, exist_ok=True)
         except OSError as exc:

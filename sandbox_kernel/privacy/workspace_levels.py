@@ -32,6 +32,8 @@ from .store import PrivacyStore
 
 EXACT = "exact"
 BELOW = "below"
+#: the folder levels' store, beside a session store (``<store>/../workspace-levels``)
+FOLDER_LEVELS = "workspace-levels"
 
 
 def _key(path: Path) -> str:
@@ -52,7 +54,7 @@ class WorkspaceLevels:
     @classmethod
     def beside(cls, sessions: PrivacyStore) -> WorkspaceLevels:
         """The folder levels kept next to ``sessions`` (``<store>/../workspace-levels``)."""
-        return cls(Path(sessions.root).parent / "workspace-levels")
+        return cls(Path(sessions.root).parent / FOLDER_LEVELS)
 
     def read(self, workspace: str | os.PathLike[str]) -> PrivacyState:
         """The least state every session with this workspace must have."""

@@ -1,0 +1,236 @@
+"""The host's list of ratchet stores kept outside the default data dir.
+
+Why: the workspace policy hides from every sandbox the default data dir and
+the store of the session's own process. A store elsewhere
+(``--SandboxKernel.privacy_dir``, ``data_dir``, ``ToolsConfig.data_dir``) was
+known only to the processes using it, so another kernel whose workspace
+contained it mounted it read-write into its sandbox: its cells could read the
+other sessions' records and delete their high-water markers, and those
+sessions came back PUBLIC, with network, at their next start.
+
+So every host process that prepares or writes a store outside the default data
+dir records the store's path here first, and every sandbox start hides each
+recorded store that exists (``engine/workspace_policy.py``). The list lives in
+the default data dir, which every sandbox of every kernel already hides, so no
+sandbox can read, add or remove an entry::
+
+    <default data dir>/stores/<first 32 hex digits of sha256(path)>
+
+one file per store (0600, in a 0700 folder), holding the store's absolute path
+and a newline, written atomically (temp file, fsync, rename). Entries are never
+removed automatically: a store that is gone is skipped when read (a removal
+racing with a process about to create the store again would unhide it), and
+``sandbox-kernel doctor`` lists them.
+
+Reading never raises: a bad entry (not a regular file, too large, not one
+absolute path) is logged once, naming the file and what is wrong, and the
+others still count.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import secrets
+import stat
+import threading
+from pathlib import Path
+
+log = logging.getLogger("sandbox_kernel.privacy")
+
+#: the registry's folder inside the default data dir
+REGISTRY = "stores"
+#: how a data dir names its store (``<data dir>/privacy``, for kernels and tools
+#: alike): such a store's parent is a data dir, with the sessions' checkpoints,
+#: egress logs, package layers and agent notebooks and workspaces beside it
+DATA_DIR_STORE = "privacy"
+MAX_ENTRY_BYTES = 4096
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+
+_said_lock = threading.Lock()
+#: problems already logged by this process (each is said once, not at every sandbox start)
+_said: set[str] = set()
+
+
+def _say_once(level: int, message: str) -> None:
+    with _said_lock:
+        if message in _said:
+            return
+        _said.add(message)
+    log.log(level, "%s", message)
+
+
+def registry_dir() -> Path:
+    """``<default data dir>/stores`` (read from the environment now)."""
+    from .store import default_data_dir
+
+    return default_data_dir() / REGISTRY
+
+
+def entry_name(path: str) -> str:
+    """The file that records the store at ``path`` (absolute, normalised)."""
+    return hashlib.sha256(os.fsencode(path)).hexdigest()[:32]
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def register(root: Path) -> None:
+    """Record the store at ``root`` before it is created or written, unless it
+    lies in the default data dir (hidden from every sandbox already).
+
+    Never raises: a registry that cannot be written is logged (once) as an
+    error, and the store is used all the same. Refusing the write would lose
+    the rise the caller is recording, a worse failure than a store that
+    sandboxes of other kernels do not know about.
+    """
+    path = os.path.abspath(os.fspath(root))
+    folder = registry_dir()
+    if _inside(os.path.realpath(path), os.path.realpath(folder.parent)):
+        return
+    content = os.fsencode(path) + b"\n"
+    name = entry_name(path)
+    try:
+        if _read_entry(folder, name) == content:
+            return
+    except (OSError, ValueError):
+        pass  # missing or bad: written again below
+    try:
+        _write_entry(folder, name, content)
+    except OSError as exc:
+        _say_once(
+            logging.ERROR,
+            f"could not record the privacy store {path} in {folder} ({exc.strerror or exc}): the sandboxes of "
+            "other kernels and agent tools whose workspace contains it will not hide it",
+        )
+
+
+def _write_entry(folder: Path, name: str, content: bytes) -> None:
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
+    try:
+        if stat.S_IMODE(os.fstat(dir_fd).st_mode) != 0o700:
+            os.fchmod(dir_fd, 0o700)
+        tmp = f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        try:
+            try:
+                os.write(fd, content)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
+            raise
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _read_entry(folder: Path, name: str) -> bytes:
+    """An entry's bytes; ``ValueError`` names what makes it unusable."""
+    try:
+        fd = os.open(folder / name, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError("is a symlink") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("is not a regular file")
+        if st.st_size > MAX_ENTRY_BYTES:
+            raise ValueError(f"is {st.st_size} bytes, over the {MAX_ENTRY_BYTES}-byte limit")
+        return os.read(fd, MAX_ENTRY_BYTES + 1)
+    finally:
+        os.close(fd)
+
+
+def _parse(content: bytes) -> Path:
+    """The store path an entry holds; ``ValueError`` says why it holds none."""
+    if not content.endswith(b"\n") or content.count(b"\n") != 1:
+        raise ValueError("does not hold one line")
+    if b"\0" in content:
+        raise ValueError("holds a NUL byte")
+    path = os.fsdecode(content[:-1])
+    if not os.path.isabs(path) or os.path.normpath(path) != path:
+        raise ValueError(f"holds {path!r}, not an absolute, normalised path")
+    return Path(path)
+
+
+def read_registry() -> tuple[list[Path], list[str]]:
+    """Every recorded store, and a sentence per entry that could not be used.
+    Never raises."""
+    folder = registry_dir()
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return [], []
+    except OSError as exc:
+        return [], [f"the privacy store registry {folder} cannot be read ({exc.strerror or exc})"]
+    stores: list[Path] = []
+    problems: list[str] = []
+    for name in names:
+        if name.startswith("."):
+            continue  # a write in progress (or its leftover)
+        try:
+            stores.append(_parse(_read_entry(folder, name)))
+        except FileNotFoundError:
+            continue  # removed meanwhile
+        except (OSError, ValueError) as exc:
+            reason = str(exc) if isinstance(exc, ValueError) else f"cannot be read ({exc.strerror or exc})"
+            problems.append(f"privacy store registry entry {folder / name} {reason}; ignored")
+    return stores, problems
+
+
+def store_places(root: Path) -> tuple[Path, ...]:
+    """Everything the host writes for the store at ``root`` (paths as the
+    store uses them, not resolved): the store, its high-water marks, its
+    holders' reports, and the folder levels kept beside it with their marks."""
+    from .enforcement import enforced_root
+    from .store import _highwater_root
+    from .workspace_levels import FOLDER_LEVELS
+
+    # path arithmetic only: an entry is never resolved here (a symlink loop in
+    # a registered path must not make a sandbox start raise)
+    folders = root.parent / FOLDER_LEVELS
+    return (root, _highwater_root(root), enforced_root(root), folders, _highwater_root(folders))
+
+
+def data_dir_of(root: Path) -> Path | None:
+    """The data dir a store at ``root`` belongs to (its parent, hidden as a
+    whole), when it is a data dir's store; None for a store configured on its
+    own (``privacy_dir``), whose folder may be any folder of the user."""
+    return root.parent if root.name == DATA_DIR_STORE else None
+
+
+def registered_stores() -> list[Path]:
+    """The recorded stores of which something exists on disk. Bad entries are
+    logged (once per problem and process) and skipped; never raises."""
+    stores, problems = read_registry()
+    for problem in problems:
+        _say_once(logging.WARNING, problem)
+    return [root for root in stores if any(os.path.lexists(p) for p in store_places(root))]
+
+
+__all__ = [
+    "DATA_DIR_STORE",
+    "REGISTRY",
+    "data_dir_of",
+    "entry_name",
+    "read_registry",
+    "register",
+    "registered_stores",
+    "registry_dir",
+    "store_places",
+]

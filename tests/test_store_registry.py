@@ -1,0 +1,168 @@
+"""The registry of privacy stores outside the default data dir
+(``sandbox_kernel/privacy/store_registry.py``) and what the workspace policy
+makes of it, without a sandbox. The attacks through real kernels are in
+test_foreign_stores.py."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from sandbox_kernel.engine.workspace_policy import HIDE, WorkspaceRefused, collect_protected_places, plan_workspace
+from sandbox_kernel.privacy import PrivacyStore, PrivateData
+from sandbox_kernel.privacy.store_registry import (
+    entry_name,
+    read_registry,
+    registered_stores,
+    registry_dir,
+)
+from sandbox_kernel.privacy.workspace_levels import WorkspaceLevels
+
+
+@pytest.fixture
+def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A host of its own: home, Jupyter dirs and the default data dir under ``tmp_path/h``."""
+    home = tmp_path / "h"
+    home.mkdir()
+    for name, value in {
+        "HOME": home,
+        "JUPYTER_CONFIG_DIR": home / "jc",
+        "JUPYTER_DATA_DIR": home / "jd",
+        "JUPYTER_RUNTIME_DIR": home / "jr",
+        "IPYTHONDIR": home / "ipy",
+        "SANDBOX_KERNEL_DATA_DIR": home / "sk",
+    }.items():
+        monkeypatch.setenv(name, str(value))
+    return home
+
+
+def _masks(workspace: Path) -> dict[str, str]:
+    plan = plan_workspace(workspace, collect_protected_places())
+    return {str(m.path.relative_to(workspace)): m.kind for m in plan.masks}
+
+
+def test_a_store_is_registered_before_it_is_written_and_hidden_everywhere(host: Path, tmp_path: Path) -> None:
+    """Preparing a store outside the default data dir records it (0600 in a
+    0700 folder); a process that never used it then hides the store and what
+    is written beside it, and not the folder holding it."""
+    ws = tmp_path / "ws"
+    store = PrivacyStore(ws / "a-store")
+    PrivateData("alice", "s1", store).add_private_dataset("crm", "SECRET")
+    entry = registry_dir() / entry_name(str(store.root))
+    assert entry.read_bytes() == os.fsencode(str(store.root)) + b"\n"
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o600
+    assert stat.S_IMODE(registry_dir().stat().st_mode) == 0o700
+    assert registered_stores() == [store.root]
+    masks = _masks(ws)
+    for name in ("a-store", "a-store-highwater", "a-store-enforced", "workspace-levels", "workspace-levels-highwater"):
+        assert masks.get(name) == HIDE, (name, masks)
+    plan_workspace(ws / "notebooks", collect_protected_places())  # a folder beside the store still runs
+
+
+def test_a_data_dirs_store_hides_the_whole_data_dir(host: Path, tmp_path: Path) -> None:
+    """``<data dir>/privacy`` (a kernel's or the tools' ``data_dir``): the data
+    dir holds checkpoints, egress logs and agent workspaces too."""
+    ws = tmp_path / "ws"
+    PrivacyStore(ws / "agents" / "privacy").prepare("alice", "s1")
+    assert _masks(ws) == {"agents": HIDE}
+    with pytest.raises(WorkspaceRefused):
+        plan_workspace(ws / "agents", collect_protected_places())
+    places = collect_protected_places()
+    assert ws / "agents" / "workspaces" in places.allowed_roots  # the tools' own workspaces stay usable
+
+
+def test_stores_in_the_default_data_dir_are_not_registered(host: Path) -> None:
+    PrivacyStore(host / "sk" / "privacy").prepare("alice", "s1")
+    assert read_registry() == ([], [])
+
+
+def test_a_store_that_is_gone_is_skipped_and_its_entry_kept(host: Path, tmp_path: Path) -> None:
+    """Nothing left on disk: nothing to hide (no empty mount points made in a
+    user's folder). The entry stays: a process may be about to create the store."""
+    ws = tmp_path / "ws"
+    store = PrivacyStore(ws / "a-store")
+    store.prepare("alice", "s1")
+    for place in ("a-store", "a-store-highwater"):
+        for path in sorted((ws / place).rglob("*"), reverse=True):
+            path.rmdir() if path.is_dir() else path.unlink()
+        (ws / place).rmdir()
+    assert registered_stores() == []
+    assert read_registry()[0] == [store.root]
+    assert _masks(ws) == {}
+
+
+def test_bad_registry_entries_are_logged_once_and_never_hide_less(
+    host: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Garbage, a relative path, two lines, a NUL, an oversized file, a
+    symlink, a FIFO and a folder in the registry: each is named in a log line
+    (once per process), none raises, and the good entry still hides its store."""
+    ws = tmp_path / "ws"
+    good = PrivacyStore(ws / "a-store")
+    good.prepare("alice", "s1")
+    folder = registry_dir()
+    bad = {
+        "garbage": b"\xff\xfe not a path",
+        "relative": b"relative/store\n",
+        "two-lines": b"/a\n/b\n",
+        "nul": b"/a\0b\n",
+        "dotdot": b"/a/../b\n",
+        "huge": b"/" + b"a" * 5000 + b"\n",
+        "empty": b"",
+    }
+    for name, content in bad.items():
+        (folder / name).write_bytes(content)
+    (folder / "link").symlink_to(folder / entry_name(str(good.root)))
+    os.mkfifo(folder / "fifo")
+    (folder / "dir").mkdir()
+    (folder / ".inflight.tmp-1-ab").write_bytes(b"/half")  # a write in progress: silently skipped
+    with caplog.at_level(logging.WARNING, logger="sandbox_kernel.privacy"):
+        assert registered_stores() == [good.root]
+        assert registered_stores() == [good.root]
+        places = collect_protected_places()
+    named = {
+        name for name in (*bad, "link", "fifo", "dir") if any(f"{folder / name} " in r.message for r in caplog.records)
+    }
+    assert named == {*bad, "link", "fifo", "dir"}
+    assert len(caplog.records) == len(named), [r.message for r in caplog.records]  # once each, not per read
+    assert not any(".inflight" in r.message for r in caplog.records)
+    assert (ws / "a-store").resolve() in places.hidden
+
+
+def test_an_unwritable_registry_is_logged_and_the_rise_still_recorded(
+    host: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (host / "sk").mkdir()
+    (host / "sk" / "stores").write_text("a file where the registry's folder should be")
+    store = PrivacyStore(tmp_path / "ws" / "a-store")
+    with caplog.at_level(logging.ERROR, logger="sandbox_kernel.privacy"):
+        PrivateData("alice", "s1", store).add_private_dataset("crm", "SECRET")
+    assert store.read("alice", "s1").sensitivity.name == "SECRET"
+    assert any(
+        "could not record the privacy store" in r.message and str(store.root) in r.message for r in caplog.records
+    )
+
+
+def test_a_store_in_a_home_keeps_the_homes_secrets_masked(host: Path, tmp_path: Path) -> None:
+    """``privacy_dir=~/.sk-store``: its folder is the home. Hiding the home as a
+    whole swallowed every mask inside it (``.ssh`` was readable by the home's
+    sandbox); now the store is hidden, the home is not, and its secrets stay
+    masked."""
+    (host / ".ssh").mkdir()
+    (host / ".ssh" / "id_rsa").write_text("key")
+    (host / "notes").mkdir()
+    store = host / ".sk-store"
+    PrivacyStore(store).prepare("alice", "s1")
+    WorkspaceLevels.beside(PrivacyStore(store)).prepare(host / "notes")
+    for places in (collect_protected_places([store]), collect_protected_places()):
+        plan = plan_workspace(host.resolve(), places)
+        masks = {m.path.name: m.kind for m in plan.masks}
+        assert masks.get(".ssh") == HIDE and masks.get(".sk-store") == HIDE, masks
+        # a top-level folder of the home the home rule would bind writable, hidden instead
+        assert masks.get("workspace-levels") == HIDE, masks
+        assert host.resolve() / "workspace-levels" not in plan.writable_entries
+        assert host.resolve() / "notes" in plan.writable_entries

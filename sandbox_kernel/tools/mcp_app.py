@@ -11,12 +11,17 @@ way the kernel's traits become the engine's ``EngineConfig``.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
+import shlex
+import signal
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any, NamedTuple
 
 from jupyter_core.paths import jupyter_config_path
 from mcp.server.mcpserver import MCPServer
@@ -27,7 +32,8 @@ from traitlets.config.loader import ArgumentError, KVArgParseConfigLoader
 
 from ..app import CONFIG_FILE
 from ..engine.settings import EngineSettings
-from .mcp_server import build_server, guarded_http_app, http_allowed_hosts, is_loopback_host
+from .mcp_server import build_server, guarded_http_app, host_with_port, http_allowed_hosts, is_loopback_host
+from .runtime_token import RuntimeTokenError, RuntimeTokenFile, check_private_dir, generate_token, token_file_name
 from .sessions import SessionRegistry, ToolsConfig
 
 log = logging.getLogger("sandbox_kernel.tools.mcp")
@@ -36,6 +42,8 @@ log = logging.getLogger("sandbox_kernel.tools.mcp")
 TOKEN_ENV = "SANDBOX_KERNEL_MCP_TOKEN"
 #: shortest token accepted: a guessable token is no authentication
 MIN_TOKEN_LENGTH = 16
+#: :attr:`HttpGuardConfig.token_source` of a token made for this run (none was configured)
+GENERATED = "generated"
 
 
 def _usable_token(value: str) -> bool:
@@ -144,8 +152,9 @@ class MCPServerApp(Application, EngineSettings):
         ),
         "unsafe-no-token": (
             {"MCPServerApp": {"unsafe_no_token": True}},
-            "UNSAFE: serve HTTP on a non-loopback --host without a bearer token (anyone who reaches the port "
-            "runs code). Only behind a gateway that authenticates every request.",
+            "UNSAFE: serve HTTP without a bearer token, on loopback too (every local user or process that "
+            "reaches the port runs code in the sandbox and reads the workspace). Only behind a gateway that "
+            "authenticates every request.",
         ),
         **boolean_flag(
             "docker-persistent",
@@ -181,7 +190,9 @@ class MCPServerApp(Application, EngineSettings):
         "",
         help="HTTP: bearer token every request must carry (Authorization: Bearer <token>, else 401). "
         "Visible to other local users in the process list: prefer --token-file or "
-        f"${TOKEN_ENV}. At least {MIN_TOKEN_LENGTH} characters.",
+        f"${TOKEN_ENV}. At least {MIN_TOKEN_LENGTH} characters. With none of the three on a loopback "
+        "--host, the server generates a token and writes it to a file only you can read, in the Jupyter "
+        "runtime dir ($JUPYTER_RUNTIME_DIR, `jupyter --runtime-dir`); the path is printed at start.",
     ).tag(config=True)
     token_file = Unicode(
         "",
@@ -189,8 +200,9 @@ class MCPServerApp(Application, EngineSettings):
     ).tag(config=True)
     unsafe_no_token = Bool(
         False,
-        help="UNSAFE: allow HTTP on a non-loopback --host without a token. Without it such a server refuses "
-        "to start: anyone who reaches the port could run commands and read the notebooks.",
+        help="UNSAFE: serve HTTP without a bearer token. Without it a server with no configured token "
+        "generates one on a loopback --host and refuses to start on any other: anyone who reaches the port "
+        "(on loopback, every local user of the machine) could run commands and read the notebooks.",
     ).tag(config=True)
     log_level = LogLevel(
         (0, 10, 20, 30, 40, 50, "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "CRITICAL"),
@@ -385,11 +397,12 @@ class MCPServerApp(Application, EngineSettings):
             docker_persistent=self.docker_persistent,
         )
 
-    def http_token(self) -> str | None:
-        """The bearer token HTTP requests must carry: from ``--token-file``, else
-        ``--token``, else ``$SANDBOX_KERNEL_MCP_TOKEN``; ``None`` if none is set.
-        :class:`ConfigError` (naming the option) for an unreadable file, an empty
-        or too short token, or both ``--token`` and ``--token-file``."""
+    def http_token(self) -> tuple[str, str] | None:
+        """The configured bearer token and where it came from (an option's name):
+        ``--token-file``, else ``--token``, else ``$SANDBOX_KERNEL_MCP_TOKEN``;
+        ``None`` if none is set. :class:`ConfigError` (naming the option) for an
+        unreadable file, an empty or too short token, or both ``--token`` and
+        ``--token-file``."""
         if self.token and self.token_file:
             raise ConfigError(f"{_option('token')} and {_option('token_file')}: give one of them, not both")
         if self.token_file:
@@ -409,30 +422,36 @@ class MCPServerApp(Application, EngineSettings):
                 f"{origin}: the token must be at least {MIN_TOKEN_LENGTH} printable characters without spaces "
                 "(make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
             )
-        return value
+        return value, origin
 
-    def http_guard(self) -> tuple[list[str], str | None]:
+    def http_guard(self) -> HttpGuardConfig:
         """The allowed Host values and the bearer token of the HTTP transport.
 
-        A bind address other than loopback without a token is a :class:`ConfigError`
-        naming ``--token-file`` (anyone who reaches the port would run commands),
-        unless ``--unsafe-no-token`` says the user knows (e.g. an authenticating
-        gateway in front)."""
-        token = self.http_token()
-        if token is None and not is_loopback_host(self.host):
-            if not self.unsafe_no_token:
-                raise ConfigError(
-                    f"{_option('host')} {self.host} is not a loopback address, so the server needs a bearer token: "
-                    f"set {_option('token_file')} (or {_option('token')}, or ${TOKEN_ENV}). Clients then send "
-                    f"'Authorization: Bearer <token>'. Only behind a gateway that authenticates every request, "
-                    f"{_option('unsafe_no_token')} serves without one."
-                )
-            log.warning(
-                "--unsafe-no-token: serving HTTP on %s:%s without authentication; anyone who reaches it runs code",
-                self.host,
-                self.port,
+        Without a configured token, a loopback bind gets a generated one
+        (:data:`GENERATED`; the server writes it to a private file once it
+        listens): on a shared machine every local account reaches 127.0.0.1.
+        Any other bind address without a token is a :class:`ConfigError` naming
+        ``--token-file`` (its clients are elsewhere: they need a token provisioned
+        for them, not one in this machine's runtime dir). ``--unsafe-no-token``
+        serves without one on any address (e.g. an authenticating gateway in front)."""
+        hosts = http_allowed_hosts(self.host, self.port, self.allowed_hosts)
+        configured = self.http_token()
+        if configured is not None:
+            return HttpGuardConfig(hosts, *configured)
+        if self.unsafe_no_token:
+            return HttpGuardConfig(hosts, None, _option("unsafe_no_token"))
+        if not is_loopback_host(self.host):
+            raise ConfigError(
+                f"{_option('host')} {self.host} is not a loopback address, so the server needs a bearer token: "
+                f"set {_option('token_file')} (or {_option('token')}, or ${TOKEN_ENV}). Clients then send "
+                f"'Authorization: Bearer <token>'. Only behind a gateway that authenticates every request, "
+                f"{_option('unsafe_no_token')} serves without one."
             )
-        return http_allowed_hosts(self.host, self.port, self.allowed_hosts), token
+        try:
+            check_private_dir()  # fail before serving, not once the port is bound
+        except RuntimeTokenError as exc:
+            raise ConfigError(_no_token_file(exc)) from None
+        return HttpGuardConfig(hosts, generate_token(), GENERATED)
 
     def make_server(self) -> tuple[SessionRegistry, MCPServer]:
         """The session registry and the MCP server (:class:`ConfigError` on a bad
@@ -448,8 +467,9 @@ class MCPServerApp(Application, EngineSettings):
 
     def start(self) -> None:
         """Build the registry and the server, serve the chosen transport until the
-        client goes away (stdio) or the process is interrupted, then close the
-        registry (sessions checkpointed). :class:`ConfigError` before serving."""
+        client goes away (stdio) or the process is interrupted (HTTP: SIGINT or
+        SIGTERM), then close the registry (sessions checkpointed) and remove a
+        generated token's file. :class:`ConfigError` before serving."""
         logging.basicConfig(level=self.log_level, stream=sys.stderr)
         guard = self.http_guard() if self.transport == "streamable-http" else None
         registry, server = self.make_server()
@@ -464,24 +484,141 @@ class MCPServerApp(Application, EngineSettings):
                 if guard is None:
                     await server.run_stdio_async()
                 else:
-                    await self._serve_http(server, *guard)
+                    await self._serve_http(server, guard)
             finally:
                 with anyio.CancelScope(shield=True):
                     await registry.aclose()
 
         try:
-            anyio.run(serve)
+            if guard is None:
+                anyio.run(serve)
+            else:
+                with _sigterm_interrupts():
+                    anyio.run(serve)
         except KeyboardInterrupt:
             pass
 
-    async def _serve_http(self, server: MCPServer, allowed_hosts: list[str], token: str | None) -> None:
+    async def _serve_http(self, server: MCPServer, guard: HttpGuardConfig) -> None:
         """Serve :func:`guarded_http_app` with uvicorn (what the SDK's
-        ``run_streamable_http_async`` does, with the guard in front)."""
+        ``run_streamable_http_async`` does, with the guard in front). Once the
+        port is bound, a generated token is written to its file (so a second
+        server on a taken port never replaces the first one's) and
+        :func:`http_notice` is printed; the file goes when serving ends."""
         import uvicorn
 
-        app = guarded_http_app(server, path=self.path, allowed_hosts=allowed_hosts, token=token)
+        app = guarded_http_app(server, path=self.path, allowed_hosts=guard.allowed_hosts, token=guard.token)
         config = uvicorn.Config(app, host=self.host, port=self.port, log_level=server.settings.log_level.lower())
-        await uvicorn.Server(config).serve()
+        url = f"http://{host_with_port(self.host, self.port)}{self.path}"
+        written: list[RuntimeTokenFile] = []
+
+        def listening() -> None:
+            path = None
+            if guard.token is not None and guard.token_source == GENERATED:
+                try:
+                    written.append(RuntimeTokenFile.write(guard.token, token_file_name(self.host, self.port)))
+                except RuntimeTokenError as exc:
+                    raise ConfigError(_no_token_file(exc)) from None
+                path = written[0].path
+            print(http_notice(url, guard.token_source, path, host_with_port(self.host, self.port)), file=sys.stderr)
+
+        try:
+            await _notifying_server(config, listening).serve()
+        finally:
+            for token_file in written:
+                token_file.remove()
+
+
+class HttpGuardConfig(NamedTuple):
+    """What :class:`~sandbox_kernel.tools.mcp_server.HttpGuard` enforces, from the options."""
+
+    allowed_hosts: list[str]
+    #: the bearer token every request must carry; ``None`` with ``--unsafe-no-token``
+    token: str | None
+    #: where the token comes from: an option's name, :data:`GENERATED`, or ``--unsafe-no-token``
+    token_source: str
+
+
+def _no_token_file(exc: RuntimeTokenError) -> str:
+    """A :class:`RuntimeTokenError` as a ConfigError message naming the ways out."""
+    return (
+        f"no token was configured and the generated one cannot be stored safely: {exc}. "
+        f"Set {_option('token_file')} (or ${TOKEN_ENV}), or point $JUPYTER_RUNTIME_DIR at a private directory."
+    )
+
+
+def http_notice(url: str, token_source: str, token_path: str | None, address: str) -> str:
+    """What the HTTP server prints on stderr once it listens: where it serves and
+    how a client authenticates.
+
+    A generated token is not printed, only the path of its file: a server's
+    stderr often ends up in logs others read (a systemd journal, a JupyterHub,
+    container or CI log), while the file is readable by its user alone. Jupyter
+    prints its URL with the token because a person clicks it in a browser; an
+    MCP client is configured once, and the header value is as easily copied
+    from the file."""
+    head = f"sandbox-kernel mcp: serving MCP (streamable HTTP) at {url}"
+    if token_path is not None:
+        client = {
+            "mcpServers": {
+                "sandbox-kernel": {
+                    "type": "http",
+                    "url": url,
+                    "headers": {"Authorization": "Bearer <the token in that file>"},
+                }
+            }
+        }
+        return (
+            f"{head}\n"
+            "  Every request must carry the header 'Authorization: Bearer <token>'. No token was configured "
+            f"(--token-file, --token, ${TOKEN_ENV}), so one was generated for this run; it is in\n"
+            f"    {token_path}\n"
+            "  (readable by you only, removed when the server stops). An MCP client's configuration, e.g.:\n"
+            f"    {json.dumps(client)}\n"
+            f'  In a shell the header is: "Authorization: Bearer $(cat {shlex.quote(token_path)})"'
+        )
+    if token_source == _option("unsafe_no_token"):
+        return (
+            f"{head}\n"
+            f"  UNSAFE ({token_source}): no bearer token is required. Whoever reaches {address} (on loopback: "
+            "every local user and process of this machine) can run code in this session's sandbox and read its "
+            "workspace."
+        )
+    return f"{head}\n  Every request must carry 'Authorization: Bearer <token>', the token of {token_source}."
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM stops the HTTP server as Ctrl-C does. uvicorn catches SIGTERM for
+    its graceful shutdown but raises it again afterwards, with the default
+    action unless a handler is set: the process then died before the sessions
+    were checkpointed and a generated token's file removed."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _notifying_server(config: Any, listening: Callable[[], None]) -> Any:
+    """A ``uvicorn.Server`` that calls ``listening()`` once its socket is bound
+    (uvicorn has no such hook; its lifespan start-up runs before the bind)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[Any] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                listening()
+
+    return Server(config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,8 +22,11 @@ private-data ratchet by starting a fresh one). Over HTTP, with
 Over HTTP every request passes :class:`HttpGuard` first: its ``Host`` must be
 one this server answers to and a browser's ``Origin`` must be this server's
 (a web page that rebinds its own name to this address sends its own name:
-refused), and, when a token is set, it must carry ``Authorization: Bearer
-<token>``. The SDK's own Host/Origin check is switched on too, whatever the
+refused), and it must carry ``Authorization: Bearer <token>``: the token of
+``--token-file`` / ``--token`` / ``$SANDBOX_KERNEL_MCP_TOKEN``, else one the
+server generated and wrote to a file only its user can read (see
+:mod:`sandbox_kernel.tools.runtime_token`); only ``--unsafe-no-token`` serves
+without one. The SDK's own Host/Origin check is switched on too, whatever the
 bind address (it switches itself on only for the literal loopback hosts).
 """
 
@@ -138,7 +141,7 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
-def _host_with_port(name: str, port: int) -> str:
+def host_with_port(name: str, port: int) -> str:
     """``Host`` header spelling of ``name`` on ``port`` (IPv6 literals in brackets)."""
     try:
         if ipaddress.ip_address(name.strip("[]")).version == 6:
@@ -153,7 +156,7 @@ def http_allowed_hosts(bind_host: str, port: int, extra: Iterable[str] = ()) -> 
     the bind address itself when it is a concrete IP address (a rebinding page
     sends its own *name*, never an address literal), and ``extra`` (the user's
     ``--allowed-host``: e.g. the name and port a container is published on)."""
-    hosts = [_host_with_port(name, port) for name in LOOPBACK_NAMES]
+    hosts = [host_with_port(name, port) for name in LOOPBACK_NAMES]
     if port == 80:  # clients leave out the default port
         hosts += list(LOOPBACK_NAMES)
     try:
@@ -161,7 +164,7 @@ def http_allowed_hosts(bind_host: str, port: int, extra: Iterable[str] = ()) -> 
     except ValueError:
         address = None
     if address is not None and not address.is_unspecified:
-        hosts.append(_host_with_port(str(address), port))
+        hosts.append(host_with_port(str(address), port))
     for host in extra:
         if host not in hosts:
             hosts.append(host)
@@ -222,7 +225,8 @@ class HttpGuard:
             log.warning("refused an HTTP request without the right bearer token")
             response = PlainTextResponse(
                 "missing or wrong bearer token: send 'Authorization: Bearer <token>' with the token set by "
-                "--token-file / --token / $SANDBOX_KERNEL_MCP_TOKEN",
+                "--token-file / --token / $SANDBOX_KERNEL_MCP_TOKEN, or, if none was set, the one the server "
+                "generated (the file it is in was printed on the server's stderr at start)",
                 status_code=401,
                 headers={"WWW-Authenticate": "Bearer"},
             )

@@ -1,6 +1,7 @@
 """The HTTP guard's configuration (no server is started): which Host values are
-allowed, where the bearer token comes from, and that a server on a non-loopback
-address refuses to start without a token unless told it is unsafe."""
+allowed, where the bearer token comes from, that a loopback server without one
+generates one, and that a server on a non-loopback address refuses to start
+without a token unless told it is unsafe."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_kernel.tools.mcp_app import TOKEN_ENV, ConfigError, MCPServerApp
+from sandbox_kernel.tools.mcp_app import GENERATED, TOKEN_ENV, ConfigError, MCPServerApp, http_notice
 from sandbox_kernel.tools.mcp_server import http_allowed_hosts, is_loopback_host, transport_security
 
 TOKEN = "0123456789abcdef-token"
@@ -16,10 +17,12 @@ TOKEN = "0123456789abcdef-token"
 
 @pytest.fixture(autouse=True)
 def no_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No ~/.jupyter config and no token from the environment leaking in."""
+    """No ~/.jupyter config and no token from the environment leaking in; a
+    runtime dir of the test's own."""
     path = tmp_path / "jupyter-config"
     path.mkdir()
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(path))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     for name in ("JUPYTER_CONFIG_PATH", TOKEN_ENV):
         monkeypatch.delenv(name, raising=False)
 
@@ -40,15 +43,27 @@ def test_a_non_loopback_bind_needs_a_token(host: str) -> None:
     assert not is_loopback_host(host)
 
 
-def test_unsafe_no_token_is_an_explicit_opt_out(caplog: pytest.LogCaptureFixture) -> None:
-    hosts, token = http_app("--host", "0.0.0.0", "--unsafe-no-token").http_guard()
-    assert token is None and "localhost:8000" in hosts
-    assert "without authentication" in caplog.text
+@pytest.mark.parametrize("host", ["0.0.0.0", "127.0.0.1"])
+def test_unsafe_no_token_is_an_explicit_opt_out(host: str) -> None:
+    hosts, token, source = http_app("--host", host, "--unsafe-no-token").http_guard()
+    assert token is None and source == "--unsafe-no-token (MCPServerApp.unsafe_no_token)" and "localhost:8000" in hosts
+    notice = http_notice(f"http://{host}:8000/mcp", source, None, f"{host}:8000")
+    assert "UNSAFE (--unsafe-no-token" in notice and "run code" in notice
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "localhost", "::1"])
-def test_a_loopback_bind_needs_no_token(host: str) -> None:
-    assert http_app("--host", host).http_guard()[1] is None
+def test_a_loopback_bind_without_a_token_generates_one(host: str, tmp_path: Path) -> None:
+    """Every local account reaches loopback: no token configured means a fresh one, not none."""
+    first, second = http_app("--host", host).http_guard(), http_app("--host", host).http_guard()
+    assert first.token_source == GENERATED and first.token is not None and len(first.token) >= 43
+    assert second.token != first.token
+    assert (tmp_path / "runtime").is_dir()  # checked (and made private) before any port is bound
+
+
+def test_the_notice_names_the_file_not_the_token() -> None:
+    notice = http_notice("http://127.0.0.1:8000/mcp", GENERATED, "/run/user/1/jupyter/x y.token", "127.0.0.1:8000")
+    assert "/run/user/1/jupyter/x y.token" in notice and "$(cat '/run/user/1/jupyter/x y.token')" in notice
+    assert '"headers": {"Authorization": "Bearer <the token in that file>"}' in notice
 
 
 def test_the_container_command_of_the_docs(tmp_path: Path) -> None:
@@ -58,8 +73,8 @@ def test_the_container_command_of_the_docs(tmp_path: Path) -> None:
     app = http_app(
         "--host", "0.0.0.0", "--port", "8000", "--token-file", str(token_file), "--allowed-host", "localhost:9000"
     )
-    hosts, token = app.http_guard()
-    assert token == TOKEN
+    hosts, token, source = app.http_guard()
+    assert token == TOKEN and source == "--token-file (MCPServerApp.token_file)"
     assert hosts == ["127.0.0.1:8000", "localhost:8000", "[::1]:8000", "localhost:9000"]
 
 

@@ -2,7 +2,9 @@
 driven by the SDK's HTTP client: state across calls, images, the fixed session,
 and per-request sessions behind a trusted gateway (`--identity-headers`); and
 attacked like a web page in the user's browser (DNS rebinding, cross-origin
-requests) and like another local process (no or a wrong bearer token).
+requests) and like another local process or user (no or a wrong bearer token;
+the token a loopback server generates when none is configured, in its 0600
+file in the Jupyter runtime dir).
 
 The servers listen on loopback only: 127.0.0.2 stands in for a bind address
 that is not one of the literal loopback hosts (0.0.0.0 in docs/deploy/container.md)."""
@@ -10,7 +12,9 @@ that is not one of the literal loopback hosts (0.0.0.0 in docs/deploy/container.
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -53,39 +57,82 @@ def mcp_http_argv(host: str, port: int, *extra: str) -> list[str]:
     ]
 
 
-class HttpServer:
-    def __init__(self, data_dir: Path, *extra: str, host: str = "127.0.0.1", env: dict[str, str] | None = None) -> None:
-        self.host = host
-        self.port = free_port()
-        self.url = f"http://{host}:{self.port}/mcp"
-        self.proc = subprocess.Popen(
-            mcp_http_argv(host, self.port, "--user-id", "agent", "--session-id", "web", *extra),
-            env={**os.environ, "SANDBOX_KERNEL_DATA_DIR": str(data_dir), **(env or {})},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            wait_until(lambda: tcp_ready(host, self.port), "the MCP server", self.proc, timeout=60)
-        except AssertionError:
-            self.stop()
-            raise
+def token_file(runtime_dir: Path, host: str, port: int) -> Path:
+    """Where a server with no configured token writes the one it generates (documented in docs/tools.md)."""
+    return runtime_dir / f"sandbox-kernel-mcp-{host}-{port}.token"
 
-    def client(self, headers: dict[str, str] | None = None) -> Client:
-        if headers is None:
+
+class HttpServer:
+    """`sandbox-kernel mcp` over HTTP in a process of its own, with its own Jupyter
+    runtime dir (``runtime_dir``). Without --token-file / --token / --unsafe-no-token
+    in ``extra`` it generates a token: :attr:`token` is read from its file, and
+    :meth:`client` sends it unless told otherwise."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *extra: str,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+        token: str | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port or free_port()
+        self.url = f"http://{host}:{self.port}/mcp"
+        self.runtime_dir = data_dir.parent / "runtime"
+        self.token_file = token_file(self.runtime_dir, host, self.port)
+        generates = not {"--token-file", "--token", "--unsafe-no-token"} & set(extra)
+        self.stderr_path = data_dir.parent / f"server-{self.port}.stderr"
+        environ = {**os.environ, "SANDBOX_KERNEL_DATA_DIR": str(data_dir), "JUPYTER_RUNTIME_DIR": str(self.runtime_dir)}
+        environ.pop("SANDBOX_KERNEL_MCP_TOKEN", None)
+        with open(self.stderr_path, "w") as stderr:  # a file, not a pipe: request logs cannot fill it and block
+            self.proc = subprocess.Popen(
+                mcp_http_argv(host, self.port, "--user-id", "agent", "--session-id", "web", *extra),
+                env={**environ, **(env or {})},
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+        try:
+            path = self.token_file  # written once the port is bound, replacing whatever was planted there
+            wait_until(
+                lambda: tcp_ready(host, self.port) and (not generates or (path.exists() and not path.is_symlink())),
+                "the MCP server",
+                self.proc,
+                timeout=60,
+            )
+        except AssertionError as exc:
+            self.stop()
+            raise AssertionError(f"{exc}\n{self.stderr()[-3000:]}") from None
+        self.token = self.token_file.read_text().strip() if generates else token
+
+    def client(self, headers: dict[str, str] | None = None, *, authorized: bool = True) -> Client:
+        """An SDK client sending ``headers`` and, if ``authorized``, the server's token."""
+        headers = {
+            **({"Authorization": f"Bearer {self.token}"} if authorized and self.token else {}),
+            **(headers or {}),
+        }
+        if not headers:
             return Client(self.url)
         return Client(streamable_http_client(self.url, http_client=httpx2.AsyncClient(headers=headers, timeout=120)))
 
-    def stop(self) -> None:
+    @property
+    def auth(self) -> dict[str, str]:
+        """The header a legitimate raw HTTP client sends."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def stop(self, signum: int = signal.SIGTERM) -> None:
+        """Send ``signum`` to the server (our child, by PID) and wait for it to exit."""
         if self.proc.poll() is None:
-            self.proc.terminate()
+            self.proc.send_signal(signum)
             try:
                 self.proc.wait(20)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-        if self.proc.stderr:
-            self.proc.stderr.close()
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
 
 
 @pytest.fixture
@@ -244,7 +291,7 @@ async def test_a_page_of_another_origin_runs_nothing(other_loopback_server: Http
 def token_server(data_dir: Path, tmp_path: Path) -> Iterator[HttpServer]:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    server = HttpServer(data_dir, "--token-file", str(token_file), host="127.0.0.2")
+    server = HttpServer(data_dir, "--token-file", str(token_file), host="127.0.0.2", token=TOKEN)
     try:
         yield server
     finally:
@@ -267,7 +314,7 @@ async def test_without_the_token_nothing_runs(token_server: HttpServer, data_dir
     assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer" and "--token-file" in r.text
     assert nothing_ran(data_dir)
     # the right token: the same request works
-    async with token_server.client({"Authorization": f"Bearer {TOKEN}"}) as client:
+    async with token_server.client({"Authorization": f"Bearer {TOKEN}"}, authorized=False) as client:
         r = await client.call_tool("sandbox_execute", {"command": "echo with-token > ok.txt && cat ok.txt"})
         assert text(r) == "Exit code: 0\nwith-token", text(r)
     assert (data_dir / "workspaces/agent/web/ok.txt").read_text() == "with-token\n"
@@ -292,5 +339,113 @@ async def test_a_page_of_another_local_port_runs_nothing(http_server: HttpServer
     for origin in (f"http://localhost:{port + 1}", f"http://127.0.0.1:{port + 1}"):
         assert attack(http_server.url, {"Origin": origin}) == [403, 403, 403], origin
     assert nothing_ran(data_dir)
-    statuses = attack(http_server.url, {"Origin": f"http://127.0.0.1:{port}"})  # its own origin
+    statuses = attack(http_server.url, {"Origin": f"http://127.0.0.1:{port}", **http_server.auth})  # its own origin
     assert statuses == [200, 202, 200], statuses
+
+
+# ------------------------------------------- a loopback server without a configured token
+
+
+def base_env(data_dir: Path) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "SANDBOX_KERNEL_DATA_DIR": str(data_dir),
+        "JUPYTER_RUNTIME_DIR": str(data_dir.parent / "runtime"),
+    }
+    env.pop("SANDBOX_KERNEL_MCP_TOKEN", None)
+    return env
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_a_loopback_server_without_a_token_generates_one(data_dir: Path, signum: int) -> None:
+    """On 127.0.0.1 with no token option, every local account of the machine
+    could drive the old server. Now it generates a token, in a 0600 file of a
+    0700 runtime dir: without it 401, with it the SDK client works. The file's
+    path is printed, the token is not; the file goes when the server stops."""
+    server = HttpServer(data_dir)
+    try:
+        for auth in ({}, {"Authorization": "Bearer " + "x" * 43}):
+            assert attack(server.url, auth) == [401, 401, 401], auth
+        assert nothing_ran(data_dir)
+        path = server.token_file
+        st = os.lstat(path)
+        assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.geteuid()
+        assert stat.S_IMODE(server.runtime_dir.stat().st_mode) == 0o700
+        assert server.token is not None and len(server.token) >= 43
+        async with server.client() as client:  # the token read from the file
+            assert "sandbox_execute" in {t.name for t in (await client.list_tools()).tools}
+    finally:
+        server.stop(signum)
+    assert server.proc.returncode == 0, server.stderr()
+    assert not path.exists(), "the token file outlived the server"
+    err = server.stderr()
+    assert str(path) in err and "Authorization: Bearer" in err and '"headers"' in err, err
+    assert server.token not in err
+
+
+async def test_a_planted_symlink_is_replaced_not_followed(data_dir: Path, tmp_path: Path) -> None:
+    """The file's name is predictable (host and port): a link planted there
+    toward another file is replaced by the token file, never written through."""
+    port = free_port()
+    runtime_dir = data_dir.parent / "runtime"
+    runtime_dir.mkdir(mode=0o700)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    planted = token_file(runtime_dir, "127.0.0.1", port)
+    planted.symlink_to(victim)
+    server = HttpServer(data_dir, port=port)
+    try:
+        assert victim.read_text() == "keep me\n"
+        st = os.lstat(planted)
+        assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
+        assert attack(server.url, {}) == [401, 401, 401]
+        async with server.client() as client:
+            assert "sandbox_execute" in {t.name for t in (await client.list_tools()).tools}
+    finally:
+        server.stop()
+    assert not planted.exists() and not planted.is_symlink()
+    assert victim.read_text() == "keep me\n"
+    assert "symlink" in server.stderr() and "not following" in server.stderr()
+
+
+async def test_a_second_server_on_the_same_port_leaves_the_first_ones_file(
+    http_server: HttpServer, data_dir: Path
+) -> None:
+    """The file is written only once the port is bound: a second server on the
+    same address fails without touching the first one's token."""
+    before = http_server.token_file.read_text()
+    argv = mcp_http_argv("127.0.0.1", http_server.port, "--user-id", "agent", "--session-id", "web")
+    done = subprocess.run(argv, env=base_env(data_dir), capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0, done.stderr
+    assert "address already in use" in done.stderr.lower(), done.stderr
+    assert http_server.token_file.read_text() == before
+    async with http_server.client() as client:
+        assert "sandbox_execute" in {t.name for t in (await client.list_tools()).tools}
+
+
+async def test_a_runtime_dir_others_can_write_is_refused(data_dir: Path) -> None:
+    """Whoever may write to the directory could swap the file: no token file
+    there, and no server without one. Refused before binding, naming the way out."""
+    runtime_dir = data_dir.parent / "runtime"
+    runtime_dir.mkdir()
+    runtime_dir.chmod(0o777)
+    port = free_port()
+    done = subprocess.run(
+        mcp_http_argv("127.0.0.1", port), env=base_env(data_dir), capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 2, done.stderr
+    assert "not private" in done.stderr and str(runtime_dir) in done.stderr and "--token-file" in done.stderr
+    assert list(runtime_dir.iterdir()) == []
+    assert not tcp_ready("127.0.0.1", port)
+
+
+async def test_unsafe_no_token_serves_loopback_without_a_token_and_says_so(data_dir: Path) -> None:
+    server = HttpServer(data_dir, "--unsafe-no-token")
+    try:
+        async with server.client() as client:  # no Authorization header at all
+            assert "sandbox_execute" in {t.name for t in (await client.list_tools()).tools}
+    finally:
+        server.stop()
+    err = server.stderr()
+    assert "UNSAFE (--unsafe-no-token" in err and "every local user" in err, err
+    assert not server.runtime_dir.exists() or list(server.runtime_dir.iterdir()) == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ import pytest
 from sandbox_kernel.engine.workspace_policy import HIDE, WorkspaceRefused, collect_protected_places, plan_workspace
 from sandbox_kernel.privacy import PrivacyStore, PrivateData
 from sandbox_kernel.privacy.store_registry import (
+    REFRESH_AFTER,
+    STALE_AFTER,
     entry_name,
     read_registry,
     registered_stores,
@@ -166,3 +169,41 @@ def test_a_store_in_a_home_keeps_the_homes_secrets_masked(host: Path, tmp_path: 
         assert masks.get("workspace-levels") == HIDE, masks
         assert host.resolve() / "workspace-levels" not in plan.writable_entries
         assert host.resolve() / "notes" in plan.writable_entries
+
+
+def _age_entry(store: PrivacyStore, seconds: float) -> Path:
+    entry = registry_dir() / entry_name(str(store.root))
+    then = entry.stat().st_mtime - seconds
+    os.utime(entry, (then, then))
+    return entry
+
+
+def test_the_entry_of_a_store_long_gone_is_removed_and_a_used_ones_kept(host: Path, tmp_path: Path) -> None:
+    """Without removal every store ever made (a test suite makes hundreds in
+    temporary folders) is checked at every sandbox start. An entry goes once
+    nothing of its store has existed for STALE_AFTER since it was last written;
+    a store that registers again (every prepare and write) rewrites an entry
+    older than REFRESH_AFTER, so one in use or being made again never goes."""
+    gone = PrivacyStore(tmp_path / "ws" / "gone-store")
+    gone.prepare("alice", "s1")
+    used = PrivacyStore(tmp_path / "ws" / "used-store")
+    used.prepare("alice", "s1")
+    for place in ("gone-store", "gone-store-highwater", "used-store", "used-store-highwater"):
+        for path in sorted((tmp_path / "ws" / place).rglob("*"), reverse=True):
+            path.rmdir() if path.is_dir() else path.unlink()
+        (tmp_path / "ws" / place).rmdir()
+    old = STALE_AFTER + 60
+    gone_entry, used_entry = _age_entry(gone, old), _age_entry(used, old)
+    used.prepare("alice", "s1")  # registers again before it makes its folders: a fresh entry
+    assert used_entry.exists() and time.time() - used_entry.stat().st_mtime < REFRESH_AFTER
+    assert registered_stores() == [used.root]
+    assert not gone_entry.exists() and read_registry() == ([used.root], [])
+    assert [p.name for p in registry_dir().iterdir() if p.name.startswith(".")] == []  # nothing left aside
+    # an entry whose store is gone but that was written recently stays (the store may be on its way)
+    young = PrivacyStore(tmp_path / "ws2" / "young-store")
+    young.prepare("alice", "s1")
+    _age_entry(young, REFRESH_AFTER)
+    for path in sorted((tmp_path / "ws2").rglob("*"), reverse=True):
+        path.rmdir() if path.is_dir() else path.unlink()
+    registered_stores()
+    assert young.root in read_registry()[0]

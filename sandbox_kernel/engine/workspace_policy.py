@@ -250,8 +250,12 @@ def _loaded_package_dirs() -> list[Path]:
 def collect_protected_places(
     store_dirs: Iterable[Path] = (),
     allowed_roots: Iterable[Path] = (),
+    within: Path | None = None,
 ) -> ProtectedPlaces:
-    """The protected places of this host process, read now.
+    """The protected places of this host process, read now (``within``: the
+    resolved workspace they are for; registered stores of other processes that
+    neither lie in it nor hold it are left out, as they cannot matter to it,
+    and each costs path resolutions at every sandbox start).
 
     ``store_dirs`` are privacy store directories in use; with them, every store
     another host process recorded in the registry (``privacy/store_registry.py``)
@@ -299,7 +303,10 @@ def collect_protected_places(
     readonly += [_abs(site.getuserbase()), _abs(site.getusersitepackages())]
 
     data_dirs = [default_data_dir()]
-    for store in dict.fromkeys([*(Path(d) for d in store_dirs), *registered_stores()]):
+    own = [Path(d) for d in store_dirs]
+    for store in dict.fromkeys([*own, *registered_stores()]):
+        if within is not None and store not in own and not _meets(store.parent, within):
+            continue  # another process's store nowhere near this workspace
         hidden += [_abs(p) for p in store_places(store)]
         data = data_dir_of(store)
         if data is not None:
@@ -338,6 +345,14 @@ def collect_protected_places(
     )
 
 
+def _meets(folder: Path, workspace: Path) -> bool:
+    """``folder`` (where a store and what the host writes beside it live),
+    resolved, is inside ``workspace`` or holds it. A store's places all share
+    that folder, so one resolution decides for all of them."""
+    real = _abs(folder)
+    return real is not None and (_inside(real, workspace) or _inside(workspace, real))
+
+
 def _holds_a_home(place: Path, homes: Iterable[Path]) -> bool:
     """``place`` is a home or a folder above one (a store or data dir put at
     ``~`` or ``/``): never hidden as a whole (see collect_protected_places)."""
@@ -370,8 +385,12 @@ def _outermost(paths: Iterable[Path]) -> tuple[Path, ...]:
 
 
 def _inside(path: Path, root: Path) -> bool:
-    """``path`` is ``root`` or below it (both absolute and resolved)."""
-    return path == root or root in path.parents
+    """``path`` is ``root`` or below it (both absolute and resolved, so the
+    string test is exact; walking ``path.parents`` compared Path objects and,
+    over every protected place against every hidden one, cost most of a
+    sandbox start's 30 ms policy scan)."""
+    p, r = str(path), str(root)
+    return p == r or p.startswith(r if r.endswith("/") else r + "/")
 
 
 def check_workspace(workspace: Path, places: ProtectedPlaces) -> None:
@@ -649,8 +668,9 @@ def apply_policy(
 ) -> tuple[list[BindMount], WorkspacePlan]:
     """Everything a caller needs: collect, plan, create mount points, mounts.
     Raises :class:`WorkspaceRefused`."""
-    places = collect_protected_places(store_dirs, allowed_roots)
-    plan = plan_workspace(Path(os.path.realpath(workspace)), places)
+    resolved = Path(os.path.realpath(workspace))
+    places = collect_protected_places(store_dirs, allowed_roots, within=resolved)
+    plan = plan_workspace(resolved, places)
     prepare(plan)
     return workspace_mounts(plan, target), plan
 

@@ -170,16 +170,43 @@ def _read_entry(folder: Path, name: str) -> bytes:
         os.close(fd)
 
 
+#: a reading is kept only when the folder had not changed for this long (ns)
+SETTLED_NS = 2_000_000_000
+#: the last reading of the registry, keyed by its folder's identity and mtime
+_read_cache: tuple[tuple[str, int, int, int], list[tuple[str, Path]], list[str]] | None = None
+
+
 def _entries() -> tuple[list[tuple[str, Path]], list[str]]:
     """Every usable entry (its file name and the store it records), and a
-    sentence per entry that could not be used. Never raises."""
+    sentence per entry that could not be used. Never raises.
+
+    Read again only when the folder changed (an entry is only ever added,
+    replaced or removed by a rename or unlink in it, which moves its mtime):
+    every sandbox start reads the registry, and a machine that ran a test
+    suite holds a hundred entries."""
+    global _read_cache
     folder = registry_dir()
     try:
+        st = os.stat(folder)
         names = sorted(os.listdir(folder))
     except FileNotFoundError:
         return [], []
     except OSError as exc:
         return [], [f"the privacy store registry {folder} cannot be read ({exc.strerror or exc})"]
+    key = (str(folder), st.st_dev, st.st_ino, st.st_mtime_ns)
+    cached = _read_cache
+    if cached is not None and cached[0] == key:
+        return list(cached[1]), list(cached[2])
+    entries, problems = _read_entries(folder, names)
+    # Kept only once the folder has been still for a while: a change in the same
+    # clock tick as the one read (mtimes are as coarse as a few ms) would
+    # otherwise leave the mtime as it was, and a new store unhidden.
+    if time.time_ns() - st.st_mtime_ns > SETTLED_NS:
+        _read_cache = (key, entries, problems)
+    return list(entries), list(problems)
+
+
+def _read_entries(folder: Path, names: list[str]) -> tuple[list[tuple[str, Path]], list[str]]:
     entries: list[tuple[str, Path]] = []
     problems: list[str] = []
     for name in names:

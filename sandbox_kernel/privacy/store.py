@@ -123,6 +123,34 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def replace_file(dir_fd: int, name: str, data: bytes) -> os.stat_result:
+    """Replace ``name`` in the folder ``dir_fd`` with ``data``, atomically and
+    durably (a 0600 temporary file made with O_EXCL and O_NOFOLLOW, written,
+    fsynced and renamed over ``name``; then the folder fsynced): a crash leaves
+    the old file or the new one, never a part, and a link planted at the
+    temporary name is never followed. Returns the new file's stat."""
+    tmp = f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        try:
+            os.fchmod(fd, 0o600)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+    os.fsync(dir_fd)
+    return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+
+
 def _stat_key(st: os.stat_result) -> _StatKey:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
 
@@ -629,23 +657,4 @@ class PrivacyStore:
         """Replace ``name`` atomically and durably; returns its new stat key."""
         if len(data) > MAX_FILE_BYTES:  # cannot happen within MAX_DATASETS; never write what we'd refuse
             raise PrivacyStoreError(f"the privacy state is {len(data)} bytes, over the limit")
-        tmp = f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o600, dir_fd=dir_fd)
-        try:
-            try:
-                os.fchmod(fd, 0o600)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=dir_fd)
-            except OSError:
-                pass
-            raise
-        os.fsync(dir_fd)
-        return _stat_key(os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
+        return _stat_key(replace_file(dir_fd, name, data))

@@ -131,22 +131,9 @@ def _write_entry(folder: Path, name: str, content: bytes) -> None:
     try:
         if stat.S_IMODE(os.fstat(dir_fd).st_mode) != 0o700:
             os.fchmod(dir_fd, 0o700)
-        tmp = f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, 0o600, dir_fd=dir_fd)
-        try:
-            try:
-                os.write(fd, content)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=dir_fd)
-            except OSError:
-                pass
-            raise
-        os.fsync(dir_fd)
+        from .store import replace_file
+
+        replace_file(dir_fd, name, content)
     finally:
         os.close(dir_fd)
 

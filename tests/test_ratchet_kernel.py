@@ -240,6 +240,23 @@ def test_status_comm_on_the_subprocess_backend_does_not_claim_a_cut(tmp_path: Pa
         k.shutdown()
 
 
+def test_a_cell_raising_the_level_on_the_subprocess_backend_is_told_nothing_was_cut(tmp_path: Path) -> None:
+    """The cell that makes a session private on the development fallback is
+    stopped there, as on a sandbox with network; what it is told must not speak
+    of a sandbox whose network was cut (there is neither)."""
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "tmp").mkdir()
+    k = SandboxKernelHandle(tmp_path / "ws", tmp_path / "tmp", extra_args=["--SandboxKernel.backend=subprocess"])
+    try:
+        run = k.run("import sandbox_kernel.private as p\np.add_dataset('payroll', 'CONFIDENTIAL')\nprint('went on')")
+        said = run.stdout + run.stderr + " ".join(str(e) for e in run.errors)
+        assert run.status == "error" and "went on" not in run.stdout, said
+        assert "NOT sandboxed" in said and "cannot be cut" in said, said
+        assert "while its sandbox had network" not in said, said
+    finally:
+        k.shutdown()
+
+
 def test_a_second_open_of_the_live_status_comm_leaves_it_working(fresh_kernel: SandboxKernelHandle) -> None:
     """A frontend that opens the same comm id twice (found by an audit):
     ipykernel replaced the live comm, the replaced object's ``__del__`` told

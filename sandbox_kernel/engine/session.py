@@ -1170,6 +1170,10 @@ class Session:
             # what it just declared while the sandbox still has network.
             self._kill_reason = (
                 "this cell made the session private while its sandbox had network, so it was stopped at that point"
+                if self.sandbox.enforces_network
+                # the subprocess fallback: no sandbox, and no network that could be cut
+                else "this cell made the session private, and this kernel is NOT sandboxed: its network cannot be "
+                "cut, so the cell was stopped at that point and no more code runs in this session"
             )
             self._replace_reason = "private data entered the session"
             task = asyncio.ensure_future(self.cut_network())  # daemonised children lose it too

@@ -18,9 +18,7 @@ import re
 import shlex
 import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple
 
 from jupyter_core.paths import jupyter_config_path
@@ -468,7 +466,7 @@ class MCPServerApp(Application, EngineSettings):
     def start(self) -> None:
         """Build the registry and the server, serve the chosen transport until the
         client goes away (stdio) or the process is interrupted (HTTP: SIGINT or
-        SIGTERM), then close the registry (sessions checkpointed) and remove a
+        SIGTERM; stdio: SIGTERM too), then close the registry (sessions checkpointed) and remove a
         generated token's file. :class:`ConfigError` before serving."""
         logging.basicConfig(level=self.log_level, stream=sys.stderr)
         guard = self.http_guard() if self.transport == "streamable-http" else None
@@ -479,22 +477,17 @@ class MCPServerApp(Application, EngineSettings):
                     log.warning("%s has no effect with the stdio transport", _FLAG_OF[name])
         import anyio
 
+        async def transport() -> None:
+            if guard is None:
+                await server.run_stdio_async()
+            else:
+                await self._serve_http(server, guard)
+
         async def serve() -> None:
-            try:
-                if guard is None:
-                    await server.run_stdio_async()
-                else:
-                    await self._serve_http(server, guard)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await registry.aclose()
+            await _serve_then_close(transport, registry.aclose)
 
         try:
-            if guard is None:
-                anyio.run(serve)
-            else:
-                with _sigterm_interrupts():
-                    anyio.run(serve)
+            anyio.run(serve)
         except KeyboardInterrupt:
             pass
 
@@ -586,25 +579,66 @@ def http_notice(url: str, token_source: str, token_path: str | None, address: st
     return f"{head}\n  Every request must carry 'Authorization: Bearer <token>', the token of {token_source}."
 
 
-@contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM stops the HTTP server as Ctrl-C does. uvicorn catches SIGTERM for
-    its graceful shutdown but raises it again afterwards, with the default
-    action unless a handler is set: the process then died before the sessions
-    were checkpointed and a generated token's file removed."""
+#: how long a SIGTERM waits for the transport to stop before the sessions are closed anyway
+STOP_WAIT = 1.0
 
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
 
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread: signals are not ours to handle
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+async def _serve_then_close(serve: Callable[[], Awaitable[None]], close: Callable[[], Awaitable[None]]) -> None:
+    """Run ``serve`` until it ends or SIGTERM comes, then ``close`` (the
+    sessions: checkpointed, their sandboxes and temporary folders removed),
+    shielded.
+
+    SIGTERM stops serving as end of input (stdio) or Ctrl-C (HTTP) does. With
+    the default action the process died at once and left the sessions' folders
+    behind; an MCP client sends it two seconds after closing a stdio server's
+    input, a supervisor or ``docker stop`` at any time, and uvicorn raises it
+    again after its own graceful shutdown. The signal is taken through the
+    event loop (anyio's signal receiver), so it cancels the serving cleanly.
+    A stdio transport whose input is still open cannot stop: its reader thread
+    sits in a read no cancellation reaches, and the interpreter would wait for
+    it at exit. Then the sessions are closed all the same and the process ends
+    with ``os._exit(0)``. A SIGTERM while the sessions close is said in the log
+    and otherwise ignored: it would cut the closing short."""
+    import anyio
+
+    closing = False
+    stopped = anyio.Event()
+
+    async def close_once() -> None:
+        nonlocal closing
+        if closing:
+            return
+        closing = True
+        with anyio.CancelScope(shield=True):
+            await close()
+
+    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as group:
+            serving = anyio.CancelScope()
+
+            async def watch() -> None:
+                async for _ in signals:
+                    if closing:
+                        log.warning("SIGTERM while the sessions are being closed: finishing that first")
+                        continue
+                    log.warning("SIGTERM: closing the sessions, then exiting")
+                    serving.cancel()
+                    with anyio.move_on_after(STOP_WAIT):
+                        await stopped.wait()
+                    if not stopped.is_set():
+                        await close_once()
+                        sys.stdout.flush()
+                        sys.stderr.flush()
+                        os._exit(0)
+
+            group.start_soon(watch)
+            try:
+                with serving:
+                    await serve()
+            finally:
+                stopped.set()
+                await close_once()
+                group.cancel_scope.cancel()
 
 
 def _notifying_server(config: Any, listening: Callable[[], None]) -> Any:

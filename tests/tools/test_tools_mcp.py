@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -124,3 +126,42 @@ async def test_invalid_session_id_is_refused(data_dir: Path) -> None:
         env={**os.environ, "SANDBOX_KERNEL_DATA_DIR": str(data_dir)},
     )
     assert proc.returncode == 2 and "session_id '../x' is invalid" in proc.stderr
+
+
+async def test_sigterm_closes_the_sessions_before_the_server_exits(data_dir: Path, tmp_path: Path) -> None:
+    """A supervisor (or an MCP client whose server did not stop within two
+    seconds of its input closing: the SDK's stdio client) sends SIGTERM. The
+    sessions are closed as at end of input: checkpointed, the sandbox and its
+    temporary folders gone. With the default action the server died at once
+    and left them. A second SIGTERM while they close does not cut that short."""
+    import psutil
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    params = server(data_dir, "mcp4")
+    params.env = {**(params.env or {}), "TMPDIR": str(tmp)}
+
+    def folders() -> list[str]:
+        return [p.name for p in tmp.iterdir() if p.name.startswith("sandbox-kernel-")]
+
+    async with Client(params) as client:
+        r = await client.call_tool("repl_execute_cell", {"code": "kept = 41 + 1\nkept"})
+        assert text(r).endswith("42"), text(r)
+        (mcp,) = [
+            p for p in psutil.Process().children() if "sandbox_kernel" in p.cmdline() and "mcp" in p.cmdline()
+        ]
+        assert folders()  # the session's
+        mcp.send_signal(signal.SIGTERM)
+        time.sleep(0.05)
+        if mcp.is_running():
+            mcp.send_signal(signal.SIGTERM)  # while it closes: said and ignored
+        deadline = time.monotonic() + 60
+        while folders() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert folders() == []
+    psutil.wait_procs([mcp], timeout=30)
+    assert not mcp.is_running()
+    # the next server resumes the session from its checkpoint
+    async with Client(server(data_dir, "mcp4")) as client:
+        r = await client.call_tool("repl_execute_cell", {"code": "kept"})
+        assert text(r).endswith("42"), text(r)

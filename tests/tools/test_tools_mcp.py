@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import signal
@@ -147,19 +148,19 @@ async def test_sigterm_closes_the_sessions_before_the_server_exits(data_dir: Pat
     async with Client(params) as client:
         r = await client.call_tool("repl_execute_cell", {"code": "kept = 41 + 1\nkept"})
         assert text(r).endswith("42"), text(r)
-        (mcp,) = [
-            p for p in psutil.Process().children() if "sandbox_kernel" in p.cmdline() and "mcp" in p.cmdline()
-        ]
+        (mcp,) = [p for p in psutil.Process().children() if "sandbox_kernel" in p.cmdline() and "mcp" in p.cmdline()]
         assert folders()  # the session's
         mcp.send_signal(signal.SIGTERM)
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
         if mcp.is_running():
             mcp.send_signal(signal.SIGTERM)  # while it closes: said and ignored
         deadline = time.monotonic() + 60
         while folders() and time.monotonic() < deadline:
-            time.sleep(0.1)
+            await asyncio.sleep(0.1)
         assert folders() == []
-    psutil.wait_procs([mcp], timeout=30)
+    deadline = time.monotonic() + 30
+    while mcp.is_running() and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
     assert not mcp.is_running()
     # the next server resumes the session from its checkpoint
     async with Client(server(data_dir, "mcp4")) as client:

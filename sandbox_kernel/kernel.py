@@ -40,6 +40,7 @@ from .privacy import default_user_id, session_id_for_notebook, validate_id
 from .privacy.store import default_data_dir
 from .sandbox import get_sandbox
 from .status_comm import StatusComm
+from .stop_on_error import StopOnError
 from .worker.language import language_info
 
 
@@ -126,6 +127,7 @@ class SandboxKernel(Kernel, EngineSettings):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self._stop_on_error = StopOnError()
         comm.create_comm = lambda *a, **k: BaseComm(*a, **k)
         comm.get_comm_manager = _get_comm_manager
         self.comm_manager = comm.get_comm_manager(parent=self, kernel=self)
@@ -410,6 +412,17 @@ class SandboxKernel(Kernel, EngineSettings):
         cell_id: Any = None,
     ) -> dict[str, Any]:
         self._loop = asyncio.get_running_loop()
+        reply = await self._answer_execute(code, silent, store_history, user_expressions, allow_stdin)
+        await self._stop_on_error.before_reply(self, self.get_parent("shell"), reply)
+        return reply
+
+    def _abort_queues(self, subshell_id: str | None = None) -> None:
+        if not self._stop_on_error.already_done(self.get_parent("shell")):
+            super()._abort_queues(subshell_id)
+
+    async def _answer_execute(
+        self, code: Any, silent: Any, store_history: Any, user_expressions: Any, allow_stdin: Any
+    ) -> dict[str, Any]:
         problem = requests.execute_problem(
             code, silent, store_history, user_expressions, allow_stdin, self.max_code_bytes
         )

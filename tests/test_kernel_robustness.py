@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from kernel_helpers import SandboxKernelHandle, require_bwrap
+from kernel_helpers import SandboxKernelHandle, bwrap_kernel, require_bwrap
 
 
 def alive(proc: psutil.Process) -> bool:
@@ -36,10 +36,26 @@ def test_segfault_is_reported_with_its_signal(kernel: SandboxKernelHandle) -> No
     assert kernel.run("before_crash").result["text/plain"] == "'ok'"
 
 
+def wait_for_stdout(kernel: SandboxKernelHandle, msg_id: str, text: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            msg = kernel.kc.get_iopub_msg(timeout=0.1)
+        except Exception:
+            continue
+        if (
+            msg["parent_header"].get("msg_id") == msg_id
+            and msg["msg_type"] == "stream"
+            and text in msg["content"]["text"]
+        ):
+            return
+    raise AssertionError(f"{text!r} was not printed within {timeout} s")
+
+
 def test_interrupt_raises_keyboardinterrupt_and_keeps_state(kernel: SandboxKernelHandle) -> None:
     kernel.run("counter = 0")
-    msg_id = kernel.kc.execute("import time\ncounter = 1\nwhile True:\n    time.sleep(0.05)")
-    time.sleep(1.0)
+    msg_id = kernel.kc.execute("import time\ncounter = 1\nprint('looping')\nwhile True:\n    time.sleep(0.05)")
+    wait_for_stdout(kernel, msg_id, "looping")  # the cell runs: the interrupt is for it
     kernel.km.interrupt_kernel()
     reply = kernel.kc.get_shell_msg(timeout=20)
     assert reply["parent_header"]["msg_id"] == msg_id
@@ -47,6 +63,28 @@ def test_interrupt_raises_keyboardinterrupt_and_keeps_state(kernel: SandboxKerne
     assert reply["content"]["ename"] == "KeyboardInterrupt"
     # a cell that raised keeps its side effects, as in IPython
     assert kernel.run("counter").result["text/plain"] == "1"
+
+
+def test_an_interrupt_while_the_sandbox_restores_stops_the_waiting_cell(tmp_path: Path) -> None:
+    """The cell showed as running while its new sandbox replayed state: the
+    interrupt was dropped and the cell ran on (a cell with no end needed a
+    second press); it is now stopped before it runs, and the state is kept."""
+    handle = bwrap_kernel(tmp_path)
+    try:
+        handle.run("kept = 'yes'")
+        handle.run("class Slow:\n    import time\n    time.sleep(4)")  # replayed: a restore takes 4 s
+        time.sleep(2.0)  # let the background checkpoint land
+        handle.kill_sandboxes()
+        msg_id = handle.kc.execute("ran = True")
+        time.sleep(1.0)
+        handle.km.interrupt_kernel()
+        reply = handle.kc.get_shell_msg(timeout=60)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        assert reply["content"]["ename"] == "KeyboardInterrupt", reply["content"]
+        assert "none of it ran" in reply["content"]["traceback"][-1]
+        assert handle.run("'ran' in dir(), kept").result["text/plain"] == "(False, 'yes')"
+    finally:
+        handle.shutdown()
 
 
 def test_interrupt_escalates_to_kill_for_a_stubborn_cell(tmp_path: Path) -> None:

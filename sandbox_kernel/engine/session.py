@@ -156,6 +156,10 @@ class Session:
         self._lock = asyncio.Lock()
         self._ids = itertools.count(1)
         self._running: str | None = None
+        #: cells accepted but not yet handed to the sandbox (waiting for the
+        #: lock, a sandbox start, a restore), and those an interrupt stopped there
+        self._waiting: set[object] = set()
+        self._interrupted_waiting: set[object] = set()
         #: the output of recent requests by their parent's msg_id: a frame a
         #: task of an earlier cell sent names its cell (``_forward``)
         self._recent_emits: OrderedDict[str, Emit] = OrderedDict()
@@ -823,6 +827,41 @@ class Session:
     ) -> ExecuteResult:
         if not isinstance(code, str):
             raise TypeError(f"code must be a string, not {type(code).__name__}")
+        ticket = object()
+        self._waiting.add(ticket)
+        try:
+            return await self._execute(
+                ticket,
+                code,
+                execution_count=execution_count,
+                emit=emit,
+                silent=silent,
+                store_history=store_history,
+                user_expressions=user_expressions,
+                allow_stdin=allow_stdin,
+                ask_input=ask_input,
+                timeout=timeout,
+                parent_id=parent_id,
+            )
+        finally:
+            self._waiting.discard(ticket)
+            self._interrupted_waiting.discard(ticket)
+
+    async def _execute(
+        self,
+        ticket: object,
+        code: str,
+        *,
+        execution_count: int,
+        emit: Emit,
+        silent: bool,
+        store_history: bool,
+        user_expressions: dict[str, str] | None,
+        allow_stdin: bool,
+        ask_input: AskInput | None,
+        timeout: float | None,
+        parent_id: str,
+    ) -> ExecuteResult:
         async with self._lock:
             limiter = OutputLimiter(self.config.max_output_bytes)
             guarded = self._guarded_emit(emit, limiter)
@@ -863,6 +902,10 @@ class Session:
                 "execution_count": execution_count,
                 "parent_id": parent_id,
             }
+            # from here on (no await before the request is sent) an interrupt reaches the cell itself
+            self._waiting.discard(ticket)
+            if ticket in self._interrupted_waiting:
+                return self._stopped_before_start(guarded, execution_count)
             done, hits = await self._run_request(worker, request, emit, guarded, limiter, ask_input, timeout)
             result = self._result(done, execution_count)
             if result.status == "died":
@@ -877,6 +920,13 @@ class Session:
                 self._last_done_count = execution_count
                 self._schedule_checkpoint()
             return result
+
+    @staticmethod
+    def _stopped_before_start(guarded: Emit, execution_count: int) -> ExecuteResult:
+        """The reply of a cell interrupted before it reached the sandbox."""
+        line = "KeyboardInterrupt: interrupted before the cell started; none of it ran"
+        guarded("error", {"ename": "KeyboardInterrupt", "evalue": "", "traceback": [line]})
+        return ExecuteResult("error", execution_count, "KeyboardInterrupt", "", [line])
 
     async def _run_request(
         self,
@@ -1049,9 +1099,16 @@ class Session:
             return done
 
     def interrupt(self) -> None:
-        """Forward SIGINT to the running cell; kill it if it ignores that."""
+        """Forward SIGINT to the running cell; kill it if it ignores that.
+
+        A cell still waiting for its sandbox (being started, restored after a
+        crash, busy with a checkpoint) is stopped there and never runs: the
+        user pressed stop while it showed as running, and an interrupt that
+        was dropped let it run on (a loop with no end needed a second press).
+        """
         rid = self._running
         if rid is None or self.worker is None:
+            self._interrupted_waiting.update(self._waiting)
             return
         self.worker.send({"op": Op.INTERRUPT})
         loop = asyncio.get_running_loop()

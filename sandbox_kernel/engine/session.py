@@ -21,7 +21,8 @@ import sys
 import tempfile
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -827,99 +828,77 @@ class Session:
     ) -> ExecuteResult:
         if not isinstance(code, str):
             raise TypeError(f"code must be a string, not {type(code).__name__}")
+        with self._waiting_for_sandbox() as ticket:
+            async with self._lock:
+                limiter = OutputLimiter(self.config.max_output_bytes)
+                guarded = self._guarded_emit(emit, limiter)
+                try:
+                    worker = await self._ensure_worker(guarded)
+                except SandboxUnavailable as exc:
+                    guarded("error", {"ename": "SandboxUnavailable", "evalue": str(exc), "traceback": [str(exc)]})
+                    return ExecuteResult("error", execution_count, "SandboxUnavailable", str(exc), [str(exc)])
+                await self._enforce_ratchet(guarded)
+                worker = self.worker or worker
+                self._note_checkpoint_failure()
+                for text in self._pending_notices:
+                    guarded("stream", {"name": "stderr", "text": text})
+                self._pending_notices.clear()
+                if self.warnings and not self._warned:
+                    self._warned = True
+                    guarded("stream", {"name": "stderr", "text": f"{NOTICE} WARNING: {self.warnings[0]}\n"})
+                problem = worker.process.cgroup_problem
+                if problem and not self._caps_warned:
+                    self._caps_warned = True  # never silently: the caps are per process only
+                    guarded(
+                        "stream",
+                        {
+                            "name": "stderr",
+                            "text": (
+                                f"{NOTICE} WARNING: no whole-sandbox memory/process caps ({problem}); "
+                                "limits apply per process only.\n"
+                            ),
+                        },
+                    )
+                request = {
+                    "op": Op.EXECUTE,
+                    "code": code,
+                    "silent": silent,
+                    "store_history": store_history,
+                    "user_expressions": user_expressions or {},
+                    "allow_stdin": allow_stdin and ask_input is not None,
+                    "execution_count": execution_count,
+                    "parent_id": parent_id,
+                }
+                # from here on (no await before the request is sent) an interrupt reaches the cell itself
+                self._waiting.discard(ticket)
+                if ticket in self._interrupted_waiting:
+                    return self._stopped_before_start(guarded, execution_count)
+                done, hits = await self._run_request(worker, request, emit, guarded, limiter, ask_input, timeout)
+                result = self._result(done, execution_count)
+                if result.status == "died":
+                    evalue = await self._after_death(done, hits, guarded, "The cell's")
+                    guarded("error", {"ename": "CellDied", "evalue": evalue, "traceback": [f"CellDied: {evalue}"]})
+                    result.ename, result.evalue, result.traceback = "CellDied", evalue, [f"CellDied: {evalue}"]
+                else:
+                    if store_history:
+                        if self.replay.record(code):
+                            self._save_replay()  # only when it changed: a save is linear in the log
+                        self.history.append((execution_count, code))
+                    self._last_done_count = execution_count
+                    self._schedule_checkpoint()
+                return result
+
+    @contextmanager
+    def _waiting_for_sandbox(self) -> Iterator[object]:
+        """A ticket for a cell from its arrival until it is handed to the
+        sandbox; an interrupt meanwhile stops it there (``interrupt``)."""
         ticket = object()
         self._waiting.add(ticket)
         try:
-            return await self._execute(
-                ticket,
-                code,
-                execution_count=execution_count,
-                emit=emit,
-                silent=silent,
-                store_history=store_history,
-                user_expressions=user_expressions,
-                allow_stdin=allow_stdin,
-                ask_input=ask_input,
-                timeout=timeout,
-                parent_id=parent_id,
-            )
+            yield ticket
         finally:
             self._waiting.discard(ticket)
             self._interrupted_waiting.discard(ticket)
-
-    async def _execute(
-        self,
-        ticket: object,
-        code: str,
-        *,
-        execution_count: int,
-        emit: Emit,
-        silent: bool,
-        store_history: bool,
-        user_expressions: dict[str, str] | None,
-        allow_stdin: bool,
-        ask_input: AskInput | None,
-        timeout: float | None,
-        parent_id: str,
-    ) -> ExecuteResult:
-        async with self._lock:
-            limiter = OutputLimiter(self.config.max_output_bytes)
-            guarded = self._guarded_emit(emit, limiter)
-            try:
-                worker = await self._ensure_worker(guarded)
-            except SandboxUnavailable as exc:
-                guarded("error", {"ename": "SandboxUnavailable", "evalue": str(exc), "traceback": [str(exc)]})
-                return ExecuteResult("error", execution_count, "SandboxUnavailable", str(exc), [str(exc)])
-            await self._enforce_ratchet(guarded)
-            worker = self.worker or worker
-            self._note_checkpoint_failure()
-            for text in self._pending_notices:
-                guarded("stream", {"name": "stderr", "text": text})
-            self._pending_notices.clear()
-            if self.warnings and not self._warned:
-                self._warned = True
-                guarded("stream", {"name": "stderr", "text": f"{NOTICE} WARNING: {self.warnings[0]}\n"})
-            problem = worker.process.cgroup_problem
-            if problem and not self._caps_warned:
-                self._caps_warned = True  # never silently: the caps are per process only
-                guarded(
-                    "stream",
-                    {
-                        "name": "stderr",
-                        "text": (
-                            f"{NOTICE} WARNING: no whole-sandbox memory/process caps ({problem}); "
-                            "limits apply per process only.\n"
-                        ),
-                    },
-                )
-            request = {
-                "op": Op.EXECUTE,
-                "code": code,
-                "silent": silent,
-                "store_history": store_history,
-                "user_expressions": user_expressions or {},
-                "allow_stdin": allow_stdin and ask_input is not None,
-                "execution_count": execution_count,
-                "parent_id": parent_id,
-            }
-            # from here on (no await before the request is sent) an interrupt reaches the cell itself
-            self._waiting.discard(ticket)
-            if ticket in self._interrupted_waiting:
-                return self._stopped_before_start(guarded, execution_count)
-            done, hits = await self._run_request(worker, request, emit, guarded, limiter, ask_input, timeout)
-            result = self._result(done, execution_count)
-            if result.status == "died":
-                evalue = await self._after_death(done, hits, guarded, "The cell's")
-                guarded("error", {"ename": "CellDied", "evalue": evalue, "traceback": [f"CellDied: {evalue}"]})
-                result.ename, result.evalue, result.traceback = "CellDied", evalue, [f"CellDied: {evalue}"]
-            else:
-                if store_history:
-                    if self.replay.record(code):
-                        self._save_replay()  # only when it changed: a save is linear in the log
-                    self.history.append((execution_count, code))
-                self._last_done_count = execution_count
-                self._schedule_checkpoint()
-            return result
 
     @staticmethod
     def _stopped_before_start(guarded: Emit, execution_count: int) -> ExecuteResult:

@@ -39,6 +39,23 @@ def _data_dir_of_the_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
 
 
 @pytest.fixture
+def fake_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A host of its own for code that reads the host's places: home, Jupyter dirs and the default data dir under ``tmp_path/h``."""
+    home = tmp_path / "h"
+    home.mkdir()
+    for name, value in {
+        "HOME": home,
+        "JUPYTER_CONFIG_DIR": home / "jc",
+        "JUPYTER_DATA_DIR": home / "jd",
+        "JUPYTER_RUNTIME_DIR": home / "jr",
+        "IPYTHONDIR": home / "ipy",
+        "SANDBOX_KERNEL_DATA_DIR": home / "sk",
+    }.items():
+        monkeypatch.setenv(name, str(value))
+    return home
+
+
+@pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     path = tmp_path / "workspace"
     path.mkdir()

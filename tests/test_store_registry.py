@@ -26,29 +26,12 @@ from sandbox_kernel.privacy.store_registry import (
 from sandbox_kernel.privacy.workspace_levels import WorkspaceLevels
 
 
-@pytest.fixture
-def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A host of its own: home, Jupyter dirs and the default data dir under ``tmp_path/h``."""
-    home = tmp_path / "h"
-    home.mkdir()
-    for name, value in {
-        "HOME": home,
-        "JUPYTER_CONFIG_DIR": home / "jc",
-        "JUPYTER_DATA_DIR": home / "jd",
-        "JUPYTER_RUNTIME_DIR": home / "jr",
-        "IPYTHONDIR": home / "ipy",
-        "SANDBOX_KERNEL_DATA_DIR": home / "sk",
-    }.items():
-        monkeypatch.setenv(name, str(value))
-    return home
-
-
 def _masks(workspace: Path) -> dict[str, str]:
     plan = plan_workspace(workspace, collect_protected_places())
     return {str(m.path.relative_to(workspace)): m.kind for m in plan.masks}
 
 
-def test_a_store_is_registered_before_it_is_written_and_hidden_everywhere(host: Path, tmp_path: Path) -> None:
+def test_a_store_is_registered_before_it_is_written_and_hidden_everywhere(fake_host: Path, tmp_path: Path) -> None:
     """Preparing a store outside the default data dir records it (0600 in a
     0700 folder); a process that never used it then hides the store and what
     is written beside it, and not the folder holding it."""
@@ -66,7 +49,7 @@ def test_a_store_is_registered_before_it_is_written_and_hidden_everywhere(host: 
     plan_workspace(ws / "notebooks", collect_protected_places())  # a folder beside the store still runs
 
 
-def test_a_data_dirs_store_hides_the_whole_data_dir(host: Path, tmp_path: Path) -> None:
+def test_a_data_dirs_store_hides_the_whole_data_dir(fake_host: Path, tmp_path: Path) -> None:
     """``<data dir>/privacy`` (a kernel's or the tools' ``data_dir``): the data
     dir holds checkpoints, egress logs and agent workspaces too."""
     ws = tmp_path / "ws"
@@ -78,12 +61,12 @@ def test_a_data_dirs_store_hides_the_whole_data_dir(host: Path, tmp_path: Path) 
     assert ws / "agents" / "workspaces" in places.allowed_roots  # the tools' own workspaces stay usable
 
 
-def test_stores_in_the_default_data_dir_are_not_registered(host: Path) -> None:
-    PrivacyStore(host / "sk" / "privacy").prepare("alice", "s1")
+def test_stores_in_the_default_data_dir_are_not_registered(fake_host: Path) -> None:
+    PrivacyStore(fake_host / "sk" / "privacy").prepare("alice", "s1")
     assert read_registry() == ([], [])
 
 
-def test_a_store_that_is_gone_is_skipped_and_its_entry_kept(host: Path, tmp_path: Path) -> None:
+def test_a_store_that_is_gone_is_skipped_and_its_entry_kept(fake_host: Path, tmp_path: Path) -> None:
     """Nothing left on disk: nothing to hide (no empty mount points made in a
     user's folder). The entry stays: a process may be about to create the store."""
     ws = tmp_path / "ws"
@@ -99,7 +82,7 @@ def test_a_store_that_is_gone_is_skipped_and_its_entry_kept(host: Path, tmp_path
 
 
 def test_bad_registry_entries_are_logged_once_and_never_hide_less(
-    host: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    fake_host: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Garbage, a relative path, two lines, a NUL, an oversized file, a
     symlink, a FIFO and a folder in the registry: each is named in a log line
@@ -137,10 +120,10 @@ def test_bad_registry_entries_are_logged_once_and_never_hide_less(
 
 
 def test_an_unwritable_registry_is_logged_and_the_rise_still_recorded(
-    host: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    fake_host: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    (host / "sk").mkdir()
-    (host / "sk" / "stores").write_text("a file where the registry's folder should be")
+    (fake_host / "sk").mkdir()
+    (fake_host / "sk" / "stores").write_text("a file where the registry's folder should be")
     store = PrivacyStore(tmp_path / "ws" / "a-store")
     with caplog.at_level(logging.ERROR, logger="sandbox_kernel.privacy"):
         PrivateData("alice", "s1", store).add_private_dataset("crm", "SECRET")
@@ -150,25 +133,25 @@ def test_an_unwritable_registry_is_logged_and_the_rise_still_recorded(
     )
 
 
-def test_a_store_in_a_home_keeps_the_homes_secrets_masked(host: Path, tmp_path: Path) -> None:
+def test_a_store_in_a_home_keeps_the_homes_secrets_masked(fake_host: Path, tmp_path: Path) -> None:
     """``privacy_dir=~/.sk-store``: its folder is the home. Hiding the home as a
     whole swallowed every mask inside it (``.ssh`` was readable by the home's
     sandbox); now the store is hidden, the home is not, and its secrets stay
     masked."""
-    (host / ".ssh").mkdir()
-    (host / ".ssh" / "id_rsa").write_text("key")
-    (host / "notes").mkdir()
-    store = host / ".sk-store"
+    (fake_host / ".ssh").mkdir()
+    (fake_host / ".ssh" / "id_rsa").write_text("key")
+    (fake_host / "notes").mkdir()
+    store = fake_host / ".sk-store"
     PrivacyStore(store).prepare("alice", "s1")
-    WorkspaceLevels.beside(PrivacyStore(store)).prepare(host / "notes")
+    WorkspaceLevels.beside(PrivacyStore(store)).prepare(fake_host / "notes")
     for places in (collect_protected_places([store]), collect_protected_places()):
-        plan = plan_workspace(host.resolve(), places)
+        plan = plan_workspace(fake_host.resolve(), places)
         masks = {m.path.name: m.kind for m in plan.masks}
         assert masks.get(".ssh") == HIDE and masks.get(".sk-store") == HIDE, masks
         # a top-level folder of the home the home rule would bind writable, hidden instead
         assert masks.get("workspace-levels") == HIDE, masks
-        assert host.resolve() / "workspace-levels" not in plan.writable_entries
-        assert host.resolve() / "notes" in plan.writable_entries
+        assert fake_host.resolve() / "workspace-levels" not in plan.writable_entries
+        assert fake_host.resolve() / "notes" in plan.writable_entries
 
 
 def _age_entry(store: PrivacyStore, seconds: float) -> Path:
@@ -178,7 +161,7 @@ def _age_entry(store: PrivacyStore, seconds: float) -> Path:
     return entry
 
 
-def test_the_entry_of_a_store_long_gone_is_removed_and_a_used_ones_kept(host: Path, tmp_path: Path) -> None:
+def test_the_entry_of_a_store_long_gone_is_removed_and_a_used_ones_kept(fake_host: Path, tmp_path: Path) -> None:
     """Without removal every store ever made (a test suite makes hundreds in
     temporary folders) is checked at every sandbox start. An entry goes once
     nothing of its store has existed for STALE_AFTER since it was last written;
@@ -209,7 +192,7 @@ def test_the_entry_of_a_store_long_gone_is_removed_and_a_used_ones_kept(host: Pa
     assert young.root in read_registry()[0]
 
 
-def test_a_store_registered_after_a_cached_reading_is_seen(host: Path, tmp_path: Path) -> None:
+def test_a_store_registered_after_a_cached_reading_is_seen(fake_host: Path, tmp_path: Path) -> None:
     """The registry's reading is kept while its folder is unchanged (every
     sandbox start reads it); a store registered afterwards changes the folder
     and is seen at the next start."""
@@ -225,7 +208,7 @@ def test_a_store_registered_after_a_cached_reading_is_seen(host: Path, tmp_path:
     assert "second-store" in _masks(tmp_path / "ws")
 
 
-def test_a_sandbox_start_skips_only_stores_that_cannot_meet_its_workspace(host: Path, tmp_path: Path) -> None:
+def test_a_sandbox_start_skips_only_stores_that_cannot_meet_its_workspace(fake_host: Path, tmp_path: Path) -> None:
     """Stores of other processes that neither lie in the workspace nor hold it
     are left out of its scan; one inside it, or one whose folder holds it, stays."""
     inside = PrivacyStore(tmp_path / "ws" / "in-store")

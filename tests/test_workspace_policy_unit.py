@@ -183,18 +183,8 @@ def test_python_places_inside_a_project_folder_are_read_only(tmp_path: Path, hom
 # ---------------------------------------------------------------- the host's places
 
 
-def test_collect_protected_places_covers_the_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path / "h"
-    home.mkdir()
-    for name, value in {
-        "HOME": home,
-        "JUPYTER_CONFIG_DIR": home / "jc",
-        "JUPYTER_DATA_DIR": home / "jd",
-        "JUPYTER_RUNTIME_DIR": home / "jr",
-        "IPYTHONDIR": home / "ipy",
-        "SANDBOX_KERNEL_DATA_DIR": home / "sk",
-    }.items():
-        monkeypatch.setenv(name, str(value))
+def test_collect_protected_places_covers_the_host(fake_host: Path) -> None:
+    home = fake_host
     places = collect_protected_places(store_dirs=[home / "sk" / "privacy"])
     real = Path(os.path.realpath(home))
     assert real in places.homes

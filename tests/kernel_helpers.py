@@ -63,6 +63,21 @@ def bwrap_kernel(root: Path, *args: str) -> SandboxKernelHandle:
     return SandboxKernelHandle(root / "ws", root / "tmp", extra_args=["--SandboxKernel.backend=bwrap", *args])
 
 
+def shared_data_kernel(workspace: Path, tmp: Path, data_dir: Path, *args: str) -> SandboxKernelHandle:
+    """A bwrap kernel with full network while public whose default data dir is
+    ``data_dir``: kernels of one user's host share it (the ratchet's default
+    store and the registry of the others live there)."""
+    require_bwrap()
+    workspace.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    return SandboxKernelHandle(
+        workspace,
+        tmp,
+        extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.network=full", *args],
+        env={"SANDBOX_KERNEL_DATA_DIR": str(data_dir)},
+    )
+
+
 def ok(kernel: SandboxKernelHandle, code: str, timeout: float = 30) -> str:
     """The stdout of ``code``, which must succeed within ``timeout`` s."""
     return kernel.stdout_of(code, timeout=timeout)

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from kernel_helpers import SandboxKernelHandle, require_bwrap
+from kernel_helpers import SandboxKernelHandle, require_bwrap, shared_data_kernel
 
 from sandbox_kernel.privacy import PrivacyStore, Sensitivity
 
@@ -79,20 +79,6 @@ print(json.dumps(report))
 AS_THE_USER = ("--SandboxKernel.sandbox_uid=0",) if os.geteuid() == 0 else ()
 
 
-def _kernel(workspace: Path, tmp: Path, shared: Path, *args: str) -> SandboxKernelHandle:
-    """A bwrap kernel with full network while public; every kernel of a test
-    shares one default data dir (one user's host: the registry lives there)."""
-    require_bwrap()
-    workspace.mkdir(parents=True, exist_ok=True)
-    tmp.mkdir(parents=True, exist_ok=True)
-    return SandboxKernelHandle(
-        workspace,
-        tmp,
-        extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.network=full", *args],
-        env={"SANDBOX_KERNEL_DATA_DIR": str(shared)},
-    )
-
-
 def _attack(kernel: SandboxKernelHandle, targets: list[str]) -> dict | str:
     """What B's cell could do to each target, or the error that kept B's cells
     from running at all (a workspace refused)."""
@@ -130,7 +116,7 @@ def test_a_configured_privacy_dir_in_another_kernels_workspace(tmp_path: Path, w
     b_ws = tmp_path / "b-ws"
     store = b_ws / where
     a_args = (f"--SandboxKernel.privacy_dir={store}", "--SandboxKernel.user_id=alice", "--SandboxKernel.session_id=a1")
-    a = _kernel(tmp_path / "a-ws", tmp_path / "a-tmp", shared, *a_args)
+    a = shared_data_kernel(tmp_path / "a-ws", tmp_path / "a-tmp", shared, *a_args)
     try:
         run = a.run("%private payroll CONFIDENTIAL")
         assert a.run(IFACES).stdout.strip() == "['lo']", (run.stderr, run.errors)
@@ -139,7 +125,7 @@ def test_a_configured_privacy_dir_in_another_kernels_workspace(tmp_path: Path, w
     assert PrivacyStore(store).highwater("alice", "a1") == Sensitivity.CONFIDENTIAL
     before = _files(b_ws)
 
-    b = _kernel(b_ws, tmp_path / "b-tmp", shared, "--SandboxKernel.session_id=b1", *AS_THE_USER)
+    b = shared_data_kernel(b_ws, tmp_path / "b-tmp", shared, "--SandboxKernel.session_id=b1", *AS_THE_USER)
     try:
         top = where.split("/")[0]
         names = ["a-store", "a-store-highwater", "a-store-enforced", "workspace-levels", "workspace-levels-highwater"]
@@ -150,7 +136,7 @@ def test_a_configured_privacy_dir_in_another_kernels_workspace(tmp_path: Path, w
         b.shutdown()
     _assert_out_of_reach(report, before, b_ws)
 
-    a = _kernel(tmp_path / "a-ws", tmp_path / "a-tmp", shared, *a_args)
+    a = shared_data_kernel(tmp_path / "a-ws", tmp_path / "a-tmp", shared, *a_args)
     try:
         assert a.run(IFACES).stdout.strip() == "['lo']"
         run = a.run("import sandbox_kernel.private as p\nprint(p.mark_private('INTERNAL'))")
@@ -185,7 +171,7 @@ async def test_the_agent_tools_data_dir_in_a_kernels_workspace(tmp_path: Path, m
     before = _files(agents)
     assert any(p.name == "agent1@SECRET" for p in before)
 
-    b = _kernel(b_ws, tmp_path / "b-tmp", shared, "--SandboxKernel.session_id=b1", *AS_THE_USER)
+    b = shared_data_kernel(b_ws, tmp_path / "b-tmp", shared, "--SandboxKernel.session_id=b1", *AS_THE_USER)
     try:
         report = _attack(b, ["/workspace/agents"])
     finally:

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from kernel_helpers import SandboxKernelHandle, reply_to, require_bwrap, status_of
+from kernel_helpers import SandboxKernelHandle, reply_to, require_bwrap, shared_data_kernel, status_of
 
 from sandbox_kernel.privacy import PrivacyStore, PrivateData
 
@@ -127,15 +127,7 @@ def _identity(k: SandboxKernelHandle) -> tuple[str, str]:
 
 
 def _kernel_in(workspace: Path, tmp: Path) -> SandboxKernelHandle:
-    require_bwrap()
-    workspace.mkdir(parents=True, exist_ok=True)
-    tmp.mkdir(parents=True, exist_ok=True)
-    return SandboxKernelHandle(
-        workspace,
-        tmp,
-        extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.network=full"],
-        env={"SANDBOX_KERNEL_DATA_DIR": str(tmp.parent / "shared-data")},
-    )
+    return shared_data_kernel(workspace, tmp, tmp.parent / "shared-data")
 
 
 def _wait_for_lo(k: SandboxKernelHandle, timeout: float = 15) -> str | None:

@@ -26,6 +26,8 @@ import stat
 
 from jupyter_core.paths import jupyter_runtime_dir
 
+from ..privacy.store import replace_file
+
 log = logging.getLogger("sandbox_kernel.tools.mcp")
 
 #: bytes of randomness of a generated token (``secrets.token_urlsafe``: 43 characters)
@@ -94,31 +96,11 @@ class RuntimeTokenFile:
         if the directory is not private or the file cannot be written."""
         directory = os.path.abspath(directory or jupyter_runtime_dir())
         dir_fd = _open_private_dir(directory)
-        temporary = f".{name}.{secrets.token_hex(8)}"
         try:
-            fd = os.open(
-                temporary,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-                dir_fd=dir_fd,
-            )
-            try:
-                os.fchmod(fd, 0o600)  # exactly, whatever the umask
-                data = (token + "\n").encode()
-                while data:
-                    data = data[os.write(fd, data) :]
-                os.fsync(fd)
-                st = os.fstat(fd)
-            finally:
-                os.close(fd)
             _note_replaced(dir_fd, directory, name)
-            # rename replaces the name itself: a symlink there is not followed
-            os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            # the rename replaces the name itself: a symlink there is not followed
+            st = replace_file(dir_fd, name, (token + "\n").encode())
         except OSError as exc:
-            try:
-                os.unlink(temporary, dir_fd=dir_fd)
-            except OSError:
-                pass
             os.close(dir_fd)
             raise RuntimeTokenError(f"cannot write the token file {os.path.join(directory, name)}: {exc}") from None
         return cls(dir_fd, directory, name, (st.st_dev, st.st_ino))

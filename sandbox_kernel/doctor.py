@@ -246,10 +246,10 @@ def check_other_stores() -> Check:
     """The stores kept outside the data dir that every sandbox start hides
     (privacy/store_registry.py): a wrong or unreadable entry is a store some
     sandbox may not hide."""
-    from .privacy.store_registry import read_registry, registry_dir, store_places
+    from .privacy.store_registry import read_registry, registry_dir, store_exists
 
     stores, problems = read_registry()
-    live = [s for s in stores if any(os.path.lexists(p) for p in store_places(s))]
+    live = [s for s in stores if store_exists(s)]
     gone = [s for s in stores if s not in live]
     detail = (
         f"{len(live)} outside the data dir, hidden from every sandbox: {', '.join(map(str, live))}"

@@ -249,6 +249,12 @@ def data_dir_of(root: Path) -> Path | None:
     return root.parent if root.name == DATA_DIR_STORE else None
 
 
+def store_exists(root: Path) -> bool:
+    """Whether anything of the store at ``root`` is on disk (its folder, a
+    marker, the folder levels kept beside it); a link counts too."""
+    return any(os.path.lexists(p) for p in store_places(root))
+
+
 def registered_stores() -> list[Path]:
     """The recorded stores of which something exists on disk. Bad entries are
     logged (once per problem and process) and skipped; never raises."""
@@ -257,7 +263,7 @@ def registered_stores() -> list[Path]:
         _say_once(logging.WARNING, problem)
     live = []
     for name, root in entries:
-        if any(os.path.lexists(p) for p in store_places(root)):
+        if store_exists(root):
             live.append(root)
         else:
             _remove_if_stale(registry_dir() / name)

@@ -97,3 +97,11 @@ def test_a_thread_still_in_input_when_its_cell_ends_gets_an_error(fresh_kernel: 
         run.stderr,
     )
     assert run.stderr == "", run.stderr  # no note of a lost holder
+
+
+def test_a_prompt_without_stdin_names_its_caller(kernel: SandboxKernelHandle) -> None:
+    """As ipykernel: ``input()`` and ``getpass`` each say which was called."""
+    for code, caller in (("input('x')", "input()"), ("import getpass\ngetpass.getpass()", "getpass")):
+        run = kernel.run(code)
+        assert run.reply["ename"] == "StdinNotImplementedError"
+        assert run.reply["evalue"].startswith(f"{caller} was called, but this frontend does not support input")

@@ -127,3 +127,13 @@ def test_history_searches_and_reruns_this_sessions_cells(kernels: tuple[Blocking
     assert _outcome(sandboxed, "%rerun -l 1")["status"] == "ok"  # the line before it, once more
     shown = _outcome(sandboxed, "print(marker_of_history)")
     assert shown["outputs"] == [("stdout", "42\n")], shown
+
+
+def test_store_keeps_values_as_with_ipykernel(kernels: tuple[BlockingKernelClient, ...]) -> None:
+    """IPython's default extension is loaded (``%store`` was "not found"); its
+    database is in the sandbox's private /tmp."""
+    sandboxed, _ = kernels
+    stored = _outcome(sandboxed, "stored_value = [1, 2]\n%store stored_value")
+    assert stored["outputs"] == [("stdout", "Stored 'stored_value' (list)\n")], stored
+    restored = _outcome(sandboxed, "del stored_value\n%store -r stored_value\nprint(stored_value)")
+    assert restored["outputs"] == [("stdout", "[1, 2]\n")], restored

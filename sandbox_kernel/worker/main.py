@@ -1123,11 +1123,12 @@ def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, ou
                         return reply
 
     def ask(prompt: Any = "", password: bool = False) -> str:
+        caller = "getpass" if password else "input()"  # named as ipykernel names them
         if _answerable is not token:
-            raise StdinNotImplementedError(f"input() {ended}")
+            raise StdinNotImplementedError(f"{caller} {ended}")
         if not allow_stdin:
             raise StdinNotImplementedError(
-                "input() was called, but this frontend does not support input requests "
+                f"{caller} was called, but this frontend does not support input requests "
                 "(the client did not set allow_stdin)."
             )
         out.flush()
@@ -1137,7 +1138,7 @@ def _install_host_requests(channel: Channel, ctl: Channel, allow_stdin: bool, ou
         # a reply to an earlier, interrupted prompt is not this one's
         reply = answer(
             lambda a: a.get("op") == Op.INPUT_REPLY and a.get("req") in (req, None),
-            lambda: StdinNotImplementedError(f"input() {cut}"),
+            lambda: StdinNotImplementedError(f"{caller} {cut}"),
         )
         value = reply.get("value", "")
         if not isinstance(value, str):

@@ -300,6 +300,11 @@ def make_shell(channel: Channel) -> ZMQInteractiveShell:
     pip_magic.packages_dir()
     shell.magics_manager.register_function(_pip_line, magic_kind="line", magic_name="pip")
     kernel_magics.register(shell)  # ipykernel's own (%autosave, %less, ...)
+    # IPython's default extension (InteractiveShellApp.default_extensions):
+    # %store keeps values in the profile's database, here in the sandbox's
+    # private /tmp, so for this sandbox only (never another session's)
+    assert shell.extension_manager is not None  # made by InteractiveShell.__init__
+    shell.extension_manager.load_extension("storemagic")
     return shell
 
 

@@ -161,3 +161,17 @@ def test_kernel_info_is_honest(kernel: SandboxKernelHandle) -> None:
     assert info["language_info"]["name"] == "python"
     assert "kernel subshells" not in info.get("supported_features", [])
     assert info["implementation"] == "sandbox_kernel"
+
+
+def test_a_result_whose_formatting_raises_fails_its_cell(kernel: SandboxKernelHandle) -> None:
+    """As in ipykernel: a ``_repr_html_`` that raises shows its error, the
+    result still shows as text, and the cell's reply is an error (Run All stops)."""
+    run = kernel.run("class Bad:\n    def _repr_html_(self):\n        raise ValueError('repr fails')\nBad()")
+    assert run.reply["status"] == "error"
+    assert (run.reply["ename"], run.reply["evalue"]) == ("ValueError", "repr fails")
+    assert [m["msg_type"] for m in run.messages if m["msg_type"] in ("error", "execute_result")] == [
+        "error",
+        "execute_result",
+    ]
+    assert run.result is not None and list(run.result) == ["text/plain"]
+    assert kernel.run("'fine'").reply["status"] == "ok"  # the next cell starts clean

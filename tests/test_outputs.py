@@ -697,3 +697,20 @@ def test_private_session_drops_pdf_a_viewer_could_use_to_fetch() -> None:
     assert "application/pdf" in public.data
     assert "application/pdf" not in private.data and private.data["text/plain"] == "doc"
     assert any("application/pdf" in note for note in private.removed)
+
+
+def test_inert_tags_jupyterlab_keeps_are_kept_and_their_urls_still_checked():
+    """FileLink's ``<tt>``, fastai's ``<progress>`` bar and other formatting
+    were dropped; they run and fetch nothing. A style on them is still checked."""
+    markup = (
+        "<tt>x.txt</tt><progress value='3' max='10' style='width:300px'></progress>"
+        "<meter value='0.4' min='0' max='1'></meter><center><font color='red' face='mono'>f</font></center>"
+        "<section><nav>n</nav></section><big>b</big><strike>s</strike>"
+        '<tt style="background:url(https://example.com/x.png)">t</tt>'
+    )
+    r = sanitize_bundle({"text/html": markup}, private=True)
+    kept = scan(html_of(r)).tags
+    for tag in ("tt", "progress", "meter", "center", "font", "section", "nav", "big", "strike"):
+        assert tag in kept, (tag, html_of(r))
+    assert 'value="3"' in html_of(r) and 'max="10"' in html_of(r) and 'color="red"' in html_of(r)
+    assert_no_fetch(html_of(r))

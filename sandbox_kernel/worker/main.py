@@ -789,6 +789,7 @@ class Holder:
         self.channel.set_output_budget(budget if isinstance(budget, int) else None)
         shell.payload_manager.clear_payload()
         shell._last_error = None
+        shell._error_in_displayhook = False
         shell.exit_now = False
         res = None
         try:
@@ -803,14 +804,13 @@ class Holder:
             pass
         if res is None:  # stopped before its code began: shown as an interrupted cell
             shell.showtraceback((KeyboardInterrupt, KeyboardInterrupt(), None), exception_only=True)
-        reply: dict[str, Any] = {
-            "status": "ok" if res is not None and res.success else "error",
-            "execution_count": shell.execution_count,
-        }
+        # a result whose formatting raised (a ``_repr_html_`` that fails) fails its cell, as in ipykernel
+        succeeded = res is not None and res.success and not shell._error_in_displayhook
+        reply: dict[str, Any] = {"status": "ok" if succeeded else "error", "execution_count": shell.execution_count}
         if res is None:
             error = shell._last_error or {}
             reply.update(ename="KeyboardInterrupt", evalue="", traceback=error.get("traceback") or [])
-        elif res.success:
+        elif succeeded:
             expressions = msg.get("user_expressions") or {}
             reply["user_expressions"] = shell.user_expressions(expressions) if isinstance(expressions, dict) else {}
         else:

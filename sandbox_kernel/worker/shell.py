@@ -168,6 +168,8 @@ class ZMQInteractiveShell(InteractiveShell):
 
     #: the last error of the running cell (the worker reports it in the cell's reply)
     _last_error: dict[str, Any] | None = None
+    #: an error was shown while the displayhook formatted the cell's result
+    _error_in_displayhook = False
     display_pub_class = ChannelDisplayPublisher
     channel: Channel | None = None
 
@@ -244,6 +246,8 @@ class ZMQInteractiveShell(InteractiveShell):
         if self._quiet_errors:
             return
         _flush_std()
+        if getattr(self.displayhook, "msg", None) is not None:
+            self._error_in_displayhook = True
         self._last_error = {"ename": str(etype.__name__), "evalue": str(evalue), "traceback": list(stb)}
         if self.channel is not None and self.channel.enabled:
             self.channel.send({"type": Msg.ERROR, **self._last_error})

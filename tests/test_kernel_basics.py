@@ -175,3 +175,45 @@ def test_a_result_whose_formatting_raises_fails_its_cell(kernel: SandboxKernelHa
     ]
     assert run.result is not None and list(run.result) == ["text/plain"]
     assert kernel.run("'fine'").reply["status"] == "ok"  # the next cell starts clean
+
+
+def test_prints_of_processes_a_cell_forks_are_shown(kernel: SandboxKernelHandle) -> None:
+    """A multiprocessing worker's prints were lost: buffered for the flush
+    interval, and the pool terminated before (``Pool.__exit__``)."""
+    run = kernel.run(
+        "import multiprocessing as mp\n"
+        "from concurrent.futures import ProcessPoolExecutor\n"
+        "def square(x):\n"
+        "    print('in worker', x)\n"
+        "    return x * x\n"
+        "with mp.Pool(1) as pool:\n"
+        "    results = pool.map(square, [3])\n"
+        "with ProcessPoolExecutor(1) as ex:\n"
+        "    results += list(ex.map(square, [4]))\n"
+        "child = mp.Process(target=square, args=(5,))\n"
+        "child.start(); child.join()\n"
+        "results"
+    )
+    assert run.reply["status"] == "ok", run.reply
+    assert run.result == {"text/plain": "[9, 16]"}
+    assert sorted(run.stdout.splitlines()) == ["in worker 3", "in worker 4", "in worker 5"], run.stdout
+
+
+def test_output_of_c_code_comes_before_what_follows_it(kernel: SandboxKernelHandle) -> None:
+    """What C code (or a subprocess) wrote to fd 1 is sent before a later
+    display, error or result (it came after them: the pipe's reader had not
+    read it yet when they were sent)."""
+    run = kernel.run(
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None)\n"
+        "libc.printf(b'from C\\n'); libc.fflush(None)\n"
+        "display('shown')\n"
+        "os.system('echo from a subprocess')\n"
+        "'result'"
+    )
+    order = [
+        m["content"]["text"] if m["msg_type"] == "stream" else m["msg_type"]
+        for m in run.messages
+        if m["msg_type"] in ("stream", "display_data", "execute_result")
+    ]
+    assert order == ["from C\n", "display_data", "from a subprocess\n", "execute_result"], order

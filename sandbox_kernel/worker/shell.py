@@ -23,7 +23,7 @@ from IPython.utils.process import system  # type: ignore[attr-defined]  # re-exp
 from traitlets import Instance, default
 from traitlets.config import Application, Config
 
-from . import comms, interrupts, kernel_magics, pip_magic
+from . import comms, interrupts, kernel_magics, pip_magic, streams
 from .cell_names import CellNames
 from .channel import Channel
 from .protocol import Msg
@@ -31,6 +31,7 @@ from .streams import parent_tag
 
 
 def _flush_std() -> None:
+    streams.drain_captures()  # what C code and subprocesses wrote, first
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -20,6 +20,8 @@ import fcntl
 import io
 import os
 import select
+import struct
+import termios
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +35,9 @@ from .protocol import Msg
 FLUSH_INTERVAL = 0.2
 #: characters per stream message (at most 1 MiB of UTF-8)
 CHUNK_CHARS = 256 * 1024
+#: the longest a flush waits for output of C code or subprocesses already in
+#: the capture pipes (``drain_captures``)
+DRAIN_WAIT = 0.1
 
 
 #: the stream of each name that the running (or last) request's process made
@@ -93,6 +98,7 @@ class OutStream(io.TextIOBase):
         self._lock = threading.RLock()
         self._buffered = 0  # characters in the buffer
         self._pending = False  # what the buffer holds waits for the flusher
+        self._pid = os.getpid()
         _current[name] = self
 
     @property
@@ -129,6 +135,11 @@ class OutStream(io.TextIOBase):
             self._buffer.append(text)
             self._buffered += len(text)
             if self._buffered >= CHUNK_CHARS:  # a flood is sent (or dropped, over budget) as it comes
+                self.flush()
+            elif os.getpid() != self._pid:
+                # a process a cell forked (a multiprocessing worker) may be
+                # terminated any moment (Pool.__exit__) and never flush, and
+                # its prints were lost: sent at once, as ipykernel does
                 self.flush()
             elif not self._pending:
                 flusher = _get_flusher()
@@ -398,6 +409,10 @@ class FdCapture:
         #: set once the reader has forwarded everything and returned
         self.done = threading.Event()
         self.reader_pid = os.getpid()
+        #: bytes the reader took from the pipes and handed to their streams
+        self.forwarded = 0
+        #: the reader holds bytes it read but has not handed on yet
+        self.busy = False
         try:
             for fd, stream in streams:
                 saved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
@@ -426,7 +441,9 @@ class FdCapture:
                 poller.register(read_end, select.POLLIN)
             poller.register(stop, select.POLLIN)
             while self._open:
+                self.busy = False
                 ready = poller.poll()
+                self.busy = True
                 if any(fd == stop for fd, _ in ready):
                     return  # handed over: the next holder reads on
                 for read_end, _ in ready:
@@ -443,7 +460,9 @@ class FdCapture:
                     text = decoder.decode(chunk)
                     if text:
                         stream.write(text)
+                    self.forwarded += len(chunk)
         finally:
+            self.busy = False
             for stream, _ in self._readers.values():
                 stream.flush()
             if not self._open:
@@ -451,6 +470,16 @@ class FdCapture:
                     _open_captures.remove(self)
                 except ValueError:
                     pass
+
+    def waiting_bytes(self) -> int:
+        """Bytes written to the pipes that the reader has not taken yet."""
+        waiting = 0
+        for read_end in list(self._open):
+            try:
+                waiting += struct.unpack("i", fcntl.ioctl(read_end, termios.FIONREAD, b"\0\0\0\0"))[0]
+            except OSError:
+                pass
+        return waiting
 
     def adopt(self) -> None:
         """Read on, in this process, pipes a reader in the parent read
@@ -524,6 +553,26 @@ def reclaim_captures(timeout: float = 0.5) -> None:
                 capture.adopt()
             except RuntimeError:  # "can't start new thread": the process cap is spent
                 return
+
+
+def drain_captures(timeout: float = DRAIN_WAIT) -> None:
+    """Wait until this process's readers have handed to their streams what C
+    code and subprocesses already wrote to fds 1 and 2, so that a flush
+    before a result, a display or an error sends it first, as ipykernel
+    orders it (a ``printf`` came after the cell's result). Only what was
+    written before the call is waited for: a process that keeps writing (a
+    server's log) costs no more than its backlog, and never over ``timeout``."""
+    pid = os.getpid()
+    mine = [c for c in _open_captures if c.reader_pid == pid and not c.done.is_set()]
+    targets = [(c, c.forwarded + waiting) for c in mine if (waiting := c.waiting_bytes()) or c.busy]
+    if not targets:
+        return
+    deadline = time.monotonic() + timeout
+    for capture, target in targets:
+        while (capture.forwarded < target or capture.busy) and not capture.done.is_set():
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.0002)
 
 
 def start_captures(out: OutStream, err: OutStream) -> FdCapture:

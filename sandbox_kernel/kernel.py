@@ -719,7 +719,13 @@ class SandboxKernel(Kernel, EngineSettings):
         elif hist_access_type == "range":
             if session not in (None, 0, 1):
                 entries = []
-            entries = [e for e in entries if (start is None or e[1] >= start) and (stop is None or e[1] < stop)]
+            # IPython names the current session 0 in what it returns for session 0 (the default)
+            label = 1 if session == 1 else 0
+            entries = [
+                (label, count, code)
+                for _, count, code in entries
+                if (start is None or count >= start) and (stop is None or count < stop)
+            ]
         elif hist_access_type == "search":
             glob = pattern or "*"
             entries = [e for e in entries if fnmatch.fnmatchcase(e[2], glob)]

@@ -154,6 +154,11 @@ def test_is_complete_and_history(kernel: SandboxKernelHandle) -> None:
     assert any("history_marker" in entry[2] for entry in tail)
     found = kernel.kc.history(hist_access_type="search", pattern="history_marker*", reply=True)["content"]["history"]
     assert found and found[-1][2].startswith("history_marker")
+    # as IPython: session 0 (the current one, the default) is named 0 in the reply
+    for session, label in ((0, 0), (1, 1)):
+        ranged = kernel.kc.history(hist_access_type="range", session=session, start=1, stop=10**6, reply=True)
+        entries = ranged["content"]["history"]
+        assert entries and {entry[0] for entry in entries} == {label}, (session, entries)
 
 
 def test_kernel_info_is_honest(kernel: SandboxKernelHandle) -> None:

@@ -6,9 +6,11 @@ raising a flag and posting a "stop aborting" marker into the shell queue, both
 (nbclient or papermill with ``allow_errors``, testbook, an agent's next call)
 can get its next request into the queue before the marker: that request comes
 back ``aborted`` without running (ipython/ipykernel#609). Measured through
-jupyter_client, a cell that raised and then ``1+1`` at once: 11 of 300 second
-cells aborted here, 1 of 300 under stock ipykernel (the host's threads that
-serve the sandbox make the window wider).
+jupyter_client with the kernels logging at DEBUG (which widens the window), a
+cell that raised and then ``1+1`` at once: 11 of 300 second cells aborted
+here, 1 of 300 under stock ipykernel (the host's threads that serve the
+sandbox make the window wider); at the default log level about 1 in 100 after
+an interrupted cell.
 
 Here the flag is raised and the marker posted, and its posting awaited, before
 the reply goes out: what the client sent before it saw the error is aborted

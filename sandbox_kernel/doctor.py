@@ -195,7 +195,8 @@ def check_completer_seed() -> Check:
         return Check(
             "completion cache",
             WARN,
-            "not made yet: a new sandbox's first Tab takes seconds (made at the first completion)",
+            "not made yet: a new sandbox's first Tab takes seconds and a session's first plot"
+            " scans every font (made at the first completion)",
             f"{sys.executable} -I -m sandbox_kernel install --sys-prefix",
         )
     return Check("completion cache", OK, str(seed))

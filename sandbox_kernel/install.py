@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
 
     seed = completer_seed.build()
     if seed is not None:
-        print(f"Made the sandboxes' completion cache in {seed}")
+        print(f"Made the sandboxes' completion and font caches in {seed}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The host's parso cache for sandboxes (engine/completer_seed.py): a new
-sandbox's first Tab starts from it, and no sandbox can write it.
+"""The host's caches for sandboxes (engine/completer_seed.py): a new
+sandbox's first Tab starts from jedi's, its first plot from matplotlib's font
+list, and no sandbox can write them.
 
 The cache is made of pickles that every later sandbox loads: a seed one
 sandbox could change would run its code in all the others, past the
@@ -29,6 +30,12 @@ def seed() -> Path:
     return found
 
 
+def font_manager_version() -> str:
+    from matplotlib import font_manager
+
+    return str(font_manager.FontManager.__version__)
+
+
 def _digests(root: Path) -> dict[str, tuple[str, int]]:
     return {
         str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), stat.S_IMODE(p.stat().st_mode))
@@ -38,8 +45,12 @@ def _digests(root: Path) -> dict[str, tuple[str, int]]:
 
 
 def test_the_seed_is_readable_by_sandboxes_and_writable_by_none(seed: Path) -> None:
-    files = [p for p in seed.rglob("*") if p.is_file()]
-    assert files and all(p.suffix == ".pkl" for p in files), files
+    files = [p.relative_to(seed) for p in seed.rglob("*") if p.is_file()]
+    pickles = [p for p in files if p.parts[0] == "jedi"]
+    font_lists = [p for p in files if p.parts[0] == "matplotlib"]
+    assert pickles and all(p.suffix == ".pkl" for p in pickles), files
+    assert [p.name for p in font_lists] == [f"fontlist-v{font_manager_version()}.json"], files
+    assert len(pickles) + len(font_lists) == len(files), files
     for path in [seed, *seed.rglob("*")]:
         mode = stat.S_IMODE(path.lstat().st_mode)
         assert not stat.S_ISLNK(path.lstat().st_mode), path
@@ -139,4 +150,48 @@ def test_no_sandbox_can_write_the_seed_and_a_poisoned_copy_dies_with_its_sandbox
     finally:
         k.shutdown()
     assert not (tmp_path / "ws" / "poison-ran").exists()
+    assert _digests(seed) == before
+
+
+FONT_LIST = """
+import glob, hashlib, os
+from pathlib import Path
+lists = glob.glob(os.environ["MPLCONFIGDIR"] + "/fontlist-*.json")
+print(" ".join(Path(p).name + ":" + hashlib.sha256(open(p, "rb").read()).hexdigest() for p in lists))
+"""
+
+
+def test_a_new_sessions_first_plot_starts_from_the_seeds_font_list(tmp_path: Path, seed: Path) -> None:
+    """Without the seed, matplotlib scanned every font of the system in each
+    new session ("generated new fontManager"; seconds on a desktop). The
+    seed cannot be written; a copy one session spoils is that session's only."""
+    (font_list,) = (seed / "matplotlib").glob("fontlist-*.json")
+    expected = f"{font_list.name}:{hashlib.sha256(font_list.read_bytes()).hexdigest()}\n"
+    before = _digests(seed)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    k = bwrap_kernel(tmp_path / "a")
+    try:
+        assert k.stdout_of(FONT_LIST) == expected  # before matplotlib is imported
+        run = k.run(
+            "import logging\nlogging.basicConfig(level=logging.INFO)\n"
+            "import matplotlib.pyplot as plt\nplt.figure(); plt.plot([1, 2]); plt.savefig('/tmp/plot.png')"
+        )
+        assert run.reply["status"] == "ok", run.reply
+        assert "generated new fontManager" not in run.stderr, run.stderr
+        writable = k.stdout_of(
+            "import os, glob\nseed = glob.glob(os.environ['SANDBOX_KERNEL_COMPLETER_SEED'] + '/matplotlib/*.json')[0]\n"
+            "try:\n    open(seed, 'w')\nexcept OSError:\n    print('refused')"
+        )
+        assert writable == "refused\n"
+        k.stdout_of(
+            "import glob, os\nopen(glob.glob(os.environ['MPLCONFIGDIR'] + '/fontlist-*.json')[0], 'w').write('{}')"
+        )
+    finally:
+        k.shutdown()
+    other = bwrap_kernel(tmp_path / "b")
+    try:
+        assert other.stdout_of(FONT_LIST) == expected
+    finally:
+        other.shutdown()
     assert _digests(seed) == before

@@ -1,4 +1,6 @@
-"""A parso cache made on the host, so that a sandbox's first Tab is quick.
+"""Caches made on the host for sandboxes: jedi's parser cache, so that a
+sandbox's first Tab is quick, and matplotlib's font list, so that its first
+plot is.
 
 jedi parses the builtins' stubs before it can answer any completion, and
 keeps what parso parsed as pickles under ``~/.cache/jedi``. On the host
@@ -11,6 +13,16 @@ The seed is the cache an empty completion leaves, made once per installation
 empty namespace in isolated mode: it reads only the installation's own files
 and runs nothing of any notebook. Sandboxes get it read-only, and the worker
 copies it into its own ``/tmp`` before jedi starts (``warmup.warm_completer``).
+
+matplotlib scans every font of the system to make its font list, once per
+cache folder; a session's is in its state folder, so that was once per
+session (0.15 s of the first plot with the 38 font files here, seconds and a
+"building the font cache" warning with the hundreds of a desktop). The seed
+holds the list made with an empty home (the system's fonts only, the ones a
+sandbox sees), when matplotlib is installed; the worker copies it into the
+session's cache before the first cell (``warmup.copy_font_list``).
+matplotlib reads it as JSON whose objects it rebuilds field by field, never
+as a pickle.
 
 Where it lives matters more than what it holds: parso loads these files with
 ``pickle``, so a seed a sandbox could write would run that sandbox's code in
@@ -41,7 +53,10 @@ IN_COMPLETER_SEED = "/.sandbox_kernel/completer-seed"
 
 #: what the host runs to fill the seed: the worker's own warm-up (an attribute
 #: and a global name, each in an empty namespace)
-_FILL = "import jedi\njedi.Interpreter('int.real', [{}]).complete()\njedi.Interpreter('value_of', [{}]).complete()\n"
+_FILL = (
+    "import jedi\njedi.Interpreter('int.real', [{}]).complete()\njedi.Interpreter('value_of', [{}]).complete()\n"
+    "try:\n    import matplotlib\nexcept ImportError:\n    pass\nelse:\n    import matplotlib.font_manager\n"
+)
 _BUILD_TIMEOUT = 120.0
 
 _log = logging.getLogger(__name__)
@@ -57,6 +72,10 @@ def _key() -> str | None:
         versions = f"jedi {metadata.version('jedi')} parso {metadata.version('parso')}"
     except metadata.PackageNotFoundError:
         return None
+    try:
+        versions += f" matplotlib {metadata.version('matplotlib')}"
+    except metadata.PackageNotFoundError:
+        pass
     text = f"{os.path.realpath(sys.executable)}|{sys.version}|{versions}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -104,7 +123,14 @@ def build() -> Path | None:
 
 
 def _fill(work: Path, target: Path) -> Path | None:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work), "XDG_CACHE_HOME": str(work)}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(work),  # empty: only the system's fonts, as a sandbox sees them
+        "XDG_CACHE_HOME": str(work),
+        "XDG_DATA_HOME": str(work),
+        "MPLCONFIGDIR": str(work / "matplotlib"),
+        "MPLBACKEND": "agg",
+    }
     try:
         done = subprocess.run(
             [sys.executable, "-I", "-c", _FILL],
@@ -120,9 +146,9 @@ def _fill(work: Path, target: Path) -> Path | None:
     if done.returncode != 0 or not (work / "jedi").is_dir():
         _log.info("no completion cache for sandboxes: %s", done.stderr.decode(errors="replace")[-300:])
         return None
-    for path in [work, *work.rglob("*")]:  # only pickles, readable by a sandbox's uid, writable by none
-        if path.is_file() and path.suffix != ".pkl":
-            path.unlink()  # parso's lock: each sandbox's copy keeps its own
+    for path in [work, *work.rglob("*")]:  # only the caches, readable by a sandbox's uid, writable by none
+        if path.is_file() and not _kept(path.relative_to(work)):
+            path.unlink()  # parso's lock, matplotlib's config: each sandbox's copy keeps its own
         else:
             path.chmod(0o755 if path.is_dir() else 0o644)
     try:
@@ -130,6 +156,18 @@ def _fill(work: Path, target: Path) -> Path | None:
     except OSError:  # another kernel made it meanwhile
         return find()
     return target
+
+
+def _kept(relative: Path) -> bool:
+    """jedi's pickles and matplotlib's font list."""
+    if relative.parts[0] == "jedi":
+        return relative.suffix == ".pkl"
+    return (
+        relative.parts[0] == "matplotlib"
+        and len(relative.parts) == 2
+        and relative.name.startswith("fontlist-")
+        and relative.suffix == ".json"
+    )
 
 
 def build_in_background() -> None:

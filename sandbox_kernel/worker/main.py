@@ -1220,6 +1220,7 @@ def main() -> None:
 
     private.install(shell)
     warmup.remember(shell)
+    warmup.copy_font_list()
     sys.stdout = sys.stderr = Sink()
     _set_subreaper()
     # PROXIED sandboxes: the forwarder's port is bound before the first cell

@@ -210,6 +210,30 @@ def warm_completer() -> bool:
     return True
 
 
+def copy_font_list() -> None:
+    """Start matplotlib's cache from the host's font list
+    (engine/completer_seed.py), so the session's first plot does not scan
+    every font of the system again. Copied where matplotlib looks
+    (``$MPLCONFIGDIR``: the session's state folder, which its later
+    sandboxes keep; else ``$XDG_CACHE_HOME/matplotlib`` or
+    ``~/.cache/matplotlib``); a file already there is kept, and a copy that
+    fails only costs that scan."""
+    seed = os.environ.get(COMPLETER_SEED_ENV)
+    source = os.path.join(seed or "", "matplotlib")
+    if not seed or not os.path.isdir(source):
+        return
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    target = os.environ.get("MPLCONFIGDIR") or os.path.join(cache, "matplotlib")
+    try:
+        for name in os.listdir(source):
+            copy = os.path.join(target, name)
+            if name.startswith("fontlist-") and name.endswith(".json") and not os.path.exists(copy):
+                os.makedirs(target, exist_ok=True)
+                shutil.copyfile(os.path.join(source, name), copy)
+    except OSError:
+        pass
+
+
 def _copy_completer_seed(jedi: Any) -> None:
     """Start jedi's parser cache from the host's seed (engine/completer_seed.py):
     the builtins' stubs parsed once per installation, not once per sandbox

@@ -222,3 +222,22 @@ def test_output_of_c_code_comes_before_what_follows_it(kernel: SandboxKernelHand
         if m["msg_type"] in ("stream", "display_data", "execute_result")
     ]
     assert order == ["from C\n", "display_data", "from a subprocess\n", "execute_result"], order
+
+
+def test_a_flush_of_a_stream_an_earlier_cell_kept_sends_the_output(kernel: SandboxKernelHandle) -> None:
+    """A logging handler made in one cell keeps that cell's ``sys.stderr``;
+    its flush after each record sent nothing (the lines had gone to the
+    current stream), so a cell's log lines came after all its prints. As
+    in ipykernel, each record now goes out when the handler flushes."""
+    kernel.run(
+        "import logging, sys\nkept_log = logging.getLogger('kept')\nkept_log.addHandler(logging.StreamHandler())"
+    )
+    run = kernel.run("print('a')\nkept_log.warning('b')\nprint('c')")
+    lines = [
+        (m["content"]["name"], line)
+        for m in run.messages
+        if m["msg_type"] == "stream"
+        for line in m["content"]["text"].splitlines()
+    ]
+    assert sorted(lines) == [("stderr", "b"), ("stdout", "a"), ("stdout", "c")], lines
+    assert lines.index(("stderr", "b")) < lines.index(("stdout", "c")), lines

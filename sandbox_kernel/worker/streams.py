@@ -151,6 +151,12 @@ class OutStream(io.TextIOBase):
         return len(text)
 
     def flush(self) -> None:
+        current = _current.get(self.name, self)
+        if current is not self and _thread.get_ident() == threading.main_thread().ident:
+            # what the main thread wrote here went to the current stream
+            # (``write``): a flush of a stream an earlier cell kept (a logging
+            # handler made by ``basicConfig``) sends that, as ipykernel's one stream would
+            current.flush()
         # Sent under the lock: two threads flushing one stream (a thread of a
         # cell, the flusher) could otherwise send what they took in the other
         # order.

@@ -8,10 +8,11 @@ import random
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
-from kernel_helpers import SandboxKernelHandle, bwrap_kernel, require_bwrap
+from kernel_helpers import SandboxKernelHandle, bwrap_kernel, iopub_until, require_bwrap
 
 
 def alive(proc: psutil.Process) -> bool:
@@ -37,19 +38,13 @@ def test_segfault_is_reported_with_its_signal(kernel: SandboxKernelHandle) -> No
 
 
 def wait_for_stdout(kernel: SandboxKernelHandle, msg_id: str, text: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = kernel.kc.get_iopub_msg(timeout=0.1)
-        except Exception:
-            continue
-        if (
-            msg["parent_header"].get("msg_id") == msg_id
-            and msg["msg_type"] == "stream"
-            and text in msg["content"]["text"]
-        ):
-            return
-    raise AssertionError(f"{text!r} was not printed within {timeout} s")
+    def printed(got: list[dict[str, Any]]) -> bool:
+        return any(
+            m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream" and text in m["content"]["text"]
+            for m in got
+        )
+
+    iopub_until(kernel.kc, printed, timeout)
 
 
 def test_interrupt_raises_keyboardinterrupt_and_keeps_state(kernel: SandboxKernelHandle) -> None:

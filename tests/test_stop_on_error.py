@@ -11,14 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kernel_helpers import SandboxKernelHandle, bwrap_kernel
-
-
-def reply_to(kernel: SandboxKernelHandle, msg_id: str, timeout: float = 60) -> dict[str, Any]:
-    while True:
-        reply = kernel.kc.get_shell_msg(timeout=timeout)
-        if reply["parent_header"].get("msg_id") == msg_id:
-            return reply["content"]
+from kernel_helpers import SandboxKernelHandle, bwrap_kernel, reply_to
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +27,8 @@ def logging_kernel(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def test_a_request_sent_after_the_error_reply_runs(logging_kernel: SandboxKernelHandle) -> None:
     outcomes = []
     for _ in range(200):
-        assert reply_to(logging_kernel, logging_kernel.kc.execute("1/0"))["ename"] == "ZeroDivisionError"
-        outcomes.append(reply_to(logging_kernel, logging_kernel.kc.execute("1+1"))["status"])
+        assert reply_to(logging_kernel, logging_kernel.kc.execute("1/0"), 60)["ename"] == "ZeroDivisionError"
+        outcomes.append(reply_to(logging_kernel, logging_kernel.kc.execute("1+1"), 60)["status"])
     assert outcomes.count("ok") == len(outcomes), f"{outcomes.count('aborted')} of {len(outcomes)} aborted"
 
 
@@ -43,8 +36,8 @@ def test_requests_queued_behind_a_failed_cell_are_aborted(logging_kernel: Sandbo
     """Run All: what was sent before the error was seen does not run."""
     failing = logging_kernel.kc.execute("import time\ntime.sleep(0.5)\n1/0")
     queued = [logging_kernel.kc.execute(f"ran_{i} = True") for i in range(3)]
-    assert reply_to(logging_kernel, failing)["status"] == "error"
-    assert [reply_to(logging_kernel, msg_id)["status"] for msg_id in queued] == ["aborted"] * 3
+    assert reply_to(logging_kernel, failing, 60)["status"] == "error"
+    assert [reply_to(logging_kernel, msg_id, 60)["status"] for msg_id in queued] == ["aborted"] * 3
     assert logging_kernel.run("sorted(n for n in dir() if n.startswith('ran_'))").result == {"text/plain": "[]"}
     # and the queue is open again
     assert logging_kernel.run("ran_after = 1; ran_after").result == {"text/plain": "1"}
@@ -56,7 +49,7 @@ def test_a_silent_or_non_stopping_failure_aborts_nothing(tmp_path: Path) -> None
         for options in ({"silent": True}, {"stop_on_error": False}):
             failing = handle.kc.execute("import time\ntime.sleep(0.5)\n1/0", **options)
             queued = handle.kc.execute("x = 1")
-            assert reply_to(handle, failing)["status"] == "error"
-            assert reply_to(handle, queued)["status"] == "ok", options
+            assert reply_to(handle, failing, 60)["status"] == "error"
+            assert reply_to(handle, queued, 60)["status"] == "ok", options
     finally:
         handle.shutdown()

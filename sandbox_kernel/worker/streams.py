@@ -118,13 +118,21 @@ class OutStream(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
+    def _redirected(self) -> OutStream | None:
+        """The current stream of this name, when this is an earlier
+        request's and the main thread uses it: where its writes go."""
+        current = _current.get(self.name, self)
+        if current is not self and _thread.get_ident() == threading.main_thread().ident:
+            return current
+        return None
+
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         if not text:
             return 0
-        current = _current.get(self.name, self)
-        if current is not self and _thread.get_ident() == threading.main_thread().ident:
+        current = self._redirected()
+        if current is not None:
             return current.write(text)
         parent = writer_parent()
         with self._lock:
@@ -151,11 +159,10 @@ class OutStream(io.TextIOBase):
         return len(text)
 
     def flush(self) -> None:
-        current = _current.get(self.name, self)
-        if current is not self and _thread.get_ident() == threading.main_thread().ident:
-            # what the main thread wrote here went to the current stream
-            # (``write``): a flush of a stream an earlier cell kept (a logging
-            # handler made by ``basicConfig``) sends that, as ipykernel's one stream would
+        current = self._redirected()
+        if current is not None:
+            # a flush of a stream an earlier cell kept (a logging handler made
+            # by ``basicConfig``) sends what went there, as ipykernel's one stream would
             current.flush()
         # Sent under the lock: two threads flushing one stream (a thread of a
         # cell, the flusher) could otherwise send what they took in the other
@@ -513,11 +520,16 @@ class FdCapture:
         self.done.wait(timeout)
 
 
+def _own_live_captures() -> list[FdCapture]:
+    """The captures whose reader runs in this process."""
+    return [c for c in _open_captures if c.reader_pid == os.getpid() and not c.done.is_set()]
+
+
 def hand_over_captures(timeout: float = 0.5) -> None:
     """In the old holder, before the new one takes over: stop this process's
     readers of pipes processes of cells still hold, once they forwarded what
     they read (the new holder reads on from where they stopped)."""
-    mine = [c for c in _open_captures if c.reader_pid == os.getpid() and not c.done.is_set()]
+    mine = _own_live_captures()
     if not mine:
         return
     _stop_fd()
@@ -568,9 +580,7 @@ def drain_captures(timeout: float = DRAIN_WAIT) -> None:
     orders it (a ``printf`` came after the cell's result). Only what was
     written before the call is waited for: a process that keeps writing (a
     server's log) costs no more than its backlog, and never over ``timeout``."""
-    pid = os.getpid()
-    mine = [c for c in _open_captures if c.reader_pid == pid and not c.done.is_set()]
-    targets = [(c, c.forwarded + waiting) for c in mine if (waiting := c.waiting_bytes()) or c.busy]
+    targets = [(c, c.forwarded + waiting) for c in _own_live_captures() if (waiting := c.waiting_bytes()) or c.busy]
     if not targets:
         return
     deadline = time.monotonic() + timeout

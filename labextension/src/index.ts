@@ -6,6 +6,10 @@
  * JupyterLab: a status-bar item that follows the active notebook.
  * Notebook 7 (no status bar), or JupyterLab with the status bar disabled: the
  * same item in each notebook's toolbar, before the kernel name.
+ *
+ * Two more plugins guard what the browser does with files a sandbox wrote
+ * into its workspace: `htmlHints` (resource hints out of the HTML viewer) and
+ * `savedWidgetState` (no saved widget state of untrusted notebooks is built).
  */
 import {
   JupyterFrontEnd,
@@ -17,11 +21,15 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 import { INotebookShell } from '@jupyter-notebook/application';
 
 import { ILevelRaised, StatusClient } from './client';
+import { htmlHintsPlugin } from './htmlHints';
+import { savedWidgetStatePlugin } from './savedWidgetState';
 import { levelRank } from './protocol';
 import { StatusItem, riseMessage, showStatusDialog } from './widgets';
 
 export { StatusClient, isSandboxKernelName } from './client';
 export * from './protocol';
+export { HINT_RELS, withoutResourceHints } from './htmlHints';
+export { guardSavedWidgetState, isTrustedNotebook } from './savedWidgetState';
 
 const PLUGIN_ID = 'sandbox-kernel-status:plugin';
 const TOOLBAR_ITEM = 'sandboxKernelStatus';
@@ -139,4 +147,4 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+export default [plugin, htmlHintsPlugin, savedWidgetStatePlugin];

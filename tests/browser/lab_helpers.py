@@ -313,12 +313,12 @@ class Shots:
 
 
 @contextmanager
-def serving(root: Path, log_copy: Path, kernel_config: str = "") -> Iterator[LabServer]:
+def serving(root: Path, log_copy: Path, kernel_config: str = "", extra_args: Sequence[str] = ()) -> Iterator[LabServer]:
     """A :class:`LabServer` for a test module. On exit every kernel is shut
     down and the server stopped, its log is copied to ``log_copy``, and a
     process it started that outlived it (a kernel, a sandbox, a pasta helper)
     is killed and fails the module."""
-    server = LabServer(root, kernel_config=kernel_config)
+    server = LabServer(root, kernel_config=kernel_config, extra_args=extra_args)
     try:
         yield server
     finally:

@@ -17,6 +17,7 @@ the page: the recorder hears nothing, and the browser says it refused.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -157,3 +158,58 @@ def test_a_private_sessions_files_opened_in_lab_fetch_nothing(page: Page, lab: L
     assert any("md-image" in line for line in refused), console[-20:]
     assert any("out-img" in line for line in refused), console[-20:]
     assert any("file-img" in line for line in refused), console[-20:]
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1 that counts the connections it accepts
+    (a preconnect opens one and sends nothing, so an HTTP server hears nothing)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_resource_hints_in_an_html_file_reach_nothing(page: Page, lab: LabServer) -> None:
+    """Chromium connects for <link rel=preconnect> and resolves for dns-prefetch
+    whatever the page's policy says: a host name can carry a private session's
+    data. The HTML viewer gets the file without its resource hints."""
+    listener = Listener()
+    try:
+        folder = lab.notebooks / "hints"
+        folder.mkdir()
+        hints = "".join(
+            f'<link rel="{rel}" href="http://127.0.0.1:{listener.port}/{rel}?d={SECRET}">'
+            for rel in ("preconnect", "dns-prefetch", "prefetch", "preload", "modulepreload", "prerender")
+        )
+        page_html = (
+            f'<html><head><link rel="PreConnect  other" href="http://127.0.0.1:{listener.port}">{hints}'
+            '<script type="speculationrules">{"prefetch": [{"source": "list", "urls": ["/x"]}]}</script>'
+            '<link rel="stylesheet" href="data:text/css,p{color:red}">'
+            '</head><body><p id="kept">kept</p></body></html>'
+        )
+        (folder / "page.html").write_text(page_html)
+        page.goto(lab.url("/lab/tree/hints/page.html?reset"), wait_until="domcontentloaded", timeout=APP_LOAD_TIMEOUT)
+        frame = page.frame_locator(".jp-HTMLViewer iframe")
+        expect(frame.locator("#kept")).to_have_text("kept", timeout=APP_LOAD_TIMEOUT)
+        page.wait_for_timeout(2000)  # a preconnect goes out as the frame parses its head
+        assert listener.accepted == 0, f"the browser connected {listener.accepted} time(s) for a resource hint"
+        head = frame.locator("head")
+        assert head.locator("link").count() == 1  # the stylesheet: the page's policy governs it
+        assert head.locator("script").count() == 0
+        assert "preconnect" not in head.inner_html().lower()
+    finally:
+        listener.close()

@@ -1,0 +1,145 @@
+"""A notebook a sandbox wrote runs none of its saved widget state's code when opened.
+
+Notebooks keep their widgets' state in their metadata, and jupyterlab_widgets
+builds every model in it as soon as a notebook is opened, trusted or not.
+anywidget runs the ``_esm`` module's ``initialize`` when its model is built:
+a cell that writes such a notebook into the workspace would have its script
+run in the Lab's page (where the server's API opens terminals on the host)
+when the user opens the file. The extension's ``savedWidgetState`` plugin
+keeps the state of untrusted notebooks from the widget manager; a notebook
+the server trusts (signed with the user's secret, out of every sandbox's
+reach) loads it as before.
+
+anywidget is installed in the test environment for this (the ``test`` extra):
+the attack needs a package in the server that runs code its state carries.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from lab_helpers import LabServer, serving
+from nbformat.sign import NotebookNotary
+from playwright.sync_api import Page
+from test_status_widget import open_notebook
+
+pytestmark = pytest.mark.timeout(300)
+
+FLAG = "__skSavedStateRan"
+ESM = (
+    "export default {"
+    f" initialize() {{ window.{FLAG} = (window.{FLAG} || 0) + 1; }},"
+    " render({ el }) { el.textContent = 'rendered'; }"
+    " }"
+)
+
+
+def _anywidget_version() -> str:
+    from anywidget._version import _ANYWIDGET_SEMVER_VERSION
+
+    return str(_ANYWIDGET_SEMVER_VERSION)
+
+
+def _notebook_with_saved_state() -> dict[str, Any]:
+    version = _anywidget_version()
+    modules = {
+        "_model_name": "AnyModel",
+        "_model_module": "anywidget",
+        "_model_module_version": version,
+        "_view_name": "AnyView",
+        "_view_module": "anywidget",
+        "_view_module_version": version,
+    }
+    state = {
+        "version_major": 2,
+        "version_minor": 0,
+        "state": {
+            "5a7ed0000000000000000000000000aa": {
+                "model_name": "AnyModel",
+                "model_module": "anywidget",
+                "model_module_version": version,
+                "state": {**modules, "_esm": ESM, "_css": "", "_anywidget_id": "report.Chart", "layout": None},
+            }
+        },
+    }
+    view = {"version_major": 2, "version_minor": 0, "model_id": "5a7ed0000000000000000000000000aa"}
+    return {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {
+            "kernelspec": {"name": "sandbox-python", "display_name": "Python 3 (sandboxed)", "language": "python"},
+            "language_info": {"name": "python"},
+            "widgets": {"application/vnd.jupyter.widget-state+json": state},
+        },
+        "cells": [
+            {
+                "cell_type": "code",
+                "id": "chart",
+                "metadata": {},
+                "execution_count": 1,
+                "source": "chart",
+                "outputs": [
+                    {
+                        "output_type": "execute_result",
+                        "execution_count": 1,
+                        "metadata": {},
+                        "data": {"text/plain": "Chart()", "application/vnd.jupyter.widget-view+json": view},
+                    }
+                ],
+            }
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def lab(chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[LabServer]:
+    """A Lab whose notary (the user's secret and signatures) lives in the test's
+    folder, so the test can sign a notebook as the user's own Lab would."""
+    root = tmp_path_factory.mktemp("lab-saved-state")
+    notary_dir = root / "notary"
+    notary_dir.mkdir()
+    with serving(
+        root, artifacts / "jupyter-lab-saved-state.log", extra_args=[f"--NotebookNotary.data_dir={notary_dir}"]
+    ) as server:
+        server.notary_dir = notary_dir  # type: ignore[attr-defined]
+        yield server
+
+
+def _ran(page: Page) -> Any:
+    return page.evaluate(f"() => window.{FLAG}")
+
+
+def test_an_untrusted_notebooks_saved_widget_state_runs_no_code(page: Page, lab: LabServer) -> None:
+    folder = lab.notebooks / "saved"
+    folder.mkdir()
+    written = json.dumps(_notebook_with_saved_state())
+    (folder / "report.ipynb").write_text(written)
+    # the same notebook as the user's own Lab saves it: signed with the user's secret
+    # (another source: signatures are by content, and the same content signed is trusted anywhere)
+    mine = _notebook_with_saved_state()
+    mine["cells"][0]["source"] = "chart  # mine"
+    signed = nbformat.from_dict(mine)
+    NotebookNotary(data_dir=str(lab.notary_dir)).sign(signed)  # type: ignore[attr-defined]
+    (folder / "mine.ipynb").write_text(nbformat.writes(signed))
+
+    console: list[str] = []
+    page.on("console", lambda msg: console.append(msg.text))
+    for ui in ("lab", "notebook"):
+        seen = len(console)
+        open_notebook(page, lab, "saved/report.ipynb", ui=ui)
+        page.wait_for_timeout(3000)  # the control below runs its code before its kernel is idle
+        assert _ran(page) is None, f"{ui}: a sandbox-written notebook ran script in the page when opened"
+        said = [
+            line for line in console[seen:] if "saved widget state of this untrusted notebook is not loaded" in line
+        ]
+        assert said, console[-20:]
+
+    # The control: a trusted notebook's state is built, and its code runs.
+    open_notebook(page, lab, "saved/mine.ipynb")
+    page.wait_for_function(f"() => window.{FLAG} === 1", timeout=30_000)
+    assert (folder / "report.ipynb").read_text() == written, "opening the notebook changed the file"

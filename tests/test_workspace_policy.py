@@ -60,6 +60,8 @@ def make_home(root: Path) -> tuple[Path, Path, dict[str, str]]:
     (repo / ".git" / "hooks").mkdir(parents=True)
     (repo / ".git" / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
     (repo / "analysis.py").write_text("print('analysis')\n")
+    (repo / ".pre-commit-config.yaml").write_text("repos: []\n")
+    (repo / ".husky").mkdir()
     src = home / "code" / "src" / "hostpkg"
     src.mkdir(parents=True)
     (src / "__init__.py").write_text("VALUE = 1\n")
@@ -207,6 +209,27 @@ def test_git_hooks_and_config_of_a_repo_in_the_workspace_read_only(home_kernel) 
     assert not (home / "project" / ".git" / "hooks" / "pre-commit").exists()
     assert "fsmonitor" not in (home / "project" / ".git" / "config").read_text()
     assert (home / "project" / "results.csv").read_text() == "a,b\n1,2\n"
+
+
+def test_hook_manager_configs_of_a_repo_in_the_workspace_read_only(home_kernel) -> None:
+    """The next git commit runs what .pre-commit-config.yaml and .husky/ say:
+    a cell cannot change them."""
+    kernel, home, _ = home_kernel
+    code = (
+        try_write(
+            "/workspace/project/.pre-commit-config.yaml", "repos: [{repo: local, hooks: [{id: x, entry: evil}]}]\n"
+        )
+        + try_write("/workspace/project/.husky/pre-commit", "evil\n")
+        + "import os\n"
+        + "try: os.rename('/workspace/project/.pre-commit-config.yaml', '/workspace/project/old.yaml'); print('MOVED')\n"
+        + "except OSError as e: print('DENIED', type(e).__name__)\n"
+        + try_write("/workspace/project/notes.md", "# notes\n")
+    )
+    run = kernel.run(code)
+    assert len(lines(run, "DENIED")) == 3, run.stdout
+    assert len(lines(run, "WROTE")) == 1, run.stdout
+    assert "evil" not in (home / "project" / ".pre-commit-config.yaml").read_text()
+    assert not (home / "project" / ".husky" / "pre-commit").exists()
 
 
 def test_jupyter_runtime_and_data_dir_hidden(home_kernel) -> None:

@@ -157,6 +157,36 @@ def test_scan_marks_git_hg_and_venvs_read_only(tmp_path: Path, home: Path) -> No
     assert masks_of(plan) == {"a/.git": READONLY, "b/c/.hg": READONLY, "env": READONLY}
 
 
+def test_hook_managers_configs_and_hooks_path_of_a_repo_are_read_only(tmp_path: Path, home: Path) -> None:
+    """git commit runs what pre-commit, husky and lefthook configs say, and
+    the hooks in core.hooksPath: read-only like .git. Missing ones are not
+    created; links are left alone, and a hooksPath through a link a sandbox
+    made to a host folder masks nothing outside the workspace."""
+    ws = tmp_path / "ws"
+    (ws / "app" / ".git").mkdir(parents=True)
+    (ws / "app" / ".git" / "config").write_text('[core]\n\tbare = false\n[Core]\n\thooksPath = "githooks"\n')
+    (ws / "app" / ".pre-commit-config.yaml").write_text("repos: []\n")
+    (ws / "app" / ".husky").mkdir()
+    (ws / "app" / "githooks").mkdir()
+    (ws / "app" / "lefthook.yml").symlink_to(ws / "app" / "other.yml")
+    (ws / "app" / "other.yml").write_text("")
+    (ws / "lib" / ".git").mkdir(parents=True)
+    (ws / "lib" / ".git" / "config").write_text("[core]\n\thookspath = tools/hooks\n")
+    outside = tmp_path / "host-folder"
+    (outside / "hooks").mkdir(parents=True)
+    (ws / "lib" / "tools").symlink_to(outside)
+    (ws / "notes.txt").write_text("")
+    plan = plan_workspace(ws, places_for(home))
+    assert masks_of(plan) == {
+        "app/.git": READONLY,
+        "app/.husky": READONLY,
+        "app/.pre-commit-config.yaml": READONLY,
+        "app/githooks": READONLY,
+        "lib/.git": READONLY,
+    }
+    assert not (ws / "app" / ".lefthook.yml").exists()  # nothing created
+
+
 def test_scan_is_bounded_and_never_follows_symlinks(tmp_path: Path, home: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -119,6 +119,26 @@ HOME_TOOL_DIRS: frozenset[str] = frozenset(
 )
 #: directories whose content a host tool trusts and executes (hooks, config)
 REPO_DIRS: tuple[str, ...] = (".git", ".hg")
+#: files and folders at the top of a repository's work tree that ``git commit``
+#: runs through a hook manager (pre-commit, husky, lefthook): the hook in
+#: ``.git/hooks`` (read-only) only calls the manager, which runs what these
+#: say. Read-only like ``.git`` when they exist; a missing one is not created.
+HOOK_CONFIGS: tuple[str, ...] = (
+    ".pre-commit-config.yaml",
+    ".pre-commit-config.yml",
+    ".husky",
+    "lefthook.yml",
+    "lefthook.yaml",
+    ".lefthook.yml",
+    ".lefthook.yaml",
+    "lefthook-local.yml",
+    "lefthook-local.yaml",
+    ".lefthook-local.yml",
+    ".lefthook-local.yaml",
+    ".lefthook",
+    ".lefthook-local",
+    ".overcommit.yml",
+)
 #: a directory holding this file is a Python virtual environment
 VENV_MARKER = "pyvenv.cfg"
 #: the bounded scan for repositories and venvs inside a workspace: depth below
@@ -480,6 +500,51 @@ def _scan(workspace: Path, skip: set[Path], depth: int, limit: int) -> tuple[lis
     return found, False
 
 
+def _hooks_path(git_dir: Path) -> str | None:
+    """``core.hooksPath`` of a repository's own config (``git config`` syntax:
+    sections, case-insensitive keys, an optionally quoted value), or None."""
+    try:
+        with open(git_dir / "config", encoding="utf-8", errors="replace") as config:
+            text = config.read(1 << 20)
+    except OSError:
+        return None
+    section, found = "", None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            section = line[1 : line.find("]")].strip().lower() if "]" in line else ""
+            continue
+        key, sep, value = line.partition("=")
+        if section == "core" and sep and key.strip().lower() == "hookspath":
+            found = value.strip().strip('"')  # the last one wins, as in git
+    return found or None
+
+
+def _hook_places(repo: Path, workspace: Path) -> list[Path]:
+    """The existing places in the workspace that a repository's hooks run
+    besides ``.git/hooks``: its hook managers' configs (HOOK_CONFIGS, at the
+    work tree's top) and the folder ``core.hooksPath`` names. Symlinks are
+    left alone: masking a link's target would not stop a sandbox from
+    replacing the link itself (docs/security.md, known limits)."""
+    top = repo.parent
+    candidates = [top / name for name in HOOK_CONFIGS]
+    if repo.name == ".git":
+        hooks = _hooks_path(repo)
+        if hooks:
+            candidates.append(Path(os.path.expanduser(hooks)) if hooks.startswith(("/", "~")) else top / hooks)
+    places = []
+    for candidate in candidates:
+        st = _lexists(candidate)
+        if st is None or stat.S_ISLNK(st.st_mode):
+            continue
+        # resolved: a folder on the way may be a link a sandbox made (to a host
+        # folder, which a mask would then mount into the sandbox)
+        place = Path(os.path.realpath(candidate))
+        if _inside(place, workspace):
+            places.append(place)
+    return places
+
+
 def plan_workspace(
     workspace: Path,
     places: ProtectedPlaces,
@@ -522,6 +587,9 @@ def plan_workspace(
     scanned, truncated = _scan(workspace, set(masks), scan_depth, scan_entries)
     for repo in scanned:
         add(repo, READONLY)
+        if repo.name in REPO_DIRS:
+            for place in _hook_places(repo, workspace):
+                add(place, READONLY)
 
     hidden = [p for p, m in masks.items() if m.kind == HIDE]
     writable: list[Path] = []

@@ -62,6 +62,8 @@ def make_home(root: Path) -> tuple[Path, Path, dict[str, str]]:
     (repo / "analysis.py").write_text("print('analysis')\n")
     (repo / ".pre-commit-config.yaml").write_text("repos: []\n")
     (repo / ".husky").mkdir()
+    (repo / "vendor").mkdir()
+    (repo / "vendor" / ".git").write_text("gitdir: ../.git/modules/vendor\n")  # a submodule
     src = home / "code" / "src" / "hostpkg"
     src.mkdir(parents=True)
     (src / "__init__.py").write_text("VALUE = 1\n")
@@ -212,8 +214,9 @@ def test_git_hooks_and_config_of_a_repo_in_the_workspace_read_only(home_kernel) 
 
 
 def test_hook_manager_configs_of_a_repo_in_the_workspace_read_only(home_kernel) -> None:
-    """The next git commit runs what .pre-commit-config.yaml and .husky/ say:
-    a cell cannot change them."""
+    """The next git commit runs what .pre-commit-config.yaml and .husky/ say,
+    and git in the superproject follows a submodule's .git file: a cell
+    cannot change them."""
     kernel, home, _ = home_kernel
     code = (
         try_write(
@@ -223,13 +226,15 @@ def test_hook_manager_configs_of_a_repo_in_the_workspace_read_only(home_kernel) 
         + "import os\n"
         + "try: os.rename('/workspace/project/.pre-commit-config.yaml', '/workspace/project/old.yaml'); print('MOVED')\n"
         + "except OSError as e: print('DENIED', type(e).__name__)\n"
+        + try_write("/workspace/project/vendor/.git", "gitdir: ../planted\n")
         + try_write("/workspace/project/notes.md", "# notes\n")
     )
     run = kernel.run(code)
-    assert len(lines(run, "DENIED")) == 3, run.stdout
+    assert len(lines(run, "DENIED")) == 4, run.stdout
     assert len(lines(run, "WROTE")) == 1, run.stdout
     assert "evil" not in (home / "project" / ".pre-commit-config.yaml").read_text()
     assert not (home / "project" / ".husky" / "pre-commit").exists()
+    assert "planted" not in (home / "project" / "vendor" / ".git").read_text()
 
 
 def test_jupyter_runtime_and_data_dir_hidden(home_kernel) -> None:

@@ -159,9 +159,10 @@ def test_scan_marks_git_hg_and_venvs_read_only(tmp_path: Path, home: Path) -> No
 
 def test_hook_managers_configs_and_hooks_path_of_a_repo_are_read_only(tmp_path: Path, home: Path) -> None:
     """git commit runs what pre-commit, husky and lefthook configs say, and
-    the hooks in core.hooksPath: read-only like .git. Missing ones are not
-    created; links are left alone, and a hooksPath through a link a sandbox
-    made to a host folder masks nothing outside the workspace."""
+    the hooks in core.hooksPath: read-only like .git, and so is a submodule's
+    .git file (rewritten, it would send git to a planted git dir). Missing
+    ones are not created; links are left alone, and a hooksPath through a
+    link a sandbox made to a host folder masks nothing outside the workspace."""
     ws = tmp_path / "ws"
     (ws / "app" / ".git").mkdir(parents=True)
     (ws / "app" / ".git" / "config").write_text('[core]\n\tbare = false\n[Core]\n\thooksPath = "githooks"\n')
@@ -171,7 +172,10 @@ def test_hook_managers_configs_and_hooks_path_of_a_repo_are_read_only(tmp_path: 
     (ws / "app" / "lefthook.yml").symlink_to(ws / "app" / "other.yml")
     (ws / "app" / "other.yml").write_text("")
     (ws / "lib" / ".git").mkdir(parents=True)
-    (ws / "lib" / ".git" / "config").write_text("[core]\n\thookspath = tools/hooks\n")
+    (ws / "lib" / ".git" / "config").write_text("[core]\n\thookspath = tools/hooks ; where husky puts them\n")
+    (ws / "lib" / "sub").mkdir()
+    (ws / "lib" / "sub" / ".git").write_text("gitdir: ../.git/modules/sub\n")  # a submodule's pointer
+    (ws / "lib" / "sub" / ".husky").mkdir()
     outside = tmp_path / "host-folder"
     (outside / "hooks").mkdir(parents=True)
     (ws / "lib" / "tools").symlink_to(outside)
@@ -183,6 +187,8 @@ def test_hook_managers_configs_and_hooks_path_of_a_repo_are_read_only(tmp_path: 
         "app/.pre-commit-config.yaml": READONLY,
         "app/githooks": READONLY,
         "lib/.git": READONLY,
+        "lib/sub/.git": READONLY,
+        "lib/sub/.husky": READONLY,
     }
     assert not (ws / "app" / ".lefthook.yml").exists()  # nothing created
 

@@ -466,7 +466,7 @@ def _lexists(path: Path) -> os.stat_result | None:
 
 
 def _scan(workspace: Path, skip: set[Path], depth: int, limit: int) -> tuple[list[Path], bool]:
-    """Repositories (``.git``, ``.hg``) and venvs in the workspace, breadth first,
+    """Repositories (``.git``, ``.hg``, a ``.git`` file) and venvs in the workspace, breadth first,
     at most ``depth`` levels down and ``limit`` entries looked at. Symlinks are
     never followed. Returns the found directories and whether the scan was cut."""
     found: list[Path] = []
@@ -487,6 +487,10 @@ def _scan(workspace: Path, skip: set[Path], depth: int, limit: int) -> tuple[lis
                     if not entry.is_dir(follow_symlinks=False):
                         if entry.name == VENV_MARKER and folder != workspace and entry.is_file(follow_symlinks=False):
                             found.append(folder)
+                        elif entry.name == ".git" and entry.is_file(follow_symlinks=False):
+                            # a submodule's or worktree's pointer to its git dir: rewritten,
+                            # it would send git (run in the superproject) to a planted one
+                            found.append(Path(entry.path))
                         continue
                 except OSError:
                     continue
@@ -516,7 +520,12 @@ def _hooks_path(git_dir: Path) -> str | None:
             continue
         key, sep, value = line.partition("=")
         if section == "core" and sep and key.strip().lower() == "hookspath":
-            found = value.strip().strip('"')  # the last one wins, as in git
+            value = value.strip()
+            if value.startswith('"'):
+                value = value[1:].partition('"')[0]
+            else:  # a comment may follow an unquoted value
+                value = value.split("#", 1)[0].split(";", 1)[0].strip()
+            found = value  # the last one wins, as in git
     return found or None
 
 

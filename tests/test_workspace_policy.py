@@ -78,6 +78,8 @@ def make_home(root: Path) -> tuple[Path, Path, dict[str, str]]:
     (home / ".pypirc").write_text("[pypi]\npassword = pypi-token-123\n")
     (home / "notes.txt").write_text("my notes\n")
     (home / "data").mkdir()
+    # another name for a protected file, as a sandbox could have made before it was protected
+    os.link(repo / ".pre-commit-config.yaml", home / "data" / "linked.yaml")
     env = {
         "HOME": str(home),
         "JUPYTER_CONFIG_DIR": str(home / ".jupyter"),
@@ -112,6 +114,7 @@ def test_first_cell_says_home_rule_once(home_kernel) -> None:
     assert first.stdout.strip() == "hello"
     assert "home folder" in first.stderr and "--SandboxKernel.workspace=" in first.stderr
     assert first.stderr.count("home folder") == 1
+    assert "hard links" in first.stderr and "project/.pre-commit-config.yaml" in first.stderr, first.stderr
     assert "home folder" not in second.stderr
 
 

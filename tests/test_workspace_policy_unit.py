@@ -193,6 +193,26 @@ def test_hook_managers_configs_and_hooks_path_of_a_repo_are_read_only(tmp_path: 
     assert not (ws / "app" / ".lefthook.yml").exists()  # nothing created
 
 
+def test_protected_files_with_other_names_are_named_to_the_user(tmp_path: Path, home: Path) -> None:
+    """A hard link made while a file was not yet protected still writes to it:
+    the user is told which protected files have other names."""
+    ws = tmp_path / "ws"
+    (ws / "app" / ".git" / "hooks").mkdir(parents=True)
+    (ws / "app" / ".git" / "config").write_text("[core]\n")
+    (ws / "app" / ".git" / "hooks" / "pre-push").write_text("#!/bin/sh\n")
+    (ws / "app" / ".pre-commit-config.yaml").write_text("repos: []\n")
+    clean = plan_workspace(ws, places_for(home))
+    assert not any("hard links" in note for note in clean.notes)
+    os.link(ws / "app" / ".pre-commit-config.yaml", ws / "app" / "innocent.yaml")
+    os.link(ws / "app" / ".git" / "hooks" / "pre-push", ws / "notes.txt")
+    plan = plan_workspace(ws, places_for(home))
+    (note,) = [note for note in plan.notes if "hard links" in note]
+    assert (
+        str(ws / "app" / ".pre-commit-config.yaml") in note and str(ws / "app" / ".git" / "hooks" / "pre-push") in note
+    )
+    assert str(ws / "app" / ".git" / "config") not in note
+
+
 def test_scan_is_bounded_and_never_follows_symlinks(tmp_path: Path, home: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -554,6 +554,31 @@ def _hook_places(repo: Path, workspace: Path) -> list[Path]:
     return places
 
 
+def _aliased(masks: dict[Path, Mask]) -> list[Path]:
+    """Protected files with more than one name. A mask covers a path, not the
+    file: a hard link a sandbox made while the file was not yet protected (it
+    appeared while a sandbox ran, or an older version did not protect it)
+    still writes to it. Looked at: the masked files, and a repository's
+    ``config`` and hooks."""
+    files: list[Path] = []
+    for path in masks:
+        if path.name == ".git":
+            files.append(path / "config")
+            try:
+                with os.scandir(path / "hooks") as hooks:
+                    files.extend(Path(entry.path) for entry in hooks)
+            except OSError:
+                pass
+        else:
+            files.append(path)
+    aliased = []
+    for path in files:
+        st = _lexists(path)
+        if st is not None and stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            aliased.append(path)
+    return sorted(aliased)
+
+
 def plan_workspace(
     workspace: Path,
     places: ProtectedPlaces,
@@ -629,6 +654,14 @@ def plan_workspace(
             f"and writable, but nothing can be created, deleted or renamed at its top level and "
             f"configuration and secret files are protected; for a fully writable folder open the "
             f"notebook from a project folder or set {WORKSPACE_SETTING}"
+        )
+    aliased = _aliased(masks)
+    if aliased:
+        shown = ", ".join(str(path) for path in aliased[:5]) + (" ..." if len(aliased) > 5 else "")
+        notes.append(
+            f"protected files in the workspace have other names (hard links), through which a sandbox may "
+            f"have been able to change them before they were protected: {shown}; find the other names with "
+            f"`find {workspace} -samefile <file>`"
         )
     final: list[Mask] = []
     for path, mask in sorted(masks.items(), key=lambda item: (len(item[0].parts), str(item[0]))):

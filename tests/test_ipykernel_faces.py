@@ -38,7 +38,13 @@ def _seen(kc: BlockingKernelClient, code: str) -> dict[str, Any]:
     def keep(msg: dict[str, Any]) -> None:
         kind, content = msg["msg_type"], msg["content"]
         if kind == "stream":
-            outputs.append((content["name"], content["text"]))
+            # where a stream's text is cut into messages depends on timing (two
+            # writes a few ms apart may fall either side of a flush); a frontend
+            # shows them joined, so they are compared joined
+            if outputs and outputs[-1][0] == content["name"]:
+                outputs[-1] = (content["name"], outputs[-1][1] + content["text"])
+            else:
+                outputs.append((content["name"], content["text"]))
         elif kind == "error":
             outputs.append(("error", content["ename"], content["evalue"], content["traceback"]))
         elif kind in ("display_data", "execute_result"):

@@ -1,5 +1,6 @@
 """Helpers shared by the tests: real sandbox kernels driven through
-jupyter_client, free loopback ports, waiting for a server process to listen."""
+jupyter_client, free loopback ports, waiting for a server process to listen,
+a loopback listener that counts who connected."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import queue
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,6 +39,33 @@ def tcp_ready(port: int) -> bool:
         return True
     except OSError:
         return False
+
+
+class LoopbackListener:
+    """A TCP service on 127.0.0.1 that counts the connections it accepts and
+    sends ``banner`` on each (a preconnect opens a connection and sends
+    nothing, so an HTTP server would hear nothing)."""
+
+    def __init__(self, banner: bytes = b"") -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._banner = banner
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            if self._banner:
+                conn.sendall(self._banner)
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def wait_until(check: Callable[[], bool], what: str, proc: subprocess.Popen, timeout: float = 30) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import nbformat
 import pytest
-from lab_helpers import LabServer, serving
+from lab_helpers import LabServer, notebook_json, serving
 from nbformat.sign import NotebookNotary
 from playwright.sync_api import Page
 from test_status_widget import open_notebook
@@ -68,32 +68,26 @@ def _notebook_with_saved_state() -> dict[str, Any]:
         },
     }
     view = {"version_major": 2, "version_minor": 0, "model_id": "5a7ed0000000000000000000000000aa"}
-    return {
-        "nbformat": 4,
-        "nbformat_minor": 5,
-        "metadata": {
-            "kernelspec": {"name": "sandbox-python", "display_name": "Python 3 (sandboxed)", "language": "python"},
-            "language_info": {"name": "python"},
-            "widgets": {"application/vnd.jupyter.widget-state+json": state},
-        },
-        "cells": [
-            {
-                "cell_type": "code",
-                "id": "chart",
-                "metadata": {},
-                "execution_count": 1,
-                "source": "chart",
-                "outputs": [
-                    {
-                        "output_type": "execute_result",
-                        "execution_count": 1,
-                        "metadata": {},
-                        "data": {"text/plain": "Chart()", "application/vnd.jupyter.widget-view+json": view},
-                    }
-                ],
-            }
-        ],
-    }
+    notebook = notebook_json()
+    notebook["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": state}
+    notebook["cells"] = [
+        {
+            "cell_type": "code",
+            "id": "chart",
+            "metadata": {},
+            "execution_count": 1,
+            "source": "chart",
+            "outputs": [
+                {
+                    "output_type": "execute_result",
+                    "execution_count": 1,
+                    "metadata": {},
+                    "data": {"text/plain": "Chart()", "application/vnd.jupyter.widget-view+json": view},
+                }
+            ],
+        }
+    ]
+    return notebook
 
 
 @pytest.fixture(scope="module")

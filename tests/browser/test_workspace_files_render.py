@@ -17,14 +17,15 @@ the page: the recorder hears nothing, and the browser says it refused.
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
-from lab_helpers import LabServer
+from kernel_helpers import LoopbackListener
+from lab_helpers import LabServer, notebook_json
 from playwright.sync_api import Page, expect
 
 from sandbox_kernel.lab_content_policy import content_security_policy
@@ -81,42 +82,36 @@ def _leaky_html(base: str, where: str) -> str:
     )
 
 
-def _leaky_notebook(base: str) -> dict[str, object]:
-    return {
-        "nbformat": 4,
-        "nbformat_minor": 5,
-        "metadata": {
-            "kernelspec": {"name": "sandbox-python", "display_name": "Python 3 (sandboxed)", "language": "python"},
-            "language_info": {"name": "python"},
+def _leaky_notebook(base: str) -> dict[str, Any]:
+    notebook = notebook_json()
+    notebook["cells"] = [
+        {
+            "cell_type": "markdown",
+            "id": "md",
+            "metadata": {},
+            "source": f"# Report\n\n![chart]({base}/md-image?d={SECRET})\n\n" + _leaky_html(base, "md"),
         },
-        "cells": [
-            {
-                "cell_type": "markdown",
-                "id": "md",
-                "metadata": {},
-                "source": f"# Report\n\n![chart]({base}/md-image?d={SECRET})\n\n" + _leaky_html(base, "md"),
-            },
-            {
-                "cell_type": "code",
-                "id": "code",
-                "metadata": {},
-                "execution_count": 1,
-                "source": "show()",
-                "outputs": [
-                    {
-                        "output_type": "display_data",
-                        "metadata": {},
-                        "data": {"text/html": _leaky_html(base, "out"), "text/plain": "<HTML>"},
-                    },
-                    {
-                        "output_type": "display_data",
-                        "metadata": {},
-                        "data": {"text/markdown": f"![m]({base}/out-md?d={SECRET})", "text/plain": "md"},
-                    },
-                ],
-            },
-        ],
-    }
+        {
+            "cell_type": "code",
+            "id": "code",
+            "metadata": {},
+            "execution_count": 1,
+            "source": "show()",
+            "outputs": [
+                {
+                    "output_type": "display_data",
+                    "metadata": {},
+                    "data": {"text/html": _leaky_html(base, "out"), "text/plain": "<HTML>"},
+                },
+                {
+                    "output_type": "display_data",
+                    "metadata": {},
+                    "data": {"text/markdown": f"![m]({base}/out-md?d={SECRET})", "text/plain": "md"},
+                },
+            ],
+        },
+    ]
+    return notebook
 
 
 def _refusals(console: list[str]) -> list[str]:
@@ -160,34 +155,11 @@ def test_a_private_sessions_files_opened_in_lab_fetch_nothing(page: Page, lab: L
     assert any("file-img" in line for line in refused), console[-20:]
 
 
-class Listener:
-    """A TCP listener on 127.0.0.1 that counts the connections it accepts
-    (a preconnect opens one and sends nothing, so an HTTP server hears nothing)."""
-
-    def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            conn.close()
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 def test_resource_hints_in_an_html_file_reach_nothing(page: Page, lab: LabServer) -> None:
     """Chromium connects for <link rel=preconnect> and resolves for dns-prefetch
     whatever the page's policy says: a host name can carry a private session's
     data. The HTML viewer gets the file without its resource hints."""
-    listener = Listener()
+    listener = LoopbackListener()
     try:
         folder = lab.notebooks / "hints"
         folder.mkdir()

@@ -10,13 +10,12 @@ the rise is a real check.
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from kernel_helpers import LoopbackListener
 
 from sandbox_kernel.privacy import PrivateData
 from sandbox_kernel.sandbox.registry import resolve_name
@@ -29,33 +28,14 @@ pytestmark = pytest.mark.asyncio
 CLAIMS = ("Outbound connections are blocked", "replaced by one without network", "network was cut")
 
 
-class Listener:
+class Listener(LoopbackListener):
     """A loopback service counting who connected."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.hits = 0
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.hits += 1
-            conn.sendall(b"host-loopback-service\n")
-            conn.close()
+        super().__init__(banner=b"host-loopback-service\n")
 
     def probe(self) -> str:
         return f"import socket; s = socket.create_connection(('127.0.0.1', {self.port}), 3); print('connected:', s.recv(100))"
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture
@@ -88,7 +68,7 @@ async def test_host_side_rise_is_not_announced_as_a_cut_and_fails_closed(
     kw = {"user_id": "u", "session_id": "s", "registry": registry}
     first = await repl_execute_cell(listener.probe(), **kw)
     assert "connected: b'host-loopback-service" in first.text, first.text  # the fallback has the host's network
-    assert listener.hits == 1
+    assert listener.accepted == 1
     before = (await sandbox_network(**kw)).text
     assert before.startswith("Network: full, NOT isolated"), before  # not "proxied": nothing enforces it
 
@@ -100,7 +80,7 @@ async def test_host_side_rise_is_not_announced_as_a_cut_and_fails_closed(
     with pytest.raises(ToolFatalError) as refused:
         await sandbox_execute(f'python3 -c "{listener.probe()}"', **kw)
     assert "isolates nothing" in str(refused.value) and "bubblewrap" in str(refused.value)
-    assert listener.hits == 1, "a cell or command of the private session reached the host's loopback"
+    assert listener.accepted == 1, "a cell or command of the private session reached the host's loopback"
 
     status = (await sandbox_network(**kw)).text
     first_line = status.splitlines()[0]
@@ -121,4 +101,4 @@ async def test_a_cells_own_rise_is_not_announced_as_a_cut(registry: SessionRegis
     assert "connected:" not in r.text
     r = await repl_execute_cell(listener.probe(), **kw)
     assert "refused" in r.text and "connected:" not in r.text, r.text
-    assert listener.hits == 0
+    assert listener.accepted == 0

@@ -218,6 +218,114 @@ def test_a_cells_process_whose_own_code_fails_ends_alone(kernel: SandboxKernelHa
     assert _sandbox_pids(kernel) == sandboxes
 
 
+@pytest.mark.timeout(240)
+def test_a_request_passed_to_a_backup_that_looked_only_after_the_holder_died(kernel: SandboxKernelHandle) -> None:
+    """Beside threads the request runs in the holder and its backup watches
+    it. Found in CI (2 cores, cells back to back): the backup had not run yet
+    when the holder passed it the request and died of it, so it saw a holder
+    dead *between* cells, took over, and left the request in its pipe; the
+    host waited for the cell timeout and replaced the sandbox. A hook of an
+    earlier cell delays the backup here, as a busy machine did."""
+    ok(
+        kernel,
+        KEEP + "import time\nfrom concurrent.futures import ThreadPoolExecutor\n"
+        "pool = ThreadPoolExecutor(1, thread_name_prefix='pool-of-cell')\npool.submit(abs, 0).result()\n"
+        "slow = [1]\nos.register_at_fork(after_in_child=lambda: slow and time.sleep(1.5))",
+    )
+    sandboxes = _sandbox_pids(kernel)
+    died = kernel.run("kept = 6\nos._exit(3)")  # sent at once: the backup sleeps in the hook
+    assert died.status == "error" and died.errors[0]["ename"] == "CellDied", died.errors
+    assert (
+        "exited with code 3; the threads earlier cells started ended with it (pool-of-cell_0)"
+        in (died.errors[0]["evalue"])
+    ), died.errors
+    assert ok(kernel, "slow.clear()\nprint(kept, next(generator))").strip() == "41 1"
+    assert _sandbox_pids(kernel) == sandboxes
+
+
+BACKUP_STOPPER = (
+    "import os, signal, time\n"
+    "holder, me = os.getppid(), os.getpid()\n"
+    "def children():\n"
+    "    return set(open(f'/proc/{holder}/task/{holder}/children').read().split()) - {str(me)}\n"
+    "before = children()\n"  # the backup of the cell that started this process
+    "while not children() - before:\n"
+    "    time.sleep(0.01)\n"
+    "backup = int((children() - before).pop())\n"
+    "time.sleep(0.3)\n"  # it waits for the request by now
+    "os.kill(backup, signal.SIGSTOP)\n"
+    "open('/workspace/stopped', 'w').close()\n"
+    "while os.getppid() == holder:\n"
+    "    time.sleep(0.01)\n"
+    "time.sleep(0.5)\n"  # the anchor reaped the holder by now
+    "os.kill(backup, signal.SIGCONT)\n"
+)
+
+
+@pytest.mark.timeout(240)
+def test_a_backup_stopped_until_its_holder_was_reaped_still_reports_the_request(kernel: SandboxKernelHandle) -> None:
+    """A process a cell started stops the next cell's backup before the
+    holder passes it the request, and lets it go on once the holder died of
+    the request and was reaped: the backup can no longer open a pidfd on it,
+    and the process the request forked keeps copies of the holder's pipes
+    open, so no end of file comes. Before, the backup asked waitpid about
+    the holder, not its child, and took the error for a failed fork: the
+    request was never answered."""
+    ok(
+        kernel,
+        KEEP + "import subprocess, sys, time\nfrom concurrent.futures import ThreadPoolExecutor\n"
+        "pool = ThreadPoolExecutor(1, thread_name_prefix='pool-of-cell')\npool.submit(abs, 0).result()\n"
+        f"subprocess.Popen([sys.executable, '-c', {BACKUP_STOPPER!r}])",
+    )
+    sandboxes = _sandbox_pids(kernel)
+    deadline = time.monotonic() + 30
+    while not (kernel.workspace / "stopped").exists():
+        assert time.monotonic() < deadline, "the backup was never stopped"
+        time.sleep(0.02)
+    died = kernel.run("if os.fork() == 0:\n    time.sleep(5)\n    os._exit(0)\nkept = 6\nos._exit(3)")
+    assert died.status == "error" and died.errors[0]["ename"] == "CellDied", died.errors
+    assert (
+        "exited with code 3; the threads earlier cells started ended with it (pool-of-cell_0)"
+        in (died.errors[0]["evalue"])
+    ), died.errors
+    assert ok(kernel, "print(kept, next(generator))").strip() == "41 1"
+    assert _sandbox_pids(kernel) == sandboxes
+
+
+HOLDER_KILLER = (
+    "import os, time\n"
+    "holder, me = os.getppid(), os.getpid()\n"
+    "def others():\n"
+    "    return [p for p in open(f'/proc/{holder}/task/{holder}/children').read().split() if int(p) != me]\n"
+    "while not others():\n"
+    "    time.sleep(0.01)\n"
+    "time.sleep(0.5)\n"
+    "os.kill(holder, 9)\n"
+)
+
+
+@pytest.mark.timeout(240)
+def test_a_request_passed_to_a_standby_that_looked_only_after_the_holder_died(kernel: SandboxKernelHandle) -> None:
+    """The holder passes the request to its standby, which has not run yet
+    (a hook of an earlier cell delays it, as a busy machine may), and is
+    killed by a process a cell started. The standby must run the request,
+    not take over as if the holder had died between cells and leave the
+    request unanswered."""
+    ok(
+        kernel,
+        KEEP + "import subprocess, sys, time\n"
+        "slow = [1]\nos.register_at_fork(after_in_child=lambda: slow and time.sleep(2))\n"
+        f"subprocess.Popen([sys.executable, '-c', {HOLDER_KILLER!r}])",
+    )
+    sandboxes = _sandbox_pids(kernel)
+    run = kernel.run("slow.clear()\nchanged = 7\nprint(next(generator))")
+    assert run.status == "ok", run.errors
+    assert run.stdout == "1\n"
+    assert "was killed by SIGKILL" in run.stderr, run.stderr
+    assert ok(kernel, "print(kept, changed, next(generator))").strip() == "41 7 2"
+    assert _sandbox_pids(kernel) == sandboxes
+
+
 def _pipe_channel() -> tuple[Channel, int]:
     read_fd, write_fd = os.pipe()
     return Channel(read_fd, write_fd), write_fd

@@ -314,11 +314,13 @@ class Holder:
             return child
         out, err, capture = self._open_streams()
         self._prepare(out, err)
-        msg = self._request_or_holder_death()
+        msg, death = self._request_or_holder_death()
         if msg is None:
             stop_captures(capture)
             self._take_over_from_dead_holder("")
             return None
+        if death is not None:  # a holder dead by now is seen by its pipe (_finish_child)
+            os.close(death)
         if msg.get("op") in (Op.EXECUTE, Op.COMM):
             _set_random_state(self.random_state)
         self._run_request(msg, out, err, capture)
@@ -372,56 +374,67 @@ class Holder:
             return child
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are for the holder's request
         self.backups = []  # the holder's children, not this process's
-        msg = self._request_or_holder_death()
+        msg, death = self._request_or_holder_death()
         if msg is None:
             self._take_over_from_dead_holder(threads)
             return None
         # returns only if the holder died as it was passed the request, or
         # running it (said as the request's end): this process holds the state now
         self._supervise(
-            _Child(self._parent[0], self._ctl), msg, takeover=True, watching_holder=(self._parent[1], threads)
+            _Child(self._parent[0], self._ctl),
+            msg,
+            takeover=True,
+            watching_holder=(self._parent[1], threads),
+            holder_death=death,
         )
         self._hold_after_dead_holder()
         return None
 
-    def _request_or_holder_death(self) -> dict[str, Any] | None:
-        """In a standby or a backup: the request its holder passes on, or None
-        once the holder died first, while idle (a process a cell started
-        killed it, or the OOM killer chose it): this process, a copy of the
-        state, then takes over. It exits if the holder let it go.
+    def _request_or_holder_death(self) -> tuple[dict[str, Any] | None, int | None]:
+        """In a standby or a backup: the request its holder passes on, with a
+        watch on the holder's death (``_death_watch``; the caller closes it),
+        or (None, None) once the holder died first, while idle (a process a
+        cell started killed it, or the OOM killer chose it): this process, a
+        copy of the state, then takes over. It exits if the holder let it go.
 
         Before, a standby exited with its holder, and the session's state was
         gone with both: the sandbox was replaced, and without a checkpoint
-        every variable was lost."""
+        every variable was lost.
+
+        A request the holder passed before it died is taken all the same: it
+        died running it (this is its backup) or before this standby ran it,
+        and the host waits for the request's end either way. Found in CI (2
+        cores, cells back to back): a backup not yet scheduled when its holder
+        passed it the request and died of it looked only afterwards, took
+        over as if the holder had died between cells, and left the request in
+        its pipe; the host waited for the cell timeout and replaced the
+        sandbox."""
         holder, ctl = self._parent[0], self._ctl
-        pidfd: int | None = None
-        died = os.getppid() != holder  # it died before this process looked
-        if not died:
-            try:
-                pidfd = os.pidfd_open(holder)
-            except ProcessLookupError:
-                died = True
-            except OSError:  # no pidfd (the fd limit a cell reached): the parent is watched by pid
-                pass
+        death = _death_watch(holder)
+        msg: dict[str, Any] | None = None
         try:
-            if not died:
-                watch = [ctl.read_fd] + ([pidfd] if pidfd is not None else [])
-                if ctl.read_fd in select.select(watch, [], [])[0]:
-                    try:
-                        return ctl.recv()
-                    except (ChannelClosed, ValueError):
-                        pass
-                # The pipe's end, or the holder's death (a process the holder
-                # forked since may hold a copy of the pipe, which then never ends)
-                died = bool(select.select([pidfd], [], [], 1.0)[0]) if pidfd is not None else _reparented(holder, 1.0)
+            if death is not None:
+                select.select([ctl.read_fd, death], [], [])
+            elif os.getppid() == holder:  # no watch: a request, or the pipe's end
+                select.select([ctl.read_fd], [], [])
+            if select.select([ctl.read_fd], [], [], 0)[0]:
+                try:
+                    msg = ctl.recv()
+                except (ChannelClosed, ValueError):
+                    pass
+            if msg is not None:
+                return msg, death
+            # The pipe's end, or the holder's death (a process the holder
+            # forked since may hold a copy of the pipe, which then never ends)
+            died = bool(select.select([death], [], [], 1.0)[0]) if death is not None else _reparented(holder, 1.0)
         finally:
-            if pidfd is not None:
-                os.close(pidfd)
+            if msg is None and death is not None:
+                os.close(death)
         if not died:
             os._exit(0)  # the holder let it go
         os.close(ctl.read_fd)
         os.close(ctl.write_fd)
-        return None
+        return None, None
 
     def _take_over_from_dead_holder(self, threads: str) -> None:
         """In a standby or a backup whose holder died while idle: hold the
@@ -597,21 +610,33 @@ class Holder:
             self._supervise(child, msg, takeover=False)
 
     def _supervise(
-        self, child: _Child, msg: dict[str, Any], takeover: bool, watching_holder: tuple[int, str] | None = None
+        self,
+        child: _Child,
+        msg: dict[str, Any],
+        takeover: bool,
+        watching_holder: tuple[int, str] | None = None,
+        holder_death: int | None = None,
     ) -> None:
         """Relay the host's messages about a request to the process running
         it, and report its end. ``watching_holder``: this is a backup and the
         process is the holder, its parent, whose exit status only the anchor
         can wait for (the ``deaths`` mark taken before the fork), and the
-        names of the threads that die with it."""
+        names of the threads that die with it; ``holder_death`` the watch on
+        its death taken while it was the parent (a pidfd opened now could
+        name another process, or none: the holder may be dead and reaped by
+        the time this process runs), which this closes."""
         pid = child.pid
         result_channel = child.ctl
         res_r = result_channel.read_fd
         ctl_w = result_channel.write_fd
-        try:
-            pidfd = os.pidfd_open(pid)
-        except (AttributeError, OSError):  # pragma: no cover
-            pidfd = None
+        pidfd: int | None
+        if watching_holder is not None:
+            pidfd = holder_death
+        else:
+            try:
+                pidfd = os.pidfd_open(pid)
+            except (AttributeError, OSError):  # pragma: no cover
+                pidfd = None
         watch = [res_r, self.channel.read_fd] + ([pidfd] if pidfd is not None else [])
         result: dict[str, Any] | None = None
         after_pause = True
@@ -632,7 +657,11 @@ class Holder:
                 except (ChannelClosed, ValueError, KeyError):
                     break  # the child died while (or before) reporting
                 continue
-            if (pidfd is not None and pidfd in ready) or (pidfd is None and os.waitpid(pid, os.WNOHANG)[0]):
+            if pidfd is not None:
+                ended = pidfd in ready
+            else:  # no watch: looked at every 0.1 s (the holder is not this process's child)
+                ended = os.getppid() != pid if watching_holder is not None else bool(os.waitpid(pid, os.WNOHANG)[0])
+            if ended:
                 # drain a result written just before the exit
                 if select.select([res_r], [], [], 0)[0]:
                     continue
@@ -970,6 +999,31 @@ def _background_of_cells() -> bool:
 def _threads_ended(threads: str) -> str:
     """The end of a note on a holder's death: the threads that ended with it (``_thread_names``)."""
     return f"; the threads earlier cells started ended with it ({threads})" if threads else ""
+
+
+def _death_watch(parent: int) -> int | None:
+    """A file descriptor that becomes readable once ``parent``, the process
+    this one was forked from, has died: its pidfd, opened while it was still
+    this process's parent (so it names that process, not a later one given
+    its pid); if it has died already, one that is ready at once (an
+    eventfd). None when no descriptor can be had (no pidfd, or a cell
+    reached the fd limit): the caller watches ``os.getppid()`` then."""
+    fd: int | None = None
+    try:
+        if os.getppid() == parent:
+            fd = os.pidfd_open(parent)
+    except ProcessLookupError:
+        pass
+    except (AttributeError, OSError):
+        return None
+    if fd is not None:
+        if os.getppid() == parent:
+            return fd
+        os.close(fd)
+    try:
+        return os.eventfd(1, os.EFD_CLOEXEC)
+    except (AttributeError, OSError):
+        return None
 
 
 def _reparented(pid: int, timeout: float) -> bool:

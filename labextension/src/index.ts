@@ -23,6 +23,7 @@ import { INotebookShell } from '@jupyter-notebook/application';
 import { ILevelRaised, StatusClient } from './client';
 import { htmlHintsPlugin } from './htmlHints';
 import { savedWidgetStatePlugin } from './savedWidgetState';
+import { vegaChartsPlugin } from './vegaCharts';
 import { levelRank } from './protocol';
 import { StatusItem, riseMessage, showStatusDialog } from './widgets';
 
@@ -30,6 +31,13 @@ export { StatusClient, isSandboxKernelName } from './client';
 export * from './protocol';
 export { HINT_RELS, withoutResourceHints } from './htmlHints';
 export { guardSavedWidgetState, isTrustedNotebook } from './savedWidgetState';
+export {
+  guardVegaFactory,
+  guardVegaRenderers,
+  isVegaMimeType,
+  safeEmbedOptions,
+  safeSpec
+} from './vegaCharts';
 
 const PLUGIN_ID = 'sandbox-kernel-status:plugin';
 const TOOLBAR_ITEM = 'sandboxKernelStatus';
@@ -147,4 +155,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [plugin, htmlHintsPlugin, savedWidgetStatePlugin];
+export default [
+  plugin,
+  htmlHintsPlugin,
+  savedWidgetStatePlugin,
+  vegaChartsPlugin
+];

@@ -79,6 +79,27 @@ def _spec() -> dict[str, Any]:
     }
 
 
+def _vega_spec() -> dict[str, Any]:
+    """The same chart in Vega (a .vg.json file): no compiled spec to show."""
+    return {
+        "$schema": "https://vega.github.io/schema/vega/v5.json",
+        "title": "sales </code></pre>" + _script("vega title"),
+        "width": 120,
+        "height": 40,
+        "data": [
+            {"name": "t", "values": [{"a": 2}], "transform": [{"type": "formula", "as": "b", "expr": EXPRESSION}]}
+        ],
+        "marks": [
+            {
+                "type": "text",
+                "from": {"data": "t"},
+                "encode": {"enter": {"text": {"field": "b"}, "x": {"value": 10}, "y": {"value": 20}}},
+            }
+        ],
+        "usermeta": _spec()["usermeta"],
+    }
+
+
 def _notebook() -> dict[str, Any]:
     notebook = notebook_json()
     notebook["cells"] = [
@@ -115,7 +136,7 @@ def _notebook() -> dict[str, Any]:
     return notebook
 
 
-def _check_chart(page: Page, where: str) -> None:
+def _check_chart(page: Page, where: str, lite: bool = True) -> None:
     """The chart drawn, by vega's interpreter; its menu without the editor;
     its source shown as text; nothing of what the sandbox wrote ran."""
     chart = page.locator(".vega-embed").first
@@ -131,8 +152,11 @@ def _check_chart(page: Page, where: str) -> None:
     expect(links.first).to_be_visible()
     texts = links.all_inner_texts()
     assert "Open in Vega Editor" not in texts, texts
-    assert texts.count("View Source") == 1 and texts.count("View Compiled Vega") == 1, texts
-    for text, shows in (("View Source", "sales </code></pre><script>"), ("View Compiled Vega", '"text": "sales')):
+    assert texts.count("View Source") == 1 and texts.count("View Compiled Vega") == int(lite), texts
+    shown_items = [("View Source", "sales </code></pre><script>")]
+    if lite:
+        shown_items.append(("View Compiled Vega", '"text": "sales'))
+    for text, shows in shown_items:
         with page.expect_popup() as opened:
             links.filter(has_text=text).click()
         popup = opened.value
@@ -149,6 +173,7 @@ def test_vega_charts_a_sandbox_wrote_run_nothing_and_show_their_source_as_text(p
     written = json.dumps(_notebook())
     (folder / "report.ipynb").write_text(written)
     (folder / "chart.vl.json").write_text(json.dumps(_spec()))
+    (folder / "chart.vg.json").write_text(json.dumps(_vega_spec()))
     page.add_init_script(RECORD_FUNCTIONS)
 
     page.goto(lab.url("/lab/tree/vega/report.ipynb?reset"), wait_until="domcontentloaded", timeout=APP_LOAD_TIMEOUT)
@@ -159,6 +184,9 @@ def test_vega_charts_a_sandbox_wrote_run_nothing_and_show_their_source_as_text(p
 
     page.goto(lab.url("/lab/tree/vega/chart.vl.json?reset"), wait_until="domcontentloaded", timeout=APP_LOAD_TIMEOUT)
     _check_chart(page, "a .vl.json file in JupyterLab")
+
+    page.goto(lab.url("/lab/tree/vega/chart.vg.json?reset"), wait_until="domcontentloaded", timeout=APP_LOAD_TIMEOUT)
+    _check_chart(page, "a .vg.json file in JupyterLab", lite=False)
 
     page.goto(lab.url("/notebooks/vega/report.ipynb"), wait_until="domcontentloaded", timeout=APP_LOAD_TIMEOUT)
     _check_chart(page, "a notebook's output in Notebook 7")

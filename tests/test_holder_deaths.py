@@ -299,7 +299,7 @@ HOLDER_KILLER = (
     "    return [p for p in open(f'/proc/{holder}/task/{holder}/children').read().split() if int(p) != me]\n"
     "while not others():\n"
     "    time.sleep(0.01)\n"
-    "time.sleep(0.5)\n"
+    "time.sleep(1.0)\n"  # the request, sent at once, was passed by now
     "os.kill(holder, 9)\n"
 )
 
@@ -314,7 +314,7 @@ def test_a_request_passed_to_a_standby_that_looked_only_after_the_holder_died(ke
     ok(
         kernel,
         KEEP + "import subprocess, sys, time\n"
-        "slow = [1]\nos.register_at_fork(after_in_child=lambda: slow and time.sleep(2))\n"
+        "slow = [1]\nos.register_at_fork(after_in_child=lambda: slow and time.sleep(3))\n"
         f"subprocess.Popen([sys.executable, '-c', {HOLDER_KILLER!r}])",
     )
     sandboxes = _sandbox_pids(kernel)

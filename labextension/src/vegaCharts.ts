@@ -18,7 +18,7 @@
  *   `bind` moves the chart's inputs anywhere in it;
  * - Vega compiles a spec's expressions into JavaScript (`Function`) unless
  *   told to interpret them (`ast`), and its expression sandbox has had
- *   escapes (CVE-2023-26487, CVE-2025-25304, CVE-2025-27793).
+ *   escapes (GHSA-4vq7-882g-wcg4, CVE-2025-25304).
  *
  * Every Vega renderer's charts therefore get options from an allow-list, with
  * `ast: true` (vega-embed's interpreter, made for pages that allow no eval)

@@ -326,6 +326,42 @@ def test_a_request_passed_to_a_standby_that_looked_only_after_the_holder_died(ke
     assert _sandbox_pids(kernel) == sandboxes
 
 
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("threads", [False, True], ids=["standby", "backup beside threads"])
+def test_a_request_the_holder_took_and_died_with_is_reported(kernel: SandboxKernelHandle, threads: bool) -> None:
+    """The holder reads a request from the host's channel and passes it on;
+    killed in between (a process a cell started, the OOM killer), it takes
+    the request with it. Here the cell makes its process, the next holder,
+    kill itself right after taking the next request. The standby takes over
+    and must end that request, which the host waits for without a limit in
+    real use (no cell timeout by default): before, nothing did, and only the
+    cell timeout ended it, with the sandbox replaced and every variable lost."""
+    ok(
+        kernel,
+        KEEP + "from sandbox_kernel_worker import inflight\n"
+        "holder, real = os.getpid(), inflight.taken\n"
+        "def taken(op, request_id):\n"
+        "    real(op, request_id)\n"
+        "    if os.getpid() == holder:\n"
+        "        os.kill(holder, signal.SIGKILL)\n"
+        "inflight.taken = taken\n"
+        + (
+            "from concurrent.futures import ThreadPoolExecutor\n"
+            "pool = ThreadPoolExecutor(1, thread_name_prefix='pool-of-cell')\npool.submit(abs, 0).result()\n"
+            if threads
+            else ""
+        ),
+    )
+    sandboxes = _sandbox_pids(kernel)
+    lost = kernel.run("changed = 7")
+    assert lost.status == "error" and lost.errors[0]["ename"] == "CellDied", lost.errors
+    said = lost.errors[0]["evalue"]
+    assert "was killed by SIGKILL as it took this request, before it ran" in said, lost.errors
+    assert ("the threads earlier cells started ended with it (pool-of-cell_0)" in said) == threads, said
+    assert ok(kernel, "print(kept, 'changed' in globals(), next(generator))").strip() == "41 False 1"
+    assert _sandbox_pids(kernel) == sandboxes
+
+
 def _pipe_channel() -> tuple[Channel, int]:
     read_fd, write_fd = os.pipe()
     return Channel(read_fd, write_fd), write_fd

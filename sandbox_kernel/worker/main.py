@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import cell_loop, deaths, hot_pages, interrupts, proxy_forward, warmup
+from . import cell_loop, deaths, hot_pages, inflight, interrupts, proxy_forward, warmup
 from .channel import Channel, ChannelClosed, frame_lock_fd
 from .protocol import LATE_OPS, Msg, Op
 from .streams import (
@@ -142,10 +142,12 @@ class Holder:
                 except ChannelClosed:
                     os._exit(CHANNEL_CLOSED_EXIT)
             op = msg.get("op")
+            if op in USER_CODE_OPS:
+                inflight.taken(str(op), str(msg.get("id")))
             if op == Op.SHUTDOWN:
                 self._kill_standby()
                 os._exit(SHUTDOWN_EXIT)
-            elif op in (Op.EXECUTE, Op.RESTORE, Op.COMM) and self.standby is None:
+            elif op in USER_CODE_OPS and self.standby is None:
                 self.channel.send(
                     {
                         "type": Msg.DONE,
@@ -156,7 +158,8 @@ class Holder:
                         "traceback": [],
                     }
                 )
-            elif op in (Op.EXECUTE, Op.RESTORE, Op.COMM) and self.standby is not None:
+                inflight.passed()
+            elif op in USER_CODE_OPS and self.standby is not None:
                 child, self.standby = self.standby, None
                 if child.backup:
                     self._run_here(child, msg)
@@ -165,6 +168,7 @@ class Holder:
                     child.ctl.send(msg)
                 except OSError:
                     pass  # it died while waiting: reported as a died cell
+                inflight.passed()
                 hot_pages.started(self.generation)  # a list for that standby is of no use now
                 self._supervise(child, msg, takeover=True)
             elif op == Op.COMPLETE:
@@ -423,6 +427,7 @@ class Holder:
                 except (ChannelClosed, ValueError):
                     pass
             if msg is not None:
+                inflight.passed()  # (the holder may have died before it said so)
                 return msg, death
             # The pipe's end, or the holder's death (a process the holder
             # forked since may hold a copy of the pipe, which then never ends)
@@ -438,10 +443,24 @@ class Holder:
 
     def _take_over_from_dead_holder(self, threads: str) -> None:
         """In a standby or a backup whose holder died while idle: hold the
-        state from here on, and say so under the last request."""
+        state from here on, and say so under the last request; or, if the
+        holder died having taken a request it never passed on (``inflight``),
+        as that request's end: the host waits for it."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self.backups = []
         self._hold_after_dead_holder()
+        lost = inflight.left()
+        if lost is not None:
+            self.channel.send(
+                {
+                    "type": Msg.DONE,
+                    "id": lost[1],
+                    "status": "died",
+                    "reason": f"{self._parent_death()} as it took this request, before it ran",
+                    "threads_lost": threads,
+                }
+            )
+            return
         self._note(
             f"{self._parent_death()} between cells. A copy of the state taken after the last "
             f"request holds it now: every variable is kept{_threads_ended(threads)}"
@@ -526,6 +545,7 @@ class Holder:
             os.close(backup.ctl.write_fd)
             self.pending = msg
             return
+        inflight.passed()
         self._ctl = backup.ctl
         self._run_request(msg, *self._open_streams())
 
@@ -1066,6 +1086,10 @@ WARM_UP_AFTER = 0.01
 #: cell's result (3 ms was enough on a 2-core VM): work the sandbox can put
 #: off until then should not compete with it for the CPU
 REPLY_WINDOW = 0.003
+#: requests whose code runs in the sandbox: the host waits for their end
+#: without a limit (no cell timeout by default), so one lost is reported
+USER_CODE_OPS = frozenset({Op.EXECUTE, Op.COMM, Op.RESTORE})
+
 #: the longest the old holder waits for the new one to fork before it exits
 #: (a full garbage collection may come first, ``Holder._collect_if_due``)
 OLD_HOLDER_WAIT = 0.5
@@ -1261,6 +1285,7 @@ def main() -> None:
     channel = Channel(read_fd, write_fd, frame_lock_fd())
     hot_pages.share()
     deaths.share()
+    inflight.share()
     gc.collect = _collect
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     interrupts.install_nudge()

@@ -332,8 +332,8 @@ def test_a_request_the_holder_took_and_died_with_is_reported(kernel: SandboxKern
     """The holder reads a request from the host's channel and passes it on;
     killed in between (a process a cell started, the OOM killer), it takes
     the request with it. Here the cell makes its process, the next holder,
-    kill itself right after taking the next request. The standby takes over
-    and must end that request, which the host waits for without a limit in
+    kill itself right after taking the next request. The standby (beside
+    threads, the backup) takes over and must end that request, which the host waits for without a limit in
     real use (no cell timeout by default): before, nothing did, and only the
     cell timeout ended it, with the sandbox replaced and every variable lost."""
     ok(

@@ -31,6 +31,13 @@ from kernel_helpers import SandboxKernelHandle, bwrap_kernel, iopub_until, is_id
 from sandbox_kernel.worker.channel import Channel
 
 KEEP = "import os, signal\nkept = 41\ngenerator = (i for i in range(100)); next(generator)\n"
+#: an executor whose thread lives on after the cell: later cells run in the holder, beside it
+POOL = (
+    "from concurrent.futures import ThreadPoolExecutor\n"
+    "pool = ThreadPoolExecutor(1, thread_name_prefix='pool-of-cell')\npool.submit(abs, 0).result()\n"
+)
+#: what a death of the holder beside that thread says
+POOL_ENDED = "the threads earlier cells started ended with it (pool-of-cell_0)"
 
 
 @pytest.fixture
@@ -138,13 +145,12 @@ def test_beside_threads_the_backup_keeps_the_state_from_before_a_cell_whose_proc
     again when the holder dies after the cell, before its next backup."""
     ok(
         kernel,
-        KEEP + "from concurrent.futures import ThreadPoolExecutor\n"
-        "pool = ThreadPoolExecutor(1, thread_name_prefix='pool-of-cell')\npool.submit(abs, 0).result()",
+        KEEP + POOL,
     )
     msg_id = kernel.kc.execute("changed = 7\nos.register_at_fork(before=lambda: os.kill(os.getpid(), signal.SIGKILL))")
     messages = iopub_until(kernel.kc, lambda got: "what this cell changed is lost" in _stderr_under(got, msg_id))
     note = _stderr_under(messages, msg_id)
-    assert "the threads earlier cells started ended with it (pool-of-cell_0)" in note, note
+    assert POOL_ENDED in note, note
     assert ok(kernel, "print(kept, 'changed' in globals(), next(generator))").strip() == "41 False 1"
 
 
@@ -156,8 +162,7 @@ def test_beside_threads_a_cell_that_kills_its_backup_ends_well_and_loses_nothing
     report to it, and died with every variable and thread."""
     ok(
         kernel,
-        KEEP + "from concurrent.futures import ThreadPoolExecutor\n"
-        "pool = ThreadPoolExecutor(1, thread_name_prefix='pool-of-cell')\npool.submit(abs, 0).result()",
+        KEEP + POOL,
     )
     sandboxes = _sandbox_pids(kernel)
     run = kernel.run(
@@ -228,17 +233,12 @@ def test_a_request_passed_to_a_backup_that_looked_only_after_the_holder_died(ker
     earlier cell delays the backup here, as a busy machine did."""
     ok(
         kernel,
-        KEEP + "import time\nfrom concurrent.futures import ThreadPoolExecutor\n"
-        "pool = ThreadPoolExecutor(1, thread_name_prefix='pool-of-cell')\npool.submit(abs, 0).result()\n"
-        "slow = [1]\nos.register_at_fork(after_in_child=lambda: slow and time.sleep(1.5))",
+        KEEP + POOL + "import time\nslow = [1]\nos.register_at_fork(after_in_child=lambda: slow and time.sleep(1.5))",
     )
     sandboxes = _sandbox_pids(kernel)
     died = kernel.run("kept = 6\nos._exit(3)")  # sent at once: the backup sleeps in the hook
     assert died.status == "error" and died.errors[0]["ename"] == "CellDied", died.errors
-    assert (
-        "exited with code 3; the threads earlier cells started ended with it (pool-of-cell_0)"
-        in (died.errors[0]["evalue"])
-    ), died.errors
+    assert f"exited with code 3; {POOL_ENDED}" in died.errors[0]["evalue"], died.errors
     assert ok(kernel, "slow.clear()\nprint(kept, next(generator))").strip() == "41 1"
     assert _sandbox_pids(kernel) == sandboxes
 
@@ -273,9 +273,7 @@ def test_a_backup_stopped_until_its_holder_was_reaped_still_reports_the_request(
     request was never answered."""
     ok(
         kernel,
-        KEEP + "import subprocess, sys, time\nfrom concurrent.futures import ThreadPoolExecutor\n"
-        "pool = ThreadPoolExecutor(1, thread_name_prefix='pool-of-cell')\npool.submit(abs, 0).result()\n"
-        f"subprocess.Popen([sys.executable, '-c', {BACKUP_STOPPER!r}])",
+        KEEP + POOL + f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {BACKUP_STOPPER!r}])",
     )
     sandboxes = _sandbox_pids(kernel)
     deadline = time.monotonic() + 30
@@ -284,10 +282,7 @@ def test_a_backup_stopped_until_its_holder_was_reaped_still_reports_the_request(
         time.sleep(0.02)
     died = kernel.run("if os.fork() == 0:\n    time.sleep(5)\n    os._exit(0)\nkept = 6\nos._exit(3)")
     assert died.status == "error" and died.errors[0]["ename"] == "CellDied", died.errors
-    assert (
-        "exited with code 3; the threads earlier cells started ended with it (pool-of-cell_0)"
-        in (died.errors[0]["evalue"])
-    ), died.errors
+    assert f"exited with code 3; {POOL_ENDED}" in died.errors[0]["evalue"], died.errors
     assert ok(kernel, "print(kept, next(generator))").strip() == "41 1"
     assert _sandbox_pids(kernel) == sandboxes
 
@@ -344,20 +339,14 @@ def test_a_request_the_holder_took_and_died_with_is_reported(kernel: SandboxKern
         "    real(op, request_id)\n"
         "    if os.getpid() == holder:\n"
         "        os.kill(holder, signal.SIGKILL)\n"
-        "inflight.taken = taken\n"
-        + (
-            "from concurrent.futures import ThreadPoolExecutor\n"
-            "pool = ThreadPoolExecutor(1, thread_name_prefix='pool-of-cell')\npool.submit(abs, 0).result()\n"
-            if threads
-            else ""
-        ),
+        "inflight.taken = taken\n" + (POOL if threads else ""),
     )
     sandboxes = _sandbox_pids(kernel)
     lost = kernel.run("changed = 7")
     assert lost.status == "error" and lost.errors[0]["ename"] == "CellDied", lost.errors
     said = lost.errors[0]["evalue"]
     assert "was killed by SIGKILL as it took this request, before it ran" in said, lost.errors
-    assert ("the threads earlier cells started ended with it (pool-of-cell_0)" in said) == threads, said
+    assert (POOL_ENDED in said) == threads, said
     assert ok(kernel, "print(kept, 'changed' in globals(), next(generator))").strip() == "41 False 1"
     assert _sandbox_pids(kernel) == sandboxes
 

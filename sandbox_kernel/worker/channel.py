@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from .protocol import HEADER, MAX_FRAME, MAX_OUTPUT_MESSAGE, OUTPUT_TYPES
+from .shared_memory import shared_memory
 
 
 class ChannelClosed(EOFError):
@@ -36,10 +37,7 @@ class ChannelClosed(EOFError):
 def frame_lock_fd() -> int | None:
     """A file for the frame lock, shared by every process forked after this
     (None where none can be had: frames are then only whole per process)."""
-    try:
-        return os.memfd_create("sandbox-kernel-frames", os.MFD_CLOEXEC)
-    except (AttributeError, OSError):
-        return None
+    return shared_memory("frames")
 
 
 _channels: weakref.WeakSet[Channel] = weakref.WeakSet()

@@ -16,6 +16,8 @@ import os
 import struct
 import time
 
+from .shared_memory import shared_memory
+
 SLOTS = 64
 _HEADER = struct.Struct("<Q")
 _ENTRY = struct.Struct("<Qii")
@@ -28,12 +30,7 @@ def share() -> None:
     """Create the table (before the first fork; without memfd there is none,
     and a death is then reported without its cause)."""
     global _fd
-    try:
-        fd = os.memfd_create("sandbox-kernel-deaths", os.MFD_CLOEXEC)
-        os.ftruncate(fd, _SIZE)
-    except (AttributeError, OSError):
-        return
-    _fd = fd
+    _fd = shared_memory("deaths", _SIZE)
 
 
 def record(pid: int, status: int) -> None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 import struct
 
+from .shared_memory import shared_memory
+
 _LENGTH = struct.Struct("<H")
 _MOST = 256  # bytes of op and id (the host's ids are a letter and a number)
 _SIZE = _LENGTH.size + _MOST
@@ -31,12 +33,7 @@ def share() -> None:
     """Create the slot (before the first fork; without memfd there is none,
     and a request lost with its holder is then not reported)."""
     global _fd
-    try:
-        fd = os.memfd_create("sandbox-kernel-inflight", os.MFD_CLOEXEC)
-        os.ftruncate(fd, _SIZE)
-    except (AttributeError, OSError):
-        return
-    _fd = fd
+    _fd = shared_memory("inflight", _SIZE)
 
 
 def taken(op: str, request_id: str) -> None:

@@ -38,6 +38,20 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def code_cell(
+    cell_id: str, source: str, outputs: Sequence[dict[str, Any]] = (), execution_count: int | None = None
+) -> dict[str, Any]:
+    """An nbformat 4 code cell, with outputs as a file a sandbox wrote may hold them."""
+    return {
+        "cell_type": "code",
+        "id": cell_id,
+        "metadata": {},
+        "source": source,
+        "outputs": list(outputs),
+        "execution_count": execution_count,
+    }
+
+
 def notebook_json(cells: list[str] | None = None) -> dict[str, Any]:
     """An nbformat 4 notebook on the sandboxed kernel."""
     return {
@@ -47,17 +61,7 @@ def notebook_json(cells: list[str] | None = None) -> dict[str, Any]:
             "kernelspec": {"name": KERNEL_NAME, "display_name": "Python 3 (sandboxed)", "language": "python"},
             "language_info": {"name": "python"},
         },
-        "cells": [
-            {
-                "cell_type": "code",
-                "id": f"cell-{i}",
-                "metadata": {},
-                "source": src,
-                "outputs": [],
-                "execution_count": None,
-            }
-            for i, src in enumerate(cells or [""])
-        ],
+        "cells": [code_cell(f"cell-{i}", src) for i, src in enumerate(cells or [""])],
     }
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import nbformat
 import pytest
-from lab_helpers import LabServer, notebook_json, serving
+from lab_helpers import LabServer, code_cell, notebook_json, serving
 from nbformat.sign import NotebookNotary
 from playwright.sync_api import Page
 from test_status_widget import open_notebook
@@ -71,13 +71,10 @@ def _notebook_with_saved_state() -> dict[str, Any]:
     notebook = notebook_json()
     notebook["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": state}
     notebook["cells"] = [
-        {
-            "cell_type": "code",
-            "id": "chart",
-            "metadata": {},
-            "execution_count": 1,
-            "source": "chart",
-            "outputs": [
+        code_cell(
+            "chart",
+            "chart",
+            [
                 {
                     "output_type": "execute_result",
                     "execution_count": 1,
@@ -85,7 +82,8 @@ def _notebook_with_saved_state() -> dict[str, Any]:
                     "data": {"text/plain": "Chart()", "application/vnd.jupyter.widget-view+json": view},
                 }
             ],
-        }
+            execution_count=1,
+        )
     ]
     return notebook
 

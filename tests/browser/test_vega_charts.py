@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 import pytest
-from lab_helpers import LabServer, notebook_json
+from lab_helpers import LabServer, code_cell, notebook_json
 from playwright.sync_api import Page, expect
 
 pytestmark = pytest.mark.timeout(300)
@@ -103,27 +103,22 @@ def _vega_spec() -> dict[str, Any]:
 def _notebook() -> dict[str, Any]:
     notebook = notebook_json()
     notebook["cells"] = [
-        {
-            "cell_type": "code",
-            "id": "chart",
-            "metadata": {},
-            "execution_count": 1,
-            "source": "chart",
-            "outputs": [
+        code_cell(
+            "chart",
+            "chart",
+            [
                 {
                     "output_type": "display_data",
                     "metadata": {VEGA_LITE: {"embed_options": _options()}},
                     "data": {VEGA_LITE: _spec(), "text/plain": "<VegaLite 5 object>"},
                 }
             ],
-        },
-        {
-            "cell_type": "code",
-            "id": "by-url",
-            "metadata": {},
-            "execution_count": 2,
-            "source": "chart_by_url",
-            "outputs": [
+            execution_count=1,
+        ),
+        code_cell(
+            "by-url",
+            "chart_by_url",
+            [
                 {
                     # vega-embed loads a spec named by URL, and the options in it, itself
                     "output_type": "display_data",
@@ -131,7 +126,8 @@ def _notebook() -> dict[str, Any]:
                     "data": {VEGA_LITE: "chart.vl.json", "text/plain": "<VegaLite 5 object>"},
                 }
             ],
-        },
+            execution_count=2,
+        ),
     ]
     return notebook
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from kernel_helpers import LoopbackListener
-from lab_helpers import LabServer, notebook_json
+from lab_helpers import LabServer, code_cell, notebook_json
 from playwright.sync_api import Page, expect
 
 from sandbox_kernel.lab_content_policy import content_security_policy
@@ -91,13 +91,10 @@ def _leaky_notebook(base: str) -> dict[str, Any]:
             "metadata": {},
             "source": f"# Report\n\n![chart]({base}/md-image?d={SECRET})\n\n" + _leaky_html(base, "md"),
         },
-        {
-            "cell_type": "code",
-            "id": "code",
-            "metadata": {},
-            "execution_count": 1,
-            "source": "show()",
-            "outputs": [
+        code_cell(
+            "code",
+            "show()",
+            [
                 {
                     "output_type": "display_data",
                     "metadata": {},
@@ -109,7 +106,8 @@ def _leaky_notebook(base: str) -> dict[str, Any]:
                     "data": {"text/markdown": f"![m]({base}/out-md?d={SECRET})", "text/plain": "md"},
                 },
             ],
-        },
+            execution_count=1,
+        ),
     ]
     return notebook
 

@@ -17,6 +17,9 @@ to fetch anything from another origin:
 - no plugins, no ``<base>`` redirection, forms post only to the server;
 - no DNS prefetching (``X-DNS-Prefetch-Control: off``), which CSP does not cover.
 
+A file opened in a browser tab of its own (``/files/…``) or a notebook's
+HTML from nbconvert get more: :mod:`sandbox_kernel.lab_file_tabs`.
+
 What stays possible: a link the user clicks (navigation is not governed by
 CSP; outputs of private sessions have their links defanged, files do not),
 and everything a server-side extension fetches for itself. Scripts keep
@@ -37,6 +40,9 @@ from typing import Any
 
 #: the environment variable that turns the policy off (``1``, ``true``, ``yes``, ``on``)
 REMOTE_CONTENT_ENV = "SANDBOX_KERNEL_REMOTE_CONTENT"
+
+#: the server extension that rewrites what /files and /nbconvert send to a tab
+FILE_TABS_EXTENSION = "sandbox_kernel.lab_file_tabs"
 
 _LOCAL = "'self' data: blob:"
 
@@ -72,7 +78,8 @@ def remote_content_allowed(environ: dict[str, str] | None = None) -> bool:
 
 def apply(config: Any) -> None:
     """Set the policy on a Jupyter server's config (``c`` of a config file),
-    keeping other headers already configured. ``ServerApp.tornado_settings``
+    keeping other headers already configured, and load
+    :mod:`sandbox_kernel.lab_file_tabs`. ``ServerApp.tornado_settings``
     is one dict trait: a config file sets it whole, so this merges into it."""
     if remote_content_allowed():
         return
@@ -87,6 +94,11 @@ def apply(config: Any) -> None:
     headers["X-DNS-Prefetch-Control"] = "off"
     settings["headers"] = headers
     server.tornado_settings = settings
+    # Files opened in a tab of their own get a stricter sandbox and no
+    # resource hints (sandbox_kernel/lab_file_tabs.py).
+    extensions = dict(server.jpserver_extensions) if "jpserver_extensions" in server else {}
+    extensions[FILE_TABS_EXTENSION] = True
+    server.jpserver_extensions = extensions
 
 
-__all__ = ["REMOTE_CONTENT_ENV", "apply", "content_security_policy", "remote_content_allowed"]
+__all__ = ["FILE_TABS_EXTENSION", "REMOTE_CONTENT_ENV", "apply", "content_security_policy", "remote_content_allowed"]

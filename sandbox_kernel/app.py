@@ -8,12 +8,15 @@ directory of ``jupyter --paths`` (e.g. ``~/.jupyter``, ``$JUPYTER_CONFIG_DIR``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ipykernel.kernelapp import IPKernelApp
 from jupyter_core.paths import jupyter_config_path
 from traitlets import DottedObjectName, Type
 from traitlets.config.application import Application
 
 from .kernel import SandboxKernel
+from .terminal_text import TerminalSafeFormatter
 
 CONFIG_FILE = "sandbox_kernel_config"
 
@@ -26,6 +29,19 @@ class SandboxKernelApp(IPKernelApp):
         help="The importstring for the OutStream factory (ours flushes only what host code wrote).",
         allow_none=True,
     ).tag(config=True)
+
+    # Log lines can quote what a sandbox wrote: no control character reaches
+    # the terminal (sandbox_kernel/terminal_text.py).
+    _log_formatter_cls = TerminalSafeFormatter
+
+    def get_default_logging_config(self) -> dict[str, Any]:
+        """The package's own loggers (the engine, the sandboxes, the ratchet's
+        store) write through the application's handler, and so its formatter,
+        instead of logging's last-resort handler, which writes lines as they are."""
+        config: dict[str, Any] = super().get_default_logging_config()
+        if "console" in config.get("handlers", {}):
+            config["loggers"]["sandbox_kernel"] = {"level": "DEBUG", "handlers": ["console"], "propagate": False}
+        return config
 
     def init_path(self) -> None:
         """Never put the working directory (the notebook's folder, which sandboxes

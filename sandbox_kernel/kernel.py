@@ -41,6 +41,7 @@ from .privacy.store import default_data_dir
 from .sandbox import get_sandbox
 from .status_comm import StatusComm
 from .stop_on_error import StopOnError
+from .terminal_text import terminal_safe_message, terminal_safe_output
 from .worker.language import language_info
 
 
@@ -519,6 +520,8 @@ class SandboxKernel(Kernel, EngineSettings):
                 ident=self._topic(kind),
             )
         else:
+            # what a terminal frontend (jupyter console) prints holds no control sequence
+            content = terminal_safe_message(kind, content)
             self._wire().send(self.iopub_socket, kind, content, parent=parent, ident=self._topic(kind))
 
     # ---- comms: the kernel's own (the status widget) here, widgets in the sandbox ------
@@ -621,7 +624,11 @@ class SandboxKernel(Kernel, EngineSettings):
                     break
                 raise
         self._wire().send(
-            self.stdin_socket, "input_request", {"prompt": prompt, "password": password}, parent, ident=ident
+            self.stdin_socket,
+            "input_request",
+            {"prompt": terminal_safe_output(prompt), "password": password},
+            parent,
+            ident=ident,
         )
         while not cancelled.is_set():
             rlist, _, xlist = zmq.select([self.stdin_socket], [], [self.stdin_socket], 0.05)

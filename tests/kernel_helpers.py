@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psutil
 from jupyter_client.blocking.client import BlockingKernelClient
@@ -224,8 +224,15 @@ class Run:
 
 class SandboxKernelHandle:
     def __init__(
-        self, workspace: Path, tmpdir: Path, extra_args: list[str] | None = None, env: dict[str, str] | None = None
+        self,
+        workspace: Path,
+        tmpdir: Path,
+        extra_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        stderr: IO[bytes] | None = None,
     ) -> None:
+        """``stderr``: where the kernel process's own stderr (its log) goes;
+        the test's stderr when None."""
         self.workspace = workspace
         self.tmpdir = tmpdir
         self.km = KernelManager(kernel_name=KERNEL_NAME)
@@ -234,7 +241,12 @@ class SandboxKernelHandle:
         self.data_dir = data_dir
         kernel_env = {**os.environ, "TMPDIR": str(tmpdir), "SANDBOX_KERNEL_DATA_DIR": str(data_dir), **(env or {})}
         self.km.extra_env = {}
-        self.km.start_kernel(cwd=str(workspace), env=kernel_env, extra_arguments=extra_args or [])
+        self.km.start_kernel(
+            cwd=str(workspace),
+            env=kernel_env,
+            extra_arguments=extra_args or [],
+            **({"stderr": stderr} if stderr is not None else {}),
+        )
         self.kc: BlockingKernelClient = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)

@@ -42,6 +42,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..terminal_text import escape_controls
+
 
 @dataclass
 class EgressEntry:
@@ -93,7 +95,7 @@ def printable(text: object, limit: int) -> str:
     """``text`` with each non-printable character (control, escape, line or
     format characters) written as its Python escape, cut to ``limit`` characters."""
     raw = str(text)
-    shown = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in raw[:limit])
+    shown = escape_controls(raw[:limit], keep="")
     return shown + "..." if len(raw) > limit else shown
 
 

@@ -31,6 +31,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..terminal_text import terminal_safe_output
 from .sanitize import sanitize_bundle
 
 log = logging.getLogger("sandbox_kernel.outputs")
@@ -51,10 +52,11 @@ def _identity(text: str) -> str:
 
 
 def plain_text(value: Any, limit: int = MAX_TEXT, defang: Defang = _identity) -> str:
-    """A string of at most ``limit`` characters, without lone surrogates."""
+    """A string of at most ``limit`` characters, without lone surrogates or
+    control sequences a terminal frontend would obey (colours kept)."""
     text = value if isinstance(value, str) else str(value)
     text = text[:limit].encode("utf-8", "replace").decode("utf-8")
-    return defang(text)
+    return defang(terminal_safe_output(text))
 
 
 def clean_payloads(payloads: Any, *, private: bool, defang: Defang = _identity) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ from traitlets.config.loader import ArgumentError, KVArgParseConfigLoader
 
 from ..app import CONFIG_FILE
 from ..engine.settings import EngineSettings
+from ..terminal_text import TerminalSafeFormatter, make_handlers_terminal_safe
 from .mcp_server import build_server, guarded_http_app, host_with_port, http_allowed_hosts, is_loopback_host
 from .runtime_token import RuntimeTokenError, RuntimeTokenFile, check_private_dir, generate_token, token_file_name
 from .sessions import SessionRegistry, ToolsConfig
@@ -124,6 +125,8 @@ class MCPServerApp(Application, EngineSettings):
     >>> app.tools_config().backend
     'subprocess'
     """
+
+    _log_formatter_cls = TerminalSafeFormatter  # its log can quote what a sandbox wrote
 
     name = "sandbox-kernel-mcp"
     description = (
@@ -463,12 +466,19 @@ class MCPServerApp(Application, EngineSettings):
             raise ConfigError(str(exc)) from None
         return registry, server
 
+    def init_root_logging(self) -> None:
+        """Log the libraries' records (the engine's, MCP's) to stderr at the
+        application's level; lines can quote what a sandbox wrote, so they are
+        escaped (sandbox_kernel/terminal_text.py)."""
+        logging.basicConfig(level=self.log_level, stream=sys.stderr)
+        make_handlers_terminal_safe(logging.getLogger())
+
     def start(self) -> None:
         """Build the registry and the server, serve the chosen transport until the
         client goes away (stdio) or the process is interrupted (HTTP: SIGINT or
         SIGTERM; stdio: SIGTERM too), then close the registry (sessions checkpointed) and remove a
         generated token's file. :class:`ConfigError` before serving."""
-        logging.basicConfig(level=self.log_level, stream=sys.stderr)
+        self.init_root_logging()
         guard = self.http_guard() if self.transport == "streamable-http" else None
         registry, server = self.make_server()
         if self.transport == "stdio":

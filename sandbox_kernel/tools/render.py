@@ -14,13 +14,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..terminal_text import terminal_safe_output
 from .notebook import Cell, CellOutput, CellState, Notebook, OutputType
 
 MAX_OUTPUT_CHARS = 4000
 MAX_CODE_LINES_IN_LIST = 3
 FULL_OUTPUT_CHARS = 200_000
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
 _TAGS = re.compile(r"<(script|style)\b.*?</\1>|<[^>]+>", re.S | re.I)
 
 
@@ -36,7 +36,9 @@ class ToolResult:
 
 
 def strip_ansi(text: str) -> str:
-    return _ANSI.sub("", text)
+    """Tool text for an agent: no colours, and none of the sequences a
+    terminal showing the result would obey."""
+    return terminal_safe_output(text, keep_colours=False)
 
 
 def truncate(text: str, limit: int, hint: str = "") -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from ..engine.session import SandboxUnavailable
 from ..outputs.links import defang_text
 from ..sandbox import SandboxResult
+from ..terminal_text import terminal_safe_output
 from .calls import session_for, tool_errors, with_notices
 from .errors import ToolFatalError
 from .render import ToolResult, truncate
@@ -50,7 +51,8 @@ def _output_text(result: SandboxResult) -> str:
     """stdout then stderr, as the tool shows them."""
     out = _stream_text(result.stdout, result.stdout_dropped, result.stdout_dropped_at, "stdout")
     err = _stream_text(result.stderr, result.stderr_dropped, result.stderr_dropped_at, "stderr")
-    return out + (("\n" if out and not out.endswith("\n") else "") + err if err else "")
+    text = out + (("\n" if out and not out.endswith("\n") else "") + err if err else "")
+    return terminal_safe_output(text, keep_colours=False)  # an agent's terminal may show it
 
 
 async def _run_local(session: ToolSession, command: str, timeout: float) -> tuple[int, str, int]:

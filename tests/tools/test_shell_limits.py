@@ -101,3 +101,20 @@ async def test_private_shell_output_has_no_followable_url(registry: SessionRegis
     assert r.text.startswith("Exit code: 0"), r.text
     assert "evil.example" in r.text and "https://" not in r.text and "www.evil" not in r.text, r.text
     assert "javascript:" not in r.text, r.text
+
+
+async def test_tool_text_holds_no_terminal_sequence(registry: SessionRegistry) -> None:
+    """An agent's command line may print a tool's result: what a command or a
+    cell wrote reaches it without escape sequences (an OSC 52 would set the
+    user's clipboard), whichever way the sequence is ended."""
+    kw = ids(registry, "esc")
+    sequences = r"\033]52;c;YQ==\007\033]0;owned\033\\\033[2J\302\233" + "2J"
+    r = await sandbox_execute(f"printf 'out{sequences}\\n'; printf 'err{sequences}\\n' >&2", **kw)
+    assert "out" in r.text and "err" in r.text, r.text
+    assert not [c for c in ("\x1b", "\x07", "\x9b") if c in r.text], repr(r.text)
+    r = await repl_execute_cell(
+        "import sys\nOSC = '\\x1b]52;c;YQ==\\x1b\\\\' + '\\x9b2J'\nprint('cell' + OSC)\nraise ValueError('v' + OSC)",
+        **kw,
+    )
+    assert "cell" in r.text and "ValueError" in r.text, r.text
+    assert not [c for c in ("\x1b", "\x07", "\x9b") if c in r.text], repr(r.text)

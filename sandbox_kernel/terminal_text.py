@@ -1,0 +1,133 @@
+"""Text a sandbox chose, on its way to the terminal that runs the host's processes.
+
+Why: the kernel's log goes to the stderr of ``jupyter lab`` (or of whatever
+started the kernel), and the MCP server's to its client's log; both are read
+in terminals. Some log lines carry what a sandbox wrote: the names and reasons
+of variables a restore dropped come from the checkpoint manifest the sandbox
+writes, and error texts quote what the worker sent. A control sequence in
+them is obeyed by the terminal: OSC 52 sets the user's clipboard (pasted into
+a host shell next), OSC 8 makes a link, CSI and OSC sequences move the cursor
+and rewrite what the screen shows, and some terminals answer queries by typing
+into their own input. Measured: a cell wrote ``\\x1b]52;c;…\\x07`` into the
+manifest, the sandbox died, and the restore's warning sent it to the kernel's
+stderr as it was.
+
+So every line the host's loggers write is made visible text first: control
+characters but newline and tab, and format characters such as the
+bidirectional overrides (which make a terminal show text in another order
+than it is) are written as their Python escapes (:func:`escape_controls`).
+
+A cell's own output reaches terminals too: ``jupyter console`` prints it,
+``papermill --log-output`` logs it, an agent's command line shows what a tool
+returned. :func:`terminal_safe_output` keeps what notebooks use (colours and
+text styles; the cursor moves and erasures of ``%clear`` and progress bars;
+newline, carriage return, tab, backspace) and removes every other escape
+sequence and control character, which JupyterLab does not show anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from traitlets.config.application import LevelFormatter
+
+
+def escape_controls(text: str, keep: str = "\n\t") -> str:
+    """``text`` with every character that is not printable (controls, escape,
+    format characters such as the bidirectional overrides, line separators)
+    written as its Python escape; the characters of ``keep`` stay as they are."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else ascii(c)[1:-1] for c in text)
+
+
+# In cell output: colours and text styles (SGR) and, for colours=True, the
+# cursor moves and erasures of %clear and progress bars (CSI with numeric
+# parameters ending in A-H, J, K or f), kept; any other escape sequence or
+# control character removed (those include the queries a terminal answers by
+# typing into its input, its modes and its window operations). Strings (OSC,
+# DCS, SOS, PM, APC) run to BEL or ST; one not ended in this text loses its
+# introducer only, so nothing after it (in this text or the next) can continue it.
+_OUTPUT_CONTROLS = re.compile(
+    r"(?P<sgr>\x1b\[[0-9;:]*m)"
+    r"|(?P<cursor>\x1b\[[0-9;]*[A-HJKf])"
+    r"|\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
+    r"|\x1b[\]PX^_][^\x07\x1b]*(?:\x07|\x1b\\)"  # a string, ended
+    r"|\x1b[ -/]*[0-~]"  # nF, Fp, Fe, Fs escapes (the introducer of an unended string too)
+    r"|[\x00-\x07\x0b\x0c\x0e-\x1f\x7f-\x9f]"  # other controls, lone ESC included
+)
+
+
+def _keep_styles(match: re.Match[str]) -> str:
+    return match.group("sgr") or match.group("cursor") or ""
+
+
+def terminal_safe_output(text: str, keep_colours: bool = True) -> str:
+    """``text`` (a cell's output) with colours, text styles, cursor moves and
+    erasures kept (unless not ``keep_colours``: text for an agent) and every
+    other escape sequence and control character removed (newline, carriage
+    return, tab and backspace kept)."""
+    if not _MAY_HOLD_CONTROLS.search(text):
+        return text
+    return _OUTPUT_CONTROLS.sub(_keep_styles if keep_colours else "", text)
+
+
+_MAY_HOLD_CONTROLS = re.compile("[\x00-\x07\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_DISPLAY_KINDS = frozenset({"display_data", "update_display_data", "execute_result"})
+
+
+def terminal_safe_message(kind: str, content: dict[str, Any]) -> dict[str, Any]:
+    """An iopub message's content with :func:`terminal_safe_output` applied to
+    what a terminal frontend prints of it: a stream's text, an error's name,
+    value and traceback, a display's ``text/plain``."""
+    if kind == "stream" and isinstance(content.get("text"), str):
+        return {**content, "text": terminal_safe_output(content["text"])}
+    if kind == "error":
+        traceback = content.get("traceback")
+        return {
+            **content,
+            "ename": terminal_safe_output(str(content.get("ename", ""))),
+            "evalue": terminal_safe_output(str(content.get("evalue", ""))),
+            "traceback": [terminal_safe_output(str(line)) for line in traceback] if isinstance(traceback, list) else [],
+        }
+    data = content.get("data")
+    if kind in _DISPLAY_KINDS and isinstance(data, dict) and isinstance(data.get("text/plain"), str):
+        return {**content, "data": {**data, "text/plain": terminal_safe_output(data["text/plain"])}}
+    return content
+
+
+class TerminalSafeFormatter(LevelFormatter):
+    """traitlets' log formatter, whose lines (message, traceback and all) hold
+    no control character."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().format(record))
+
+
+def make_handlers_terminal_safe(logger: logging.Logger) -> None:
+    """Wrap the formatter of every handler of ``logger`` (a handler without
+    one gets logging's default format, escaped)."""
+    for handler in logger.handlers:
+        inner = handler.formatter or logging.Formatter()
+        if not isinstance(inner, _Escaping):
+            handler.setFormatter(_Escaping(inner))
+
+
+class _Escaping(logging.Formatter):
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        return escape_controls(self.inner.format(record))
+
+
+__all__ = [
+    "TerminalSafeFormatter",
+    "escape_controls",
+    "make_handlers_terminal_safe",
+    "terminal_safe_message",
+    "terminal_safe_output",
+]

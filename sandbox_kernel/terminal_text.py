@@ -81,9 +81,11 @@ _DISPLAY_KINDS = frozenset({"display_data", "update_display_data", "execute_resu
 def terminal_safe_message(kind: str, content: dict[str, Any]) -> dict[str, Any]:
     """An iopub message's content with :func:`terminal_safe_output` applied to
     what a terminal frontend prints of it: a stream's text, an error's name,
-    value and traceback, a display's ``text/plain``."""
+    value and traceback, a display's ``text/plain`` (the same dict when none
+    of them holds a control character)."""
     if kind == "stream" and isinstance(content.get("text"), str):
-        return {**content, "text": terminal_safe_output(content["text"])}
+        text = terminal_safe_output(content["text"])
+        return content if text is content["text"] else {**content, "text": text}
     if kind == "error":
         traceback = content.get("traceback")
         return {
@@ -94,7 +96,8 @@ def terminal_safe_message(kind: str, content: dict[str, Any]) -> dict[str, Any]:
         }
     data = content.get("data")
     if kind in _DISPLAY_KINDS and isinstance(data, dict) and isinstance(data.get("text/plain"), str):
-        return {**content, "data": {**data, "text/plain": terminal_safe_output(data["text/plain"])}}
+        text = terminal_safe_output(data["text/plain"])
+        return content if text is data["text/plain"] else {**content, "data": {**data, "text/plain": text}}
     return content
 
 

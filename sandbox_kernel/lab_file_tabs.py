@@ -17,8 +17,9 @@ handlers, and any that add a ``sandbox`` directive), through a Tornado output
 transform (the server's documented hook for rewriting responses):
 
 - the ``sandbox`` directive loses its allowances: no scripts (so no script
-  navigation, and Chromium refuses a sandboxed document's ``<meta>`` refresh),
-  no forms, no popups;
+  navigation, and Chromium refuses a sandboxed document's ``<meta>`` refresh
+  and ignores its speculation rules, which prefetch other origins), no forms,
+  no popups;
 - in a document the browser parses for elements (HTML, SVG, any XML), every
   ``<link>`` that is not plainly a stylesheet, icon or page relation is renamed
   ``<x-link>`` (an element that does nothing), and so are XML stylesheet

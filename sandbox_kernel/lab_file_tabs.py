@@ -24,10 +24,10 @@ transform (the server's documented hook for rewriting responses):
   ``<link>`` that is not plainly a stylesheet, icon or page relation is renamed
   ``<x-link>`` (an element that does nothing), and so are XML stylesheet
   instructions (XSLT can write new links; a sandboxed page's opaque origin
-  already stops it loading a stylesheet, so this is belt and braces). This is a textual rewrite, not a
-  parse: a parser here that read the document differently from the browser's
-  would let a hint through, while the text ``<link`` is needed for any ``link``
-  element either could see. A link element is kept only when its whole tag
+  already stops it loading a stylesheet, so this is belt and braces). This is
+  a textual rewrite, not a parse: a parser here that read the document
+  differently from the browser's would let a hint through, while the text
+  ``<link`` is needed for any ``link`` element either could see. A link element is kept only when its whole tag
   matches one plain form (quoted attributes, a literal ``rel`` of
   :data:`KEPT_RELATIONS`, no character references in it);
 - bytes that let a browser spell ``<link`` in other bytes are removed first:
@@ -39,9 +39,9 @@ transform (the server's documented hook for rewriting responses):
 Downloads (``?download=1``) are byte-exact: untouched, and so is a file the
 browser fetches as an image, a style or anything else it does not show as a
 page (``Sec-Fetch-Dest``, which a page cannot set): an SVG shown by ``<img>``
-runs nothing and loads nothing, and Illustrator's SVGs declare entities. Interactive HTML (a
-Bokeh or Plotly export) runs in JupyterLab's HTML viewer after "Trust HTML"
-(the user's opt-in). ``SANDBOX_KERNEL_REMOTE_CONTENT=1`` (see
+runs nothing and loads nothing, and Illustrator's SVGs declare entities.
+Interactive HTML (a Bokeh or Plotly export) runs in JupyterLab's HTML viewer
+after "Trust HTML" (the user's opt-in). ``SANDBOX_KERNEL_REMOTE_CONTENT=1`` (see
 :mod:`lab_content_policy`) leaves jupyter_server's behaviour as it was.
 """
 
@@ -114,25 +114,20 @@ def is_markup(content_type: str) -> bool:
     return kind in _HTML_TYPES or kind in _XML_TYPES or kind.endswith("+xml")
 
 
-def _kept_link(body: bytes, start: int) -> int | None:
-    """The end of the plain ``<link …>`` tag at ``start`` (its name's end), or
-    None when the tag is anything else."""
+def _is_kept_link(body: bytes, start: int) -> bool:
+    """Whether the ``<link`` tag whose name ends at ``start`` is one plain
+    form: quoted attributes of :data:`_KEPT_ATTRIBUTES`, each once, and a
+    literal ``rel`` of :data:`KEPT_RELATIONS`."""
     position = start
     seen: dict[bytes, bytes] = {}
-    while True:
-        attribute = _ATTRIBUTE.match(body, position)
-        if attribute is None:
-            break
+    while attribute := _ATTRIBUTE.match(body, position):
         name = attribute.group(1).lower()
         if name in seen or (name != b"rel" and name.decode() not in _KEPT_ATTRIBUTES):
-            return None
+            return False
         seen[name] = attribute.group(2) if attribute.group(2) is not None else attribute.group(3)
         position = attribute.end()
-    end = _TAG_END.match(body, position)
-    if end is None:
-        return None
     relation = b" ".join(seen.get(b"rel", b"").lower().split())
-    return end.end() if relation.decode() in KEPT_RELATIONS else None
+    return _TAG_END.match(body, position) is not None and relation.decode() in KEPT_RELATIONS
 
 
 def without_hints(body: bytes) -> bytes:
@@ -145,7 +140,7 @@ def without_hints(body: bytes) -> bytes:
     position = 0
     for match in _LINK_TAG.finditer(body):
         closing, prefix, name = match.group(1), match.group(2) or b"", match.group(3)
-        kept = not closing and not prefix and _kept_link(body, match.end()) is not None
+        kept = not closing and not prefix and _is_kept_link(body, match.end())
         out += body[position : match.start()]
         out += match.group(0) if kept else b"<" + closing + prefix + b"x-" + name
         position = match.end()

@@ -43,7 +43,7 @@ def escape_controls(text: str, keep: str = "\n\t") -> str:
     return "".join(c if c.isprintable() or c in keep else ascii(c)[1:-1] for c in text)
 
 
-# In cell output: colours and text styles (SGR) and, for colours=True, the
+# In cell output: colours and text styles (SGR) and, with keep_colours, the
 # cursor moves and erasures of %clear and progress bars (CSI with numeric
 # parameters ending in A-H, J, K or f), kept; any other escape sequence or
 # control character removed (those include the queries a terminal answers by
@@ -58,6 +58,8 @@ _OUTPUT_CONTROLS = re.compile(
     r"|\x1b[ -/]*[0-~]"  # nF, Fp, Fe, Fs escapes (the introducer of an unended string too)
     r"|[\x00-\x07\x0b\x0c\x0e-\x1f\x7f-\x9f]"  # other controls, lone ESC included
 )
+
+_MAY_HOLD_CONTROLS = re.compile("[\x00-\x07\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def _keep_styles(match: re.Match[str]) -> str:
@@ -74,7 +76,6 @@ def terminal_safe_output(text: str, keep_colours: bool = True) -> str:
     return _OUTPUT_CONTROLS.sub(_keep_styles if keep_colours else "", text)
 
 
-_MAY_HOLD_CONTROLS = re.compile("[\x00-\x07\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 _DISPLAY_KINDS = frozenset({"display_data", "update_display_data", "execute_result"})
 
 

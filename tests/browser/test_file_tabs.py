@@ -1,8 +1,8 @@
 """A file a sandbox wrote, opened in a browser tab of its own, sends nothing out.
 
 JupyterLab's "Open in New Browser Tab" loads ``/files/<path>`` as a page of its
-own; so does nbconvert's HTML of a notebook (``/nbconvert/html/<path>``). jupyter_server
-sandboxes those pages with ``allow-scripts``: a private session's
+own; so does nbconvert's HTML of a notebook (``/nbconvert/html/<path>``).
+jupyter_server sandboxes those pages with ``allow-scripts``: a private session's
 ``report.html`` navigated the tab to an address holding its data (a ``<meta>``
 refresh, a script), or made Chromium connect to one (a resource hint), as soon
 as it was opened. Each file here is written as such a cell would write it;
@@ -56,7 +56,9 @@ class Attacker:
     listeners: dict[str, LoopbackListener] = field(default_factory=dict)
 
     def port(self, name: str) -> int:
-        return self.listeners.setdefault(name, LoopbackListener()).port
+        if name not in self.listeners:
+            self.listeners[name] = LoopbackListener()
+        return self.listeners[name].port
 
     def heard(self, name: str) -> list[str]:
         hits = [path for path in self.recorder.heard if path.startswith(f"/{name}?")]
@@ -207,18 +209,23 @@ class JupyterHeadersServer:
         self.httpd.server_close()
 
 
-def _open_each(context: BrowserContext, urls: list[str]) -> None:
-    """Open every URL in a tab of its own, let them settle, close them."""
-    pages = []
+def _open_each(context: BrowserContext, urls: list[str], shows: str | None = None) -> list[int]:
+    """Open every URL in a tab of its own, let them settle, close them; the
+    status of each page (and, with ``shows``, check each tab's text has it)."""
+    pages, statuses = [], []
     try:
         for url in urls:
             tab = context.new_page()
             pages.append(tab)
-            tab.goto(url, wait_until="load", timeout=30_000)
+            response = tab.goto(url, wait_until="load", timeout=30_000)
+            statuses.append(response.status if response is not None else 0)
+            if shows is not None:
+                assert shows in tab.locator("body").inner_text(), url
         pages[-1].wait_for_timeout(SETTLE_MS)
     finally:
         for tab in pages:
             tab.close()
+    return statuses
 
 
 @pytest.fixture
@@ -257,7 +264,10 @@ def test_files_opened_in_a_tab_reach_nothing(page: Page, lab: LabServer, attacke
     try:
         attacker.recorder.heard.clear()
         _write_attacks(lab.notebooks / FOLDER, fresh)
-        _open_each(page.context, [lab.url(f"/files/{FOLDER}/{file_name}") for file_name, _ in ATTACKS.values()])
+        statuses = _open_each(
+            page.context, [lab.url(f"/files/{FOLDER}/{file_name}") for file_name, _ in ATTACKS.values()]
+        )
+        assert statuses == [200] * len(ATTACKS)  # each file was served, and shown
         reached = {name: fresh.heard(name) for name in ATTACKS if fresh.heard(name)}
         assert not reached, f"files opened in a tab reached the attacker: {reached}"
         assert attacker.recorder.heard == []
@@ -312,7 +322,8 @@ def test_a_notebook_exported_to_html_in_a_tab_reaches_nothing(
     assert attacker.heard("nbconvert_refresh") or attacker.heard("nbconvert_script"), attacker.recorder.heard
 
     attacker.recorder.heard.clear()
-    _open_each(page.context, [lab.url(f"/nbconvert/html/{FOLDER}/exported.ipynb")])
+    statuses = _open_each(page.context, [lab.url(f"/nbconvert/html/{FOLDER}/exported.ipynb")], shows="Report")
+    assert statuses == [200]
     assert attacker.recorder.heard == []
 
 

@@ -45,7 +45,8 @@ def test_a_reason_the_sandbox_wrote_reaches_the_kernels_log_as_text(tmp_path: Pa
             tmp_path / "ws", tmp_path / "tmp", extra_args=["--SandboxKernel.backend=bwrap"], stderr=log
         )
         try:
-            manifest = {"cell": 1, "dropped": {"y": REASON}}
+            # the cell number is the sandbox's to write too: only a number is quoted
+            manifest = {"cell": "1]; your session is public again [", "dropped": {"y": REASON}}
             run = kernel.run(
                 "x = 1\nimport json\n"
                 f"json.dump({json.dumps(manifest)}, open('/.sandbox_kernel/state/checkpoint.json', 'w'))"
@@ -54,6 +55,7 @@ def test_a_reason_the_sandbox_wrote_reaches_the_kernels_log_as_text(tmp_path: Pa
             assert kernel.kill_sandboxes() >= 1
             run = kernel.run("print(x)")
             assert "Dropped: y (" in run.stderr, run.stderr  # the restore quoted the manifest
+            assert "public again" not in run.stderr and "no cell had finished" in run.stderr, run.stderr
         finally:
             kernel.shutdown()
     written = log_file.read_text(errors="replace")

@@ -627,6 +627,7 @@ class Session:
         if isinstance(failed, dict):
             dropped.update({str(k)[:100]: str(v)[:300] for k, v in failed.items()})
         cell = manifest.get("cell") if manifest else None
+        cell = cell if isinstance(cell, int) and not isinstance(cell, bool) and cell > 0 else None  # sandbox-written
         lines = [f"{NOTICE} The sandbox was replaced" + (f" ({reason})" if reason else "") + "."]
         if cell:
             lines.append(

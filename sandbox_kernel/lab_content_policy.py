@@ -12,7 +12,8 @@ the user's work and are served as they are), so the page itself is told not
 to fetch anything from another origin:
 
 - images, media, fonts, styles, scripts, frames and workers only from the
-  server itself (and ``data:``/``blob:`` URLs, which Lab makes locally);
+  server itself (and ``data:``/``blob:`` URLs, which Lab makes locally; no
+  ``data:`` frames);
 - ``fetch``/XHR/websockets only to the server itself;
 - no plugins, no ``<base>`` redirection, forms post only to the server;
 - no DNS prefetching (``X-DNS-Prefetch-Control: off``), which CSP does not cover.
@@ -58,7 +59,9 @@ def content_security_policy(base_url: str = "/") -> str:
         f"img-src {_LOCAL}",
         f"media-src {_LOCAL}",
         f"font-src {_LOCAL}",
-        f"frame-src {_LOCAL}",
+        # no data: frames: a document in a data: URL is one no Lab code checks
+        # for resource hints (labextension/src/htmlHints.ts)
+        "frame-src 'self' blob:",
         "worker-src 'self' blob:",
         "connect-src 'self'",
         "object-src 'none'",

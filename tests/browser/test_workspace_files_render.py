@@ -16,6 +16,8 @@ the page: the recorder hears nothing, and the browser says it refused.
 
 from __future__ import annotations
 
+import base64
+import html
 import json
 import threading
 import urllib.request
@@ -183,3 +185,53 @@ def test_resource_hints_in_an_html_file_reach_nothing(page: Page, lab: LabServer
         assert "preconnect" not in head.inner_html().lower()
     finally:
         listener.close()
+
+
+def test_documents_inside_an_html_file_reach_nothing(page: Page, lab: LabServer) -> None:
+    """A page holds documents the viewer's frame builds without another look:
+    a ``srcdoc`` frame's, a template's that becomes a shadow tree, a ``data:``
+    URL frame's. With only the page itself cleaned, a preconnect in each
+    reached the network (srcdoc 2 connections, shadow tree 2, data: HTML 2,
+    data: SVG 1)."""
+    names = ("srcdoc", "shadow", "data_html", "data_svg", "srcdoc_in_template", "template_in_srcdoc")
+    listeners = {name: LoopbackListener() for name in names}
+    try:
+
+        def hint(name: str) -> str:
+            return f'<link rel="preconnect" href="http://127.0.0.1:{listeners[name].port}">'
+
+        def data_url(kind: str, text: str) -> str:
+            return f"data:{kind};base64," + base64.b64encode(text.encode()).decode()
+
+        def srcdoc(text: str) -> str:
+            return html.escape(text, quote=True)
+
+        xhtml_hint = (
+            '<svg xmlns="http://www.w3.org/2000/svg"><h:link xmlns:h="http://www.w3.org/1999/xhtml" '
+            f'rel="preconnect" href="http://127.0.0.1:{listeners["data_svg"].port}"/></svg>'
+        )
+        page_html = (
+            '<p id="kept">kept</p>'
+            f'<iframe id="plain" srcdoc="{srcdoc("<p>inner text</p>")}"></iframe>'
+            f'<iframe srcdoc="{srcdoc(hint("srcdoc") + "<p>x</p>")}"></iframe>'
+            f'<div><template shadowrootmode="open">{hint("shadow")}<p>shadow</p></template></div>'
+            f'<iframe src="{data_url("text/html", hint("data_html"))}"></iframe>'
+            f'<iframe src=" {data_url("image/svg+xml", xhtml_hint)}"></iframe>'
+            f'<div><template shadowrootmode="open"><iframe srcdoc="{srcdoc(hint("srcdoc_in_template"))}">'
+            "</iframe></template></div>"
+            f'<iframe srcdoc="{srcdoc("<div><template shadowrootmode=open>" + hint("template_in_srcdoc") + "</template></div>")}">'
+            "</iframe>"
+        )
+        folder = lab.notebooks / "nested"
+        folder.mkdir()
+        (folder / "page.html").write_text(page_html)
+        page.goto(lab.url("/lab/tree/nested/page.html?reset"), wait_until="domcontentloaded", timeout=APP_LOAD_TIMEOUT)
+        frame = page.frame_locator(".jp-HTMLViewer iframe")
+        expect(frame.locator("#kept")).to_have_text("kept", timeout=APP_LOAD_TIMEOUT)
+        expect(frame.frame_locator("#plain").locator("p")).to_have_text("inner text")  # a frame without hints stays
+        page.wait_for_timeout(2000)
+        reached = {name: listener.accepted for name, listener in listeners.items() if listener.accepted}
+        assert not reached, f"the browser connected for hints inside the page: {reached}"
+    finally:
+        for listener in listeners.values():
+            listener.close()

@@ -33,7 +33,10 @@ transform (the server's documented hook for rewriting responses):
 - bytes that let a browser spell ``<link`` in other bytes are removed first:
   NUL (UTF-16 needs it for every ASCII character) and ESC (ISO-2022-JP's
   switch), and XML entity declarations are renamed (an entity can spell a tag
-  with character references). Pages in those encodings show garbled; none of
+  with character references), and so is every ``srcdoc`` (a frame's whole
+  document in an attribute, its tags spelled with character references; the
+  text is renamed wherever it stands, attribute or not). ``data:`` frames,
+  the other way to hold a document, are refused by the Lab's policy. Pages in those encodings show garbled; none of
   this is common in what notebooks write.
 
 Downloads (``?download=1``) are byte-exact: untouched, and so is a file the
@@ -77,6 +80,9 @@ _KEPT_ATTRIBUTES = frozenset({"href", "type", "media", "title", "id", "sizes", "
 _LINK_TAG = re.compile(rb"<(/?)([^\s<>/:=\"']*:)?(link)(?=[\s/>])", re.IGNORECASE)
 _XML_STYLESHEET = re.compile(rb"<\?(xml-stylesheet)", re.IGNORECASE)
 _ENTITY_DECLARATION = re.compile(rb"<!ENTITY", re.IGNORECASE)
+# A srcdoc attribute holds a whole document, its tags written as character
+# references: no "<link" to find in the page's text.
+_SRCDOC = re.compile(rb"(srcdoc)", re.IGNORECASE)
 # One attribute of a kept tag: a name, then a value in double or single quotes
 # holding no quote, no angle bracket and no character reference.
 _ATTRIBUTE = re.compile(rb"""[\t\n\f\r ]+([A-Za-z-]+)=(?:"([^"<>&]*)"|'([^'<>&]*)')""")
@@ -132,10 +138,11 @@ def _is_kept_link(body: bytes, start: int) -> bool:
 
 def without_hints(body: bytes) -> bytes:
     """``body`` as a file tab gets it: NUL and ESC bytes removed, XML entity
-    declarations and stylesheet instructions renamed, and every link tag that
-    is not plainly kept renamed ``x-link`` (end tags too, so XML stays well
-    formed)."""
+    declarations, stylesheet instructions and ``srcdoc`` attributes renamed,
+    and every link tag that is not plainly kept renamed ``x-link`` (end tags
+    too, so XML stays well formed)."""
     body = _ENTITY_DECLARATION.sub(b"<!x-ENTITY", _SPELLING_BYTES.sub(b"", body))
+    body = _SRCDOC.sub(rb"x-\1", body)
     out = bytearray()
     position = 0
     for match in _LINK_TAG.finditer(body):

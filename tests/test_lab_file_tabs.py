@@ -113,3 +113,15 @@ def test_xml_entity_declarations_and_stylesheet_instructions_are_renamed() -> No
 def test_a_page_without_hints_is_sent_as_it_was() -> None:
     body = '<!doctype html><html><head><meta charset="utf-8"><title>Réport</title></head><body><p>ok</p></body></html>'
     assert without_hints(body.encode()) == body.encode()
+
+
+def test_srcdoc_documents_are_renamed_wherever_they_stand() -> None:
+    """A srcdoc frame's document spells its tags with character references;
+    an attribute may follow a quoted value without a space."""
+    body = (
+        b'<iframe srcdoc="&lt;link rel=&quot;preconnect&quot; href=&quot;http://x&quot;&gt;"></iframe>'
+        b"<IFRAME title='t'SRCDOC='&lt;p&gt;'></IFRAME><p>srcdoc, the word</p>"
+    )
+    rewritten = without_hints(body)
+    assert re.search(rb"(?<!x-)srcdoc", rewritten, re.IGNORECASE) is None, rewritten
+    assert rewritten.count(b"x-srcdoc") + rewritten.count(b"x-SRCDOC") == 3

@@ -152,6 +152,14 @@ ATTACKS: dict[str, tuple[str, Callable[[Attacker], bytes]]] = {
             f'<svg xmlns="{SVG}">&hint;</svg>'
         ).encode(),
     ),
+    # A srcdoc frame's document spells its link with character references.
+    "preconnect_in_srcdoc": (
+        "preconnect_in_srcdoc.html",
+        lambda a: (
+            '<p>report</p><iframe title="report"srcdoc="&lt;link rel=&quot;preconnect&quot; '
+            f'href=&quot;{_hint_address(a, "preconnect_in_srcdoc")}&quot;&gt;&lt;p&gt;x&lt;/p&gt;"></iframe>'
+        ).encode(),
+    ),
     # Speculation rules prefetch and prerender other origins, policy or not.
     "speculation_rules": (
         "speculation_rules.html",

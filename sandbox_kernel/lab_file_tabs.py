@@ -95,18 +95,20 @@ _PAGE_DESTINATIONS = frozenset({"document", "iframe", "frame", "embed", "object"
 _HTML_TYPES = frozenset({"text/html"})
 
 
+def _directive_name(directive: str) -> str:
+    """``sandbox`` of `` sandbox allow-scripts`` (names are case-insensitive)."""
+    words = directive.split()
+    return words[0].lower() if words else ""
+
+
 def tightened_policy(policy: str) -> str:
     """``policy`` with its ``sandbox`` directive stripped of every allowance."""
-    directives = []
-    for directive in policy.split(";"):
-        name = directive.strip().split(None, 1)[0].lower() if directive.strip() else ""
-        directives.append(" sandbox" if name == "sandbox" else directive)
-    return ";".join(directives)
+    return ";".join(" sandbox" if _directive_name(d) == "sandbox" else d for d in policy.split(";"))
 
 
 def is_sandboxed(policy: str) -> bool:
     """Whether ``policy`` has a ``sandbox`` directive."""
-    return any(d.strip().split(None, 1)[0].lower() == "sandbox" for d in policy.split(";") if d.strip())
+    return any(_directive_name(d) == "sandbox" for d in policy.split(";"))
 
 
 def media_type(content_type: str) -> str:

@@ -63,6 +63,14 @@ def test_a_reason_the_sandbox_wrote_reaches_the_kernels_log_as_text(tmp_path: Pa
     assert not [c for c in RAW if c in written], [c for c in RAW if c in written]
 
 
+def _stderr_of(script: str) -> str:
+    """What ``script`` (run in a fresh interpreter) wrote to stderr, which
+    must hold none of the raw control characters of :data:`REASON`."""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert not [c for c in RAW if c in done.stderr], done.stderr
+    return done.stderr
+
+
 def test_the_packages_own_loggers_write_through_the_safe_formatter(tmp_path: Path) -> None:
     """Module loggers (sandbox_kernel.engine, .privacy, .sandbox...) go
     through the application's handler, not logging's last resort."""
@@ -74,11 +82,10 @@ def test_the_packages_own_loggers_write_through_the_safe_formatter(tmp_path: Pat
         f"logging.getLogger('sandbox_kernel.privacy').warning('reason: %s', {REASON!r})\n"
         f"app.log.warning('app: %s', {REASON!r})\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
-    assert "reason: \\x1b]52;c;" in done.stderr, done.stderr
-    assert "app: \\x1b]52;c;" in done.stderr, done.stderr
-    assert "[sandbox_kernel.privacy] WARNING |" in done.stderr
-    assert not [c for c in RAW if c in done.stderr]
+    stderr = _stderr_of(script)
+    assert "reason: \\x1b]52;c;" in stderr, stderr
+    assert "app: \\x1b]52;c;" in stderr, stderr
+    assert "[sandbox_kernel.privacy] WARNING |" in stderr
 
 
 def test_the_mcp_servers_log_is_escaped() -> None:
@@ -91,10 +98,9 @@ def test_the_mcp_servers_log_is_escaped() -> None:
         f"logging.getLogger('sandbox_kernel.tools.mcp').error('fatal tool error: %s', {REASON!r})\n"
         f"app.log.warning('app: %s', {REASON!r})\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
-    assert "fatal tool error: \\x1b]52;c;" in done.stderr, done.stderr
-    assert "app: \\x1b]52;c;" in done.stderr, done.stderr
-    assert not [c for c in RAW if c in done.stderr]
+    stderr = _stderr_of(script)
+    assert "fatal tool error: \\x1b]52;c;" in stderr, stderr
+    assert "app: \\x1b]52;c;" in stderr, stderr
 
 
 # ---- a cell's output, on its way to terminal frontends --------------------------------

@@ -20,15 +20,14 @@ from __future__ import annotations
 import json
 import mimetypes
 import re
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import nbformat
 import pytest
-from kernel_helpers import LoopbackListener
+from kernel_helpers import LoopbackHTTPServer, LoopbackListener
 from lab_helpers import LabServer, code_cell
 from playwright.sync_api import BrowserContext, Page, expect
 from test_workspace_files_render import Recorder
@@ -180,7 +179,7 @@ def _write_attacks(folder: Path, attacker: Attacker) -> None:
         (folder / file_name).write_bytes(content(attacker))
 
 
-class JupyterHeadersServer:
+class JupyterHeadersServer(LoopbackHTTPServer):
     """Serves a folder on 127.0.0.1 with the headers jupyter_server's /files
     handler sends: the Lab's policy plus ``sandbox allow-scripts`` (or a bare
     ``sandbox`` with ``scripts=False``), the files as they are."""
@@ -207,14 +206,7 @@ class JupyterHeadersServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 def _open_each(context: BrowserContext, urls: list[str], shows: str | None = None) -> list[int]:

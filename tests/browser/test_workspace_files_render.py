@@ -19,14 +19,13 @@ from __future__ import annotations
 import base64
 import html
 import json
-import threading
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
-from kernel_helpers import LoopbackListener
+from kernel_helpers import LoopbackHTTPServer, LoopbackListener
 from lab_helpers import LabServer, code_cell, notebook_json
 from playwright.sync_api import Page, expect
 
@@ -38,7 +37,7 @@ APP_LOAD_TIMEOUT = 60_000
 SECRET = "patient-4711"
 
 
-class Recorder:
+class Recorder(LoopbackHTTPServer):
     """An HTTP server on 127.0.0.1 that keeps the path of every request."""
 
     def __init__(self) -> None:
@@ -56,14 +55,7 @@ class Recorder:
                 pass
 
         self.heard = heard
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.base = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 @pytest.fixture

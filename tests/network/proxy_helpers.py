@@ -11,9 +11,11 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+
+from kernel_helpers import LoopbackHTTPServer
 
 from sandbox_kernel.network import EgressLog, EgressPolicy, EgressProxy
 from sandbox_kernel.network.egress_rules import IPAddress
@@ -70,17 +72,9 @@ class Origin(BaseHTTPRequestHandler):
         self.wfile.write(body[::-1])
 
 
-class OriginServer:
+class OriginServer(LoopbackHTTPServer):
     def __init__(self) -> None:
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Origin)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Origin)
 
 
 async def no_dns(host: str, port: int) -> list[IPAddress]:

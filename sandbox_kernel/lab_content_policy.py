@@ -19,7 +19,10 @@ to fetch anything from another origin:
 - no DNS prefetching (``X-DNS-Prefetch-Control: off``), which CSP does not cover.
 
 A file opened in a browser tab of its own (``/files/…``) or a notebook's
-HTML from nbconvert get more: :mod:`sandbox_kernel.lab_file_tabs`.
+HTML from nbconvert get more: :mod:`sandbox_kernel.lab_file_tabs`. A workspace
+file loaded into Lab restores only what Lab itself saves, and starts no host
+shell: :mod:`sandbox_kernel.lab_workspaces` (loaded whether the policy is on or
+not).
 
 What stays possible: a link the user clicks (navigation is not governed by
 CSP; outputs of private sessions have their links defanged, files do not),
@@ -44,6 +47,8 @@ REMOTE_CONTENT_ENV = "SANDBOX_KERNEL_REMOTE_CONTENT"
 
 #: the server extension that rewrites what /files and /nbconvert send to a tab
 FILE_TABS_EXTENSION = "sandbox_kernel.lab_file_tabs"
+#: the server extension that stores workspaces without what would start host processes
+WORKSPACES_EXTENSION = "sandbox_kernel.lab_workspaces"
 
 _LOCAL = "'self' data: blob:"
 
@@ -82,11 +87,14 @@ def remote_content_allowed(environ: dict[str, str] | None = None) -> bool:
 def apply(config: Any) -> None:
     """Set the policy on a Jupyter server's config (``c`` of a config file),
     keeping other headers already configured, and load
-    :mod:`sandbox_kernel.lab_file_tabs`. ``ServerApp.tornado_settings``
-    is one dict trait: a config file sets it whole, so this merges into it."""
+    :mod:`sandbox_kernel.lab_file_tabs`; load :mod:`sandbox_kernel.lab_workspaces`
+    whatever the policy (workspace files start host processes, not fetches).
+    ``ServerApp.tornado_settings`` and ``jpserver_extensions`` are dict traits:
+    a config file sets each whole, so this merges into them."""
+    server = config.ServerApp
+    _enable_extension(server, WORKSPACES_EXTENSION)
     if remote_content_allowed():
         return
-    server = config.ServerApp
     settings = dict(server.tornado_settings) if "tornado_settings" in server else {}
     headers = dict(settings.get("headers", {}))
     base_url = server.base_url if "base_url" in server else "/"
@@ -99,9 +107,20 @@ def apply(config: Any) -> None:
     server.tornado_settings = settings
     # Files opened in a tab of their own get a stricter sandbox and no
     # resource hints (sandbox_kernel/lab_file_tabs.py).
+    _enable_extension(server, FILE_TABS_EXTENSION)
+
+
+def _enable_extension(server: Any, name: str) -> None:
     extensions = dict(server.jpserver_extensions) if "jpserver_extensions" in server else {}
-    extensions[FILE_TABS_EXTENSION] = True
+    extensions[name] = True
     server.jpserver_extensions = extensions
 
 
-__all__ = ["FILE_TABS_EXTENSION", "REMOTE_CONTENT_ENV", "apply", "content_security_policy", "remote_content_allowed"]
+__all__ = [
+    "FILE_TABS_EXTENSION",
+    "REMOTE_CONTENT_ENV",
+    "WORKSPACES_EXTENSION",
+    "apply",
+    "content_security_policy",
+    "remote_content_allowed",
+]

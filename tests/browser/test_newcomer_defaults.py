@@ -221,6 +221,9 @@ def test_lab_sh_passes_the_shared_config(tmp_path: Path) -> None:
     # the content policy is off only when asked for, by name
     remote = _show_config(tmp=tmp_path, extra_env={REMOTE_CONTENT_ENV: "1"})
     assert "Content-Security-Policy" not in remote, remote
+    # workspace files start no host shell whatever the policy (sandbox_kernel/lab_workspaces.py)
+    for shown in (default, remote):
+        assert "'sandbox_kernel.lab_workspaces': True" in shown, shown
 
 
 def test_lab_sh_never_opens_notebooks_in_the_repository(tmp_path: Path) -> None:

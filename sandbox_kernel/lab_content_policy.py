@@ -24,8 +24,11 @@ to fetch anything from another origin:
 A file opened in a browser tab of its own (``/files/…``) or a notebook's
 HTML from nbconvert get more: :mod:`sandbox_kernel.lab_file_tabs`. A workspace
 file loaded into Lab restores only what Lab itself saves, and starts no host
-shell: :mod:`sandbox_kernel.lab_workspaces` (loaded whether the policy is on or
-not).
+shell: :mod:`sandbox_kernel.lab_workspaces`. The server's log escapes control
+characters in what it logs (a file name a sandbox chose holding an OSC 52
+sequence went to the terminal on every save of the file):
+:class:`sandbox_kernel.terminal_text.TerminalSafeServerFormatter`. Both apply
+whether the policy is on or not.
 
 What stays possible: a link the user clicks (navigation is not governed by
 CSP; outputs of private sessions have their links defanged, files do not),
@@ -50,6 +53,8 @@ REMOTE_CONTENT_ENV = "SANDBOX_KERNEL_REMOTE_CONTENT"
 
 #: the server extension that rewrites what /files and /nbconvert send to a tab
 FILE_TABS_EXTENSION = "sandbox_kernel.lab_file_tabs"
+#: the Jupyter server's console log formatter (what a sandbox named, escaped)
+SERVER_LOG_FORMATTER = "sandbox_kernel.terminal_text.TerminalSafeServerFormatter"
 #: the server extension that stores workspaces without what would start host processes
 WORKSPACES_EXTENSION = "sandbox_kernel.lab_workspaces"
 
@@ -91,12 +96,17 @@ def remote_content_allowed(environ: dict[str, str] | None = None) -> bool:
 def apply(config: Any) -> None:
     """Set the policy on a Jupyter server's config (``c`` of a config file),
     keeping other headers already configured, and load
-    :mod:`sandbox_kernel.lab_file_tabs`; load :mod:`sandbox_kernel.lab_workspaces`
-    whatever the policy (workspace files start host processes, not fetches).
+    :mod:`sandbox_kernel.lab_file_tabs`; whatever the policy, load
+    :mod:`sandbox_kernel.lab_workspaces` (workspace files start host processes,
+    not fetches) and escape the server's log (paths a sandbox named reach the
+    terminal that runs the server).
     ``ServerApp.tornado_settings`` and ``jpserver_extensions`` are dict traits:
     a config file sets each whole, so this merges into them."""
     server = config.ServerApp
     _enable_extension(server, WORKSPACES_EXTENSION)
+    # the server's log, and each extension's (LabApp's, NotebookApp's): their own handlers
+    _escape_the_log(server)
+    _escape_the_log(config.ExtensionApp)
     if remote_content_allowed():
         return
     settings = dict(server.tornado_settings) if "tornado_settings" in server else {}
@@ -114,6 +124,16 @@ def apply(config: Any) -> None:
     _enable_extension(server, FILE_TABS_EXTENSION)
 
 
+def _escape_the_log(app: Any) -> None:
+    """The application's console log escapes control characters in what it logs
+    (paths a sandbox named: :class:`sandbox_kernel.terminal_text.TerminalSafeServerFormatter`)."""
+    logging_config = dict(app.logging_config) if "logging_config" in app else {}
+    formatters = dict(logging_config.get("formatters", {}))
+    formatters["console"] = {**formatters.get("console", {}), "class": SERVER_LOG_FORMATTER}
+    logging_config["formatters"] = formatters
+    app.logging_config = logging_config
+
+
 def _enable_extension(server: Any, name: str) -> None:
     extensions = dict(server.jpserver_extensions) if "jpserver_extensions" in server else {}
     extensions[name] = True
@@ -123,6 +143,7 @@ def _enable_extension(server: Any, name: str) -> None:
 __all__ = [
     "FILE_TABS_EXTENSION",
     "REMOTE_CONTENT_ENV",
+    "SERVER_LOG_FORMATTER",
     "WORKSPACES_EXTENSION",
     "apply",
     "content_security_policy",

@@ -219,6 +219,8 @@ def _guarded_handler() -> type:
             running = list(getattr(manager, "terminals", {}) or {})
             clean, dropped = guarded(workspace, running)
             if dropped:
+                # (the keys are the file's words: the server's log formatter escapes
+                # them, see lab_content_policy.apply)
                 self.log.warning(
                     "workspace %r: restore entries dropped (they would start or open things on the host): %s",
                     space_name,

@@ -31,6 +31,7 @@ import logging
 import re
 from typing import Any
 
+from tornado.log import LogFormatter
 from traitlets.config.application import LevelFormatter
 
 
@@ -110,6 +111,27 @@ class TerminalSafeFormatter(LevelFormatter):
         return escape_controls(super().format(record))
 
 
+class TerminalSafeServerFormatter(LogFormatter):
+    """The Jupyter server's log formatter (Tornado's: coloured level and time on
+    a terminal) whose records' text (message, arguments, traceback) holds no
+    control character. The record is escaped, not the line, so the formatter's
+    own colours stay. The server logs paths a sandbox named: "Saving file at
+    <path>" on every save of a file whose name (or folder's) holds an escape
+    sequence, "Creating new notebook in <folder>", "delete <path>"."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        safe = logging.makeLogRecord(record.__dict__)
+        safe.msg, safe.args = escape_controls(record.getMessage()), None
+        if record.exc_info:
+            safe.exc_text = record.exc_text or self.formatException(record.exc_info)
+        safe.exc_info = None
+        if safe.exc_text:
+            safe.exc_text = escape_controls(safe.exc_text)
+        if safe.stack_info:
+            safe.stack_info = escape_controls(safe.stack_info)
+        return super().format(safe)
+
+
 def make_handlers_terminal_safe(logger: logging.Logger) -> None:
     """Wrap the formatter of every handler of ``logger`` (a handler without
     one gets logging's default format, escaped)."""
@@ -130,6 +152,7 @@ class _Escaping(logging.Formatter):
 
 __all__ = [
     "TerminalSafeFormatter",
+    "TerminalSafeServerFormatter",
     "escape_controls",
     "make_handlers_terminal_safe",
     "terminal_safe_message",

@@ -35,7 +35,7 @@ import pytest
 from lab_helpers import LAB_CONFIG, REPO, LabServer, notebook_json
 from playwright.sync_api import Locator, Page, expect
 
-from sandbox_kernel.lab_content_policy import REMOTE_CONTENT_ENV
+from sandbox_kernel.lab_content_policy import REMOTE_CONTENT_ENV, SERVER_LOG_FORMATTER
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -222,8 +222,10 @@ def test_lab_sh_passes_the_shared_config(tmp_path: Path) -> None:
     remote = _show_config(tmp=tmp_path, extra_env={REMOTE_CONTENT_ENV: "1"})
     assert "Content-Security-Policy" not in remote, remote
     # workspace files start no host shell whatever the policy (sandbox_kernel/lab_workspaces.py)
+    # and the server's log, and each extension's, escape what a sandbox named (test_server_log.py)
     for shown in (default, remote):
         assert "'sandbox_kernel.lab_workspaces': True" in shown, shown
+        assert shown.count(f"'class': '{SERVER_LOG_FORMATTER}'") == 2, shown
 
 
 def test_lab_sh_never_opens_notebooks_in_the_repository(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -189,3 +190,15 @@ def test_a_malformed_workspace_is_refused_by_name(guarded_lab: LabServer, body: 
     assert refused.value.code == 400
     assert said in json.loads(refused.value.read())["message"]
     assert guarded_lab.request("GET", "/lab/api/workspaces/bad") == stored
+
+
+def test_what_the_warning_quotes_reaches_the_log_escaped(guarded_lab: LabServer) -> None:
+    """The keys of the dropped entries are the file's words: the warning (LabApp's
+    log, in the terminal that runs the server) shows them as text."""
+    key = "terminal:\x1b]52;c;ZWNobyBwd25lZAo=\x07"
+    workspace = {"data": {key: {"data": {"name": "x\x1b[2J"}}}, "metadata": {"id": "escapes"}}
+    guarded_lab.request("PUT", "/lab/api/workspaces/escapes", workspace)
+    time.sleep(1)  # the server's log is written by its own process
+    log = guarded_lab.log_path.read_bytes()
+    assert b"\x1b" not in log and b"\x07" not in log
+    assert r"terminal:\x1b]52;c;ZWNobyBwd25lZAo=\x07: a terminal that is not running" in log.decode()

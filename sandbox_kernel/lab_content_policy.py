@@ -27,8 +27,9 @@ file loaded into Lab restores only what Lab itself saves, and starts no host
 shell: :mod:`sandbox_kernel.lab_workspaces`. The server's log escapes control
 characters in what it logs (a file name a sandbox chose holding an OSC 52
 sequence went to the terminal on every save of the file):
-:class:`sandbox_kernel.terminal_text.TerminalSafeServerFormatter`. Both apply
-whether the policy is on or not.
+:class:`sandbox_kernel.terminal_text.TerminalSafeServerFormatter`. Exporting a
+notebook imports nothing it names: :mod:`sandbox_kernel.lab_exports`. These
+three apply whether the policy is on or not.
 
 What stays possible: a link the user clicks (navigation is not governed by
 CSP; outputs of private sessions have their links defanged, files do not),
@@ -57,6 +58,8 @@ FILE_TABS_EXTENSION = "sandbox_kernel.lab_file_tabs"
 SERVER_LOG_FORMATTER = "sandbox_kernel.terminal_text.TerminalSafeServerFormatter"
 #: the server extension that stores workspaces without what would start host processes
 WORKSPACES_EXTENSION = "sandbox_kernel.lab_workspaces"
+#: the server extension that refuses exports which would import what a notebook names
+EXPORTS_EXTENSION = "sandbox_kernel.lab_exports"
 
 _LOCAL = "'self' data: blob:"
 
@@ -98,12 +101,14 @@ def apply(config: Any) -> None:
     keeping other headers already configured, and load
     :mod:`sandbox_kernel.lab_file_tabs`; whatever the policy, load
     :mod:`sandbox_kernel.lab_workspaces` (workspace files start host processes,
-    not fetches) and escape the server's log (paths a sandbox named reach the
+    not fetches) and :mod:`sandbox_kernel.lab_exports` (an export imports what
+    a notebook names), and escape the server's log (paths a sandbox named reach the
     terminal that runs the server).
     ``ServerApp.tornado_settings`` and ``jpserver_extensions`` are dict traits:
     a config file sets each whole, so this merges into them."""
     server = config.ServerApp
     _enable_extension(server, WORKSPACES_EXTENSION)
+    _enable_extension(server, EXPORTS_EXTENSION)
     # the server's log, and each extension's (LabApp's, NotebookApp's): their own handlers
     _escape_the_log(server)
     _escape_the_log(config.ExtensionApp)
@@ -141,6 +146,7 @@ def _enable_extension(server: Any, name: str) -> None:
 
 
 __all__ = [
+    "EXPORTS_EXTENSION",
     "FILE_TABS_EXTENSION",
     "REMOTE_CONTENT_ENV",
     "SERVER_LOG_FORMATTER",

@@ -22,7 +22,8 @@ it), Lab saves it on the server and reloads into it, and then:
 
 What this extension does: jupyterlab_server's workspace API handler (every
 route that stores a workspace ends in its ``PUT``: the file loader, "Import
-Workspace…", Lab's own saves of the layout) is replaced by a subclass that
+Workspace…", Lab's own saves of the layout) is replaced by a subclass
+(:mod:`sandbox_kernel.lab_routes`) that
 keeps, of each tab's restore arguments, the ones Lab itself writes:
 
 - a terminal tab only as ``{"name": …}`` and only while a terminal of that
@@ -49,12 +50,12 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
-from tornado.ioloop import IOLoop
-from tornado.routing import Rule
 from tornado.web import HTTPError, authenticated
+
+from . import lab_routes
 
 WORKSPACE_SUFFIX = ".jupyterlab-workspace"
 #: the document factory that loads a workspace file (Lab's, apputils-extension)
@@ -187,20 +188,9 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _rules(router: Any) -> Iterator[Rule]:
-    for rule in getattr(router, "rules", ()):
-        yield rule
-        yield from _rules(rule.target)
-
-
-_GUARDED: list[type] = []
-
-
 def _guarded_handler() -> type:
-    """The guarded subclass of jupyterlab_server's handler (made once, on first use:
-    jupyterlab_server is only imported by a server that loads this)."""
-    if _GUARDED:
-        return _GUARDED[0]
+    """The guarded subclass of jupyterlab_server's handler (made when the
+    extension loads: jupyterlab_server is only imported by a server)."""
     from jupyterlab_server.workspaces_handler import WorkspacesHandler
 
     class GuardedWorkspacesHandler(WorkspacesHandler):
@@ -231,41 +221,17 @@ def _guarded_handler() -> type:
             self.request.body = json.dumps(clean).encode()
             return super().put(space_name)
 
-    _GUARDED.append(GuardedWorkspacesHandler)
     return GuardedWorkspacesHandler
 
 
-def guard_routes(rules: Iterable[Rule]) -> int:
-    """Point every route of jupyterlab_server's workspace handler at the guarded
-    subclass; the number of routes changed (0 when already done or absent)."""
-    guarded_class = _guarded_handler()
-    (base,) = guarded_class.__bases__
-    changed = 0
-    for rule in rules:
-        if rule.target is base:
-            rule.target = guarded_class
-            changed += 1
-    return changed
-
-
 def _load_jupyter_server_extension(serverapp: Any) -> None:
-    web_app = serverapp.web_app
-
-    def guard() -> int:
-        return guard_routes([*_rules(web_app.default_router), *_rules(web_app.wildcard_router)])
-
-    def guard_late() -> None:
-        if not guard() and not any(rule.target in _GUARDED for rule in _rules(web_app.default_router)):
-            serverapp.log.warning("sandbox_kernel.lab_workspaces: this server has no workspace API to guard")
-
-    # Now (extensions load in name order: jupyterlab's routes are there) and once
-    # the loop runs, before any request, for an app whose routes came later.
-    guard()
-    IOLoop.current().add_callback(guard_late)
+    handler = _guarded_handler()
+    (base,) = handler.__bases__
+    lab_routes.install(serverapp, {base: handler}, "workspace API")
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "sandbox_kernel.lab_workspaces"}]
 
 
-__all__ = ["WORKSPACE_LOADER", "WORKSPACE_SUFFIX", "guard_routes", "guarded", "shape_problem"]
+__all__ = ["WORKSPACE_LOADER", "WORKSPACE_SUFFIX", "guarded", "shape_problem"]

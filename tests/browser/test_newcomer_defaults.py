@@ -221,10 +221,11 @@ def test_lab_sh_passes_the_shared_config(tmp_path: Path) -> None:
     # the content policy is off only when asked for, by name
     remote = _show_config(tmp=tmp_path, extra_env={REMOTE_CONTENT_ENV: "1"})
     assert "Content-Security-Policy" not in remote, remote
-    # workspace files start no host shell whatever the policy (sandbox_kernel/lab_workspaces.py)
+    # workspace files start no host shell, exports import nothing a notebook names, whatever the policy
     # and the server's log, and each extension's, escape what a sandbox named (test_server_log.py)
     for shown in (default, remote):
         assert "'sandbox_kernel.lab_workspaces': True" in shown, shown
+        assert "'sandbox_kernel.lab_exports': True" in shown, shown
         assert shown.count(f"'class': '{SERVER_LOG_FORMATTER}'") == 2, shown
 
 

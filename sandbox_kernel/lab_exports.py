@@ -1,0 +1,89 @@
+"""Exporting a notebook a sandbox wrote imports nothing the notebook names.
+
+Why: "Save and Export Notebook As → Executable Script" (``/nbconvert/script/…``)
+runs nbconvert's ``ScriptExporter`` in the Jupyter server, which reads the
+notebook's ``metadata.language_info.nbconvert_exporter`` and, when that is not
+an installed exporter's name but a dotted one, imports it as a Python path and
+calls what it finds (``nbconvert.exporters.base.get_exporter``). A cell can
+write that field into a notebook of its workspace: exporting the notebook
+then makes the host's server import a module of the sandbox's choosing (any
+installed one; measured: ``this.x`` printed the Zen of Python into the
+server's log, and modules such as ``antigravity`` or ``idlelib.idle`` act when
+imported) and call an object of its choosing with ``config=``. The host never
+runs what a sandbox names (guarantee 10).
+
+What this extension does: jupyter_server's two nbconvert handlers (the file
+one, ``GET /nbconvert/<format>/<path>``, and the one that converts a notebook
+sent in the request, ``POST /nbconvert/<format>``) are replaced by
+subclasses (:mod:`sandbox_kernel.lab_routes`) that refuse, with a 400 naming
+the field, a notebook whose exporter name is not a plain name (what ipykernel
+writes, ``python``, and every installed exporter's entry point are plain
+names). The notebook is not changed; removing the field lets it export.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tornado.web import HTTPError, authenticated
+
+from . import lab_routes
+
+#: what an exporter's entry-point name looks like (nbconvert imports a dotted one)
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
+
+
+def exporter_problem(notebook: Any) -> str:
+    """Why the server must not convert ``notebook`` (its JSON content), or ""."""
+    metadata = notebook.get("metadata") if isinstance(notebook, dict) else None
+    info = metadata.get("language_info") if isinstance(metadata, dict) else None
+    name = info.get("nbconvert_exporter") if isinstance(info, dict) else None
+    if not name or (isinstance(name, str) and PLAIN_NAME.match(name)):
+        return ""  # (nbconvert looks up no exporter for an empty one)
+    return (
+        f"the notebook's metadata.language_info.nbconvert_exporter is {name!r}, not an exporter's name: "
+        "nbconvert would import and run it in the server. Remove that field from the notebook's metadata "
+        "to export it."
+    )
+
+
+def _guarded_handlers() -> dict[type, type]:
+    """The checking subclasses of jupyter_server's nbconvert handlers, by the handler they replace."""
+    from jupyter_core.utils import ensure_async
+    from jupyter_server.auth.decorator import authorized
+    from jupyter_server.nbconvert.handlers import NbconvertFileHandler, NbconvertPostHandler
+
+    class GuardedNbconvertFileHandler(NbconvertFileHandler):
+        @authenticated
+        @authorized
+        async def get(self, format: str, path: str) -> Any:
+            model = await ensure_async(self.contents_manager.get(path=path.strip("/")))  # type: ignore[no-untyped-call]
+            if model.get("type") == "notebook":
+                problem = exporter_problem(model.get("content"))
+                if problem:
+                    raise HTTPError(400, problem)
+            return await super().get(format, path)  # type: ignore[misc]  # (decorated)
+
+    class GuardedNbconvertPostHandler(NbconvertPostHandler):
+        @authenticated
+        @authorized
+        async def post(self, format: str) -> Any:
+            model = self.get_json_body()
+            problem = exporter_problem(model.get("content") if isinstance(model, dict) else None)
+            if problem:
+                raise HTTPError(400, problem)
+            return await super().post(format)  # type: ignore[misc]  # (decorated)
+
+    return {NbconvertFileHandler: GuardedNbconvertFileHandler, NbconvertPostHandler: GuardedNbconvertPostHandler}
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    lab_routes.install(serverapp, _guarded_handlers(), "nbconvert handlers")
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "sandbox_kernel.lab_exports"}]
+
+
+__all__ = ["PLAIN_NAME", "exporter_problem"]

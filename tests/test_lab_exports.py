@@ -1,0 +1,33 @@
+"""Which notebooks sandbox_kernel.lab_exports refuses to convert (the server
+test, with the attack, is tests/browser/test_notebook_exports.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sandbox_kernel.lab_exports import exporter_problem
+
+
+def _notebook(exporter: Any) -> dict[str, Any]:
+    return {"metadata": {"language_info": {"name": "python", "nbconvert_exporter": exporter}}, "cells": []}
+
+
+@pytest.mark.parametrize("name", ["python", "script", "r", "julia-script", None, ""])
+def test_exporter_names_pass(name: Any) -> None:
+    assert exporter_problem(_notebook(name)) == ""
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["this.x", "os.system", "nbconvert.exporters.PythonExporter", "python ", "a/b", 3, ["python"], "x" * 65],
+)
+def test_anything_else_is_refused_by_name(name: Any) -> None:
+    problem = exporter_problem(_notebook(name))
+    assert problem.startswith(f"the notebook's metadata.language_info.nbconvert_exporter is {name!r}")
+
+
+@pytest.mark.parametrize("notebook", [None, [], {}, {"metadata": []}, {"metadata": {"language_info": "python"}}])
+def test_notebooks_without_the_field_pass(notebook: Any) -> None:
+    assert exporter_problem(notebook) == ""

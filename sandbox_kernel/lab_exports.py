@@ -18,7 +18,9 @@ sent in the request, ``POST /nbconvert/<format>``) are replaced by
 subclasses (:mod:`sandbox_kernel.lab_routes`) that refuse, with a 400 naming
 the field, a notebook whose exporter name is not a plain name (what ipykernel
 writes, ``python``, and every installed exporter's entry point are plain
-names). The notebook is not changed; removing the field lets it export.
+names), whatever the format asked for: a custom exporter may read the field
+too, and a notebook naming an import path was not written by a kernel. The
+notebook is not changed; removing the field lets it export.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ def exporter_problem(notebook: Any) -> str:
         return ""  # (nbconvert looks up no exporter for an empty one)
     return (
         f"the notebook's metadata.language_info.nbconvert_exporter is {name!r}, not an exporter's name: "
-        "nbconvert would import and run it in the server. Remove that field from the notebook's metadata "
-        "to export it."
+        "nbconvert's script export would import it and run it in the server. Remove that field from the "
+        "notebook's metadata to export it."
     )
 
 
@@ -58,6 +60,7 @@ def _guarded_handlers() -> dict[type, type]:
         @authenticated
         @authorized
         async def get(self, format: str, path: str) -> Any:
+            self.check_xsrf_cookie()  # as the handler does, before anything is read
             model = await ensure_async(self.contents_manager.get(path=path.strip("/")))  # type: ignore[no-untyped-call]
             if model.get("type") == "notebook":
                 problem = exporter_problem(model.get("content"))

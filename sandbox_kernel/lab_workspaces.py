@@ -23,8 +23,8 @@ it), Lab saves it on the server and reloads into it, and then:
 What this extension does: jupyterlab_server's workspace API handler (every
 route that stores a workspace ends in its ``PUT``: the file loader, "Import
 Workspace…", Lab's own saves of the layout) is replaced by a subclass
-(:mod:`sandbox_kernel.lab_routes`) that
-keeps, of each tab's restore arguments, the ones Lab itself writes:
+(:mod:`sandbox_kernel.lab_routes`) that keeps, of each tab's restore
+arguments, the ones Lab itself writes:
 
 - a terminal tab only as ``{"name": …}`` and only while a terminal of that
   name is running (Lab then connects to it); a name that is not running would

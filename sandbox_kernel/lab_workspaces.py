@@ -74,12 +74,6 @@ _PREFERENCE_FIELDS: dict[str, type] = {
 }
 
 
-def _strings(args: Mapping[str, Any], *names: str) -> dict[str, str] | None:
-    """``args`` reduced to ``names``, each a string, or None when one is not."""
-    kept = {name: args.get(name) for name in names}
-    return kept if all(isinstance(value, str) for value in kept.values()) else None  # type: ignore[return-value]
-
-
 def _terminal(args: Mapping[str, Any], running: Collection[str]) -> tuple[dict[str, Any] | None, str]:
     name = args.get("name")
     if isinstance(name, str) and name in running:
@@ -96,12 +90,12 @@ def _help(args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
 
 
 def _document(args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
-    kept = _strings(args, "path", "factory")
-    if kept is None:
+    path, factory = args.get("path"), args.get("factory")
+    if not isinstance(path, str) or not isinstance(factory, str):
         return None, "a document tab without a path and factory"
-    if kept["factory"] == WORKSPACE_LOADER or kept["path"].lower().endswith(WORKSPACE_SUFFIX):
+    if factory == WORKSPACE_LOADER or path.lower().endswith(WORKSPACE_SUFFIX):
         return None, "a tab that loads another workspace"
-    return kept, ""
+    return {"path": path, "factory": factory}, ""
 
 
 def _console(args: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:

@@ -252,6 +252,12 @@ class LabServer:
                 continue
         return found
 
+    def log_bytes(self, settle: float = 1.0) -> bytes:
+        """The whole log as the server wrote it (control bytes included), after
+        ``settle`` seconds: the server's process writes it in its own time."""
+        time.sleep(settle)
+        return self.log_path.read_bytes()
+
     def log_tail(self, chars: int = 6000) -> str:
         try:
             self._log.flush()
@@ -317,11 +323,23 @@ class Shots:
 
 
 @contextmanager
-def serving(root: Path, log_copy: Path, kernel_config: str = "", extra_args: Sequence[str] = ()) -> Iterator[LabServer]:
+def serving(
+    root: Path, log_copy: Path, kernel_config: str = "", extra_args: Sequence[str] = (), protected: bool = True
+) -> Iterator[LabServer]:
     """A :class:`LabServer` for a test module. On exit every kernel is shut
     down and the server stopped, its log is copied to ``log_copy``, and a
     process it started that outlived it (a kernel, a sandbox, a pasta helper)
-    is killed and fails the module."""
+    is killed and fails the module.
+
+    ``protected=False`` is the control of a test that attacks what
+    ``lab_content_policy.apply`` guards: an explicit, empty ``--config`` is
+    read instead of the config dir's file, so the server has jupyter_server's
+    and Lab's own behaviour."""
+    if not protected:
+        root.mkdir(parents=True, exist_ok=True)
+        plain = root / "unprotected_config.py"
+        plain.write_text("# jupyter_server's and Lab's own behaviour: a test's control\n")
+        extra_args = [*extra_args, f"--config={plain}"]
     server = LabServer(root, kernel_config=kernel_config, extra_args=extra_args)
     try:
         yield server

@@ -14,7 +14,6 @@ before. No browser is needed: the requests are the ones Lab sends.
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -29,25 +28,18 @@ pytestmark = pytest.mark.timeout(300)
 ZEN = b"Beautiful is better than ugly"
 
 
-def _server(root: Path, log_copy: Path, guarded: bool) -> Iterator[LabServer]:
-    root.mkdir(parents=True, exist_ok=True)
-    args: list[str] = []
-    if not guarded:
-        plain = root / "plain_config.py"
-        plain.write_text("# jupyter_server's own nbconvert handlers: the control\n")
-        args.append(f"--config={plain}")
-    with serving(root, log_copy, extra_args=args) as server:
+@pytest.fixture(scope="module")
+def guarded_server(tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[LabServer]:
+    with serving(tmp_path_factory.mktemp("exports-guarded"), artifacts / "jupyter-lab-exports.log") as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def guarded_server(tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[LabServer]:
-    yield from _server(tmp_path_factory.mktemp("exports-guarded"), artifacts / "jupyter-lab-exports.log", True)
-
-
-@pytest.fixture(scope="module")
 def plain_server(tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[LabServer]:
-    yield from _server(tmp_path_factory.mktemp("exports-plain"), artifacts / "jupyter-lab-exports-plain.log", False)
+    with serving(
+        tmp_path_factory.mktemp("exports-plain"), artifacts / "jupyter-lab-exports-plain.log", protected=False
+    ) as server:
+        yield server
 
 
 def _write(server: LabServer, name: str, exporter: str) -> dict[str, Any]:
@@ -71,16 +63,11 @@ def _export(server: LabServer, method: str, path: str, body: Any = None) -> tupl
         return refused.code, refused.read()
 
 
-def _log(server: LabServer) -> bytes:
-    time.sleep(1)  # the server's log is written by its own process
-    return server.log_path.read_bytes()
-
-
 def test_without_the_guard_an_export_imports_what_the_notebook_names(plain_server: LabServer) -> None:
     _write(plain_server, "report.ipynb", "this.x")
     status, _ = _export(plain_server, "GET", "/nbconvert/script/report.ipynb?download=true")
     assert status == 500  # `this` has no `x`: after the import
-    assert ZEN in _log(plain_server)
+    assert ZEN in plain_server.log_bytes()
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
@@ -94,7 +81,7 @@ def test_an_export_of_a_notebook_naming_an_import_path_is_refused(guarded_server
     assert status == 400
     # (an HTML error page, as for any failed export: the message escaped)
     assert "metadata.language_info.nbconvert_exporter is &#39;this.x&#39;" in body.decode(), body.decode()[-2000:]
-    assert ZEN not in _log(guarded_server)
+    assert ZEN not in guarded_server.log_bytes()
 
 
 def test_a_notebook_ipykernel_wrote_still_exports(guarded_server: LabServer) -> None:

@@ -19,7 +19,6 @@ requests are the ones Lab sends.
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,25 +32,18 @@ OSC52 = "\x1b]52;c;ZWNobyBwd25lZAo=\x07"
 FOLDER = "data\x1b]0;title\x07\x9b2J"
 
 
-def _server(root: Path, log_copy: Path, protected: bool) -> Iterator[LabServer]:
-    root.mkdir(parents=True, exist_ok=True)
-    args: list[str] = []
-    if not protected:
-        plain = root / "plain_config.py"
-        plain.write_text("# jupyter_server's own logging: the control\n")
-        args.append(f"--config={plain}")
-    with serving(root, log_copy, extra_args=args) as server:
+@pytest.fixture(scope="module")
+def protected_server(tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[LabServer]:
+    with serving(tmp_path_factory.mktemp("log-protected"), artifacts / "jupyter-lab-log.log") as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-def protected_server(tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[LabServer]:
-    yield from _server(tmp_path_factory.mktemp("log-protected"), artifacts / "jupyter-lab-log.log", True)
-
-
-@pytest.fixture(scope="module")
 def plain_server(tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[LabServer]:
-    yield from _server(tmp_path_factory.mktemp("log-plain"), artifacts / "jupyter-lab-log-plain.log", False)
+    with serving(
+        tmp_path_factory.mktemp("log-plain"), artifacts / "jupyter-lab-log-plain.log", protected=False
+    ) as server:
+        yield server
 
 
 def _open_and_save(server: LabServer) -> bytes:
@@ -66,8 +58,7 @@ def _open_and_save(server: LabServer) -> bytes:
     model = server.request("GET", f"/api/contents/{path}")
     server.request("PUT", f"/api/contents/{path}", {"type": "notebook", "format": "json", "content": model["content"]})
     server.request("POST", f"/api/contents/{urllib.parse.quote(FOLDER)}", {"type": "notebook"})
-    time.sleep(1)  # the server's log is written by its own process
-    return server.log_path.read_bytes()
+    return server.log_bytes()
 
 
 def test_without_the_formatter_the_log_carries_the_sequences(plain_server: LabServer) -> None:

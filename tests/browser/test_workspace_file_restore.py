@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -121,26 +121,30 @@ def _started_in(lab: LabServer) -> list[str]:
     return record.read_text().split() if record.exists() else []
 
 
-def test_a_workspace_file_runs_a_host_command_without_the_guard(page: Page, plain_lab: LabServer) -> None:
+@contextmanager
+def _attacked(page: Page, lab: LabServer, name: str) -> Iterator[tuple[Path, LoopbackListener]]:
+    """The files planted and the workspace file opened in the page: the flag the
+    fsmonitor command would make and the listener the help tab would reach."""
     listener = LoopbackListener(b"HTTP/1.0 200 OK\r\n\r\n")
     try:
-        flag = _plant(plain_lab, listener, "control")
-        _open_workspace_file(page, plain_lab, "control")
+        flag = _plant(lab, listener, name)
+        _open_workspace_file(page, lab, name)
         page.wait_for_timeout(3000)
-        assert "evil" in [t["name"] for t in plain_lab.request("GET", "/api/terminals")]
-        assert str((plain_lab.notebooks / "control" / "proj").resolve()) in _started_in(plain_lab)
-        assert flag.exists(), "the control did not run the repository's fsmonitor command"
-        assert listener.accepted, "the control's help tab did not connect"
+        yield flag, listener
     finally:
         listener.close()
 
 
+def test_a_workspace_file_runs_a_host_command_without_the_guard(page: Page, plain_lab: LabServer) -> None:
+    with _attacked(page, plain_lab, "control") as (flag, listener):
+        assert "evil" in [t["name"] for t in plain_lab.request("GET", "/api/terminals")]
+        assert str((plain_lab.notebooks / "control" / "proj").resolve()) in _started_in(plain_lab)
+        assert flag.exists(), "the control did not run the repository's fsmonitor command"
+        assert listener.accepted, "the control's help tab did not connect"
+
+
 def test_a_workspace_file_a_sandbox_wrote_starts_no_shell(page: Page, guarded_lab: LabServer) -> None:
-    listener = LoopbackListener(b"HTTP/1.0 200 OK\r\n\r\n")
-    try:
-        flag = _plant(guarded_lab, listener, "attack")
-        _open_workspace_file(page, guarded_lab, "attack")
-        page.wait_for_timeout(3000)
+    with _attacked(page, guarded_lab, "attack") as (flag, listener):
         assert guarded_lab.request("GET", "/api/terminals") == []
         assert _started_in(guarded_lab) == []
         assert not flag.exists()
@@ -148,8 +152,6 @@ def test_a_workspace_file_a_sandbox_wrote_starts_no_shell(page: Page, guarded_la
         stored = guarded_lab.request("GET", "/lab/api/workspaces/attack")
         assert "terminal:evil" not in stored["data"] and "help-doc:leak" not in stored["data"]
         assert "restore entries dropped" in guarded_lab.log_tail()
-    finally:
-        listener.close()
 
 
 def test_the_users_own_terminal_tabs_are_restored(page: Page, guarded_lab: LabServer) -> None:
@@ -198,7 +200,6 @@ def test_what_the_warning_quotes_reaches_the_log_escaped(guarded_lab: LabServer)
     key = "terminal:\x1b]52;c;ZWNobyBwd25lZAo=\x07"
     workspace = {"data": {key: {"data": {"name": "x\x1b[2J"}}}, "metadata": {"id": "escapes"}}
     guarded_lab.request("PUT", "/lab/api/workspaces/escapes", workspace)
-    time.sleep(1)  # the server's log is written by its own process
-    log = guarded_lab.log_path.read_bytes()
+    log = guarded_lab.log_bytes()
     assert b"\x1b" not in log and b"\x07" not in log
     assert r"terminal:\x1b]52;c;ZWNobyBwd25lZAo=\x07: a terminal that is not running" in log.decode()

@@ -328,8 +328,9 @@ def test_a_pdf_file_opened_in_lab_reaches_nothing(page: Page, lab: LabServer) ->
     listeners: dict[str, LoopbackListener] = {}
 
     def url(name: str) -> bytes:
-        listener = listeners.setdefault(name, LoopbackListener(b"HTTP/1.0 200 OK\r\n\r\n"))
-        return f"http://127.0.0.1:{listener.port}/?d={SECRET}".encode()
+        if name not in listeners:  # (setdefault would build a spare on every call)
+            listeners[name] = LoopbackListener(b"HTTP/1.0 200 OK\r\n\r\n")
+        return f"http://127.0.0.1:{listeners[name].port}/?d={SECRET}".encode()
 
     folder = lab.notebooks / "pdfs"
     folder.mkdir()

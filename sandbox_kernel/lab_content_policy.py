@@ -29,7 +29,10 @@ characters in what it logs (a file name a sandbox chose holding an OSC 52
 sequence went to the terminal on every save of the file):
 :class:`sandbox_kernel.terminal_text.TerminalSafeServerFormatter`. Exporting a
 notebook imports nothing it names: :mod:`sandbox_kernel.lab_exports`. These
-three apply whether the policy is on or not.
+three apply whether the policy is on or not. An HTML export, a page the user
+opens from disk where no server policy reaches, carries a policy of its own
+and shows the notebook as Lab does (:mod:`sandbox_kernel.lab_html_exports`,
+installed by ``lab_exports`` while the policy is on).
 
 What stays possible: a link the user clicks (navigation is not governed by
 CSP; outputs of private sessions have their links defanged, files do not),
@@ -40,7 +43,7 @@ reaches the page through sanitisers that drop scripts, and a script that ran
 anyway could still not send anything out.
 
 ``SANDBOX_KERNEL_REMOTE_CONTENT=1`` leaves the server's own default policy
-(remote images in markdown, CDN widgets), for a Lab whose users accept that a
+(remote images in markdown, CDN widgets) and nbconvert's HTML exports, for a Lab whose users accept that a
 private session's files can then send its data out when opened.
 """
 

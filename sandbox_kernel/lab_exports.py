@@ -21,6 +21,11 @@ writes, ``python``, and every installed exporter's entry point are plain
 names), whatever the format asked for: a custom exporter may read the field
 too, and a notebook naming an import path was not written by a kernel. The
 notebook is not changed; removing the field lets it export.
+
+The same extension makes the exporters of the HTML family that those handlers
+construct confined ones (:mod:`sandbox_kernel.lab_html_exports`: the
+downloaded page shows the notebook as Lab does and runs only its template's
+scripts), unless ``SANDBOX_KERNEL_REMOTE_CONTENT=1``.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from typing import Any
 
 from tornado.web import HTTPError, authenticated
 
-from . import lab_routes
+from . import lab_html_exports, lab_routes
+from .lab_content_policy import remote_content_allowed
 
 #: what an exporter's entry-point name looks like (nbconvert imports a dotted one)
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
@@ -81,12 +87,22 @@ def _guarded_handlers() -> dict[type, type]:
     return {NbconvertFileHandler: GuardedNbconvertFileHandler, NbconvertPostHandler: GuardedNbconvertPostHandler}
 
 
+def confine_html_exports() -> bool:
+    """Confine the server's HTML exports (:mod:`sandbox_kernel.lab_html_exports`)
+    unless the user allowed remote content; whether they are."""
+    if remote_content_allowed():
+        return False
+    lab_html_exports.install()
+    return True
+
+
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     lab_routes.install(serverapp, _guarded_handlers(), "nbconvert handlers")
+    confine_html_exports()
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "sandbox_kernel.lab_exports"}]
 
 
-__all__ = ["PLAIN_NAME", "exporter_problem"]
+__all__ = ["PLAIN_NAME", "confine_html_exports", "exporter_problem"]

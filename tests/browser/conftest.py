@@ -94,6 +94,23 @@ def lab(chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts
         origin.close()
 
 
+@pytest.fixture(scope="module")
+def own_browser(chromium_path: Path) -> Iterator[Any]:
+    """Chromium with the tests' arguments and no Lab server, for pages a test
+    opens itself (an export opened from disk): the test routes and accounts
+    for every request its pages make."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=str(chromium_path), headless=True, args=CHROMIUM_ARGS, timeout=60_000
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 class BrowserLog:
     """What the page did: every request that was not to the test server, console lines, page errors."""
 

@@ -9,6 +9,13 @@ the server's log, when the notebook is exported as Lab does it ("Save and
 Export Notebook As → Executable Script"). With the extension the export is
 refused with a 400 naming the field, and a notebook ipykernel wrote exports as
 before. No browser is needed: the requests are the ones Lab sends.
+
+An HTML export downloaded as Lab does ("Save and Export Notebook As → HTML",
+or slides) and opened from disk in Chromium: the control runs the notebook's
+scripts, loads its images, follows its refresh and loads the widget manager
+from a CDN; the guarded export reaches none of the attacks' loopback
+listeners, while the template's own scripts (stand-ins answered inside the
+browser for its CDN addresses) run.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kernel_helpers import LoopbackListener
 from lab_helpers import LabServer, notebook_json, serving
 
 pytestmark = pytest.mark.timeout(300)
@@ -90,3 +98,189 @@ def test_a_notebook_ipykernel_wrote_still_exports(guarded_server: LabServer) -> 
     assert status == 200 and b"print('hello')" in body
     status, body = _export(guarded_server, "GET", "/nbconvert/html/mine.ipynb")
     assert status == 200 and b"hello" in body
+
+
+# --- the HTML export, downloaded and opened from disk --------------------------------------
+
+#: What the template's CDN addresses answer in these tests: stand-ins that do
+#: what the real files do with the page (MathJax 2 evaluates the page's
+#: configuration block; require.js loads the scripts it is asked for as
+#: <script> elements; reveal.js and its plugin define modules). The requests
+#: are answered inside the browser (Playwright routing): nothing leaves loopback.
+MATHJAX_STAND_IN = """
+window.MathJax = {Hub: {
+  Config: function (options) { window.mathjaxConfigured = true; },
+  Queue: function () {}, getAllJax: function () { return []; }, Rerender: function () {}
+}};
+document.addEventListener("DOMContentLoaded", function () {
+  document.querySelectorAll('script[type="text/x-mathjax-config"]').forEach(function (block) {
+    window.eval(block.textContent);
+  });
+});
+"""
+REQUIRE_STAND_IN = """
+window.requireLoaded = true;
+window.define = function (factory) { window.lastDefined = typeof factory === "function" ? factory() : factory; };
+window.require = function (config, names, callback) {
+  var modules = [];
+  (function next(i) {
+    if (i === names.length) { callback.apply(null, modules); return; }
+    var script = document.createElement("script");
+    script.src = names[i];
+    script.onload = function () { modules.push(window.lastDefined); next(i + 1); };
+    document.head.appendChild(script);
+  })(0);
+};
+"""
+REVEAL_STAND_IN = """
+define(function () { return {
+  initialize: function () { window.revealInitialized = true; },
+  addEventListener: function () {}, getCurrentSlide: function () {}
+}; });
+"""
+#: the attacks, each with a loopback listener of its own: what the page reaches
+EXPORT_ATTACKS = (
+    "markdown_image",
+    "markdown_onerror",
+    "html_script",
+    "html_image",
+    "html_css",
+    "html_frame",
+    "html_preconnect",
+    "html_refresh",
+    "javascript_output",
+    "markdown_output_image",
+)
+
+
+def _attack_notebook(urls: dict[str, str]) -> dict[str, Any]:
+    """A notebook as a private session's cell can write it: what a page loads
+    or runs, in markdown, in outputs, and the saved widget state (which makes
+    nbconvert's page load the widget manager from a CDN)."""
+    import nbformat
+    from nbformat import v4
+
+    nb = v4.new_notebook()
+    nb.metadata["language_info"] = {"name": "python", "nbconvert_exporter": "python"}
+    nb.metadata["widgets"] = {
+        "application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2, "version_minor": 0}
+    }
+    markdown = v4.new_markdown_cell(
+        "# Quarterly results\n\n"
+        f"![chart]({urls['markdown_image']}) "
+        f'<img src="missing.png" onerror="fetch(\'{urls["markdown_onerror"]}\')">\n\n'
+        "| region | total |\n|---|---|\n| north | 12 |\n\n$x^2$"
+    )
+    code = v4.new_code_cell("report()", execution_count=1)
+    code.outputs = [
+        v4.new_output(
+            "display_data",
+            data={
+                "text/html": (
+                    "<table><thead><tr><th>total</th></tr></thead><tbody><tr><td>12</td></tr></tbody></table>"
+                    f"<script>window.pageScriptRan = true; fetch('{urls['html_script']}')</script>"
+                    f"<img src='{urls['html_image']}'>"
+                    f"<div style=\"background-image: url('{urls['html_css']}')\">styled</div>"
+                    f"<iframe src='{urls['html_frame']}'></iframe>"
+                    f"<link rel='preconnect' href='{urls['html_preconnect']}'>"
+                    f"<meta http-equiv='refresh' content='2;url={urls['html_refresh']}'>"
+                ),
+                "text/plain": "report",
+            },
+        ),
+        v4.new_output(
+            "display_data",
+            data={"application/javascript": f"fetch('{urls['javascript_output']}')", "text/plain": "js"},
+        ),
+        v4.new_output(
+            "execute_result", data={"text/markdown": f"![o]({urls['markdown_output_image']})"}, execution_count=1
+        ),
+    ]
+    nb.cells = [markdown, code]
+    return json.loads(nbformat.writes(nb))
+
+
+class _Opened:
+    """An export opened from disk in Chromium: which listeners it reached,
+    which CDN addresses it asked for, where the page ended, and its globals."""
+
+    def __init__(self, reached: dict[str, int], cdn: list[str], url: str, flags: dict[str, Any], text: str) -> None:
+        self.reached, self.cdn, self.url, self.flags, self.text = reached, cdn, url, flags, text
+
+
+def _open_export(server: LabServer, browser: Any, tmp: Path, fmt: str, name: str) -> _Opened:
+    listeners = {attack: LoopbackListener() for attack in EXPORT_ATTACKS}
+    urls = {attack: f"http://127.0.0.1:{listener.port}/{attack}" for attack, listener in listeners.items()}
+    cdn: list[str] = []
+
+    def answer(route: Any) -> None:
+        url = route.request.url
+        if url.startswith(("http://127.0.0.1", "file:")):
+            route.continue_()
+            return
+        cdn.append(url)
+        if "/mathjax/" in url:
+            body = MATHJAX_STAND_IN
+        elif "/require.js/" in url:
+            body = REQUIRE_STAND_IN
+        elif url.endswith("/dist/reveal.js"):
+            body = REVEAL_STAND_IN
+        elif url.endswith("/notes/notes.js"):
+            body = "define({id: 'notes'});"
+        elif "/mermaid" in url:
+            body = "export default {initialize() {}, run() {}};"
+        else:  # the widget manager, jQuery, stylesheets: present, doing nothing
+            body = "window.otherCdnScript = true;" if url.endswith(".js") else ""
+        route.fulfill(status=200, body=body, content_type="text/css" if url.endswith(".css") else "text/javascript")
+
+    try:
+        (server.notebooks / f"{name}.ipynb").write_text(json.dumps(_attack_notebook(urls)))
+        status, body = _export(server, "GET", f"/nbconvert/{fmt}/{name}.ipynb?download=true")
+        assert status == 200, body[-2000:]
+        saved = tmp / f"{name}-{fmt}.html"  # as a browser saves a download
+        saved.write_bytes(body)
+        context = browser.new_context()
+        try:
+            context.route("**/*", answer)
+            page = context.new_page()
+            page.goto(saved.as_uri(), wait_until="load")
+            page.wait_for_timeout(4000)  # past the refresh's 2 s, the listeners' accepts and loads
+            flags = page.evaluate(
+                "() => ({pageScriptRan: !!window.pageScriptRan, mathjaxConfigured: !!window.mathjaxConfigured,"
+                " requireLoaded: !!window.requireLoaded, revealInitialized: !!window.revealInitialized})"
+            )
+            text = page.inner_text("body") if page.url == saved.as_uri() else ""
+            url = page.url
+        finally:
+            context.close()
+        reached = {attack: listener.accepted for attack, listener in listeners.items() if listener.accepted}
+        return _Opened(reached, cdn, url, flags, text)
+    finally:
+        for listener in listeners.values():
+            listener.close()
+
+
+def test_without_the_guard_a_downloaded_export_runs_and_fetches_what_the_notebook_holds(
+    plain_server: LabServer, own_browser: Any, tmp_path: Path
+) -> None:
+    opened = _open_export(plain_server, own_browser, tmp_path, "html", "plain")
+    # the control: the page loads, runs and navigates as the notebook says
+    assert {"markdown_image", "html_script", "html_image", "javascript_output", "html_refresh"} <= set(opened.reached)
+    assert any("html-manager" in url for url in opened.cdn), opened.cdn
+
+
+@pytest.mark.parametrize("fmt", ["html", "slides"])
+def test_a_downloaded_export_runs_and_fetches_nothing_of_the_notebooks(
+    guarded_server: LabServer, own_browser: Any, tmp_path: Path, fmt: str
+) -> None:
+    opened = _open_export(guarded_server, own_browser, tmp_path, fmt, f"guarded-{fmt}")
+    assert opened.reached == {}, f"the export reached {opened.reached}"
+    assert opened.url.startswith("file:") and not opened.flags["pageScriptRan"]
+    assert not any("html-manager" in url for url in opened.cdn), opened.cdn
+    # the template's own scripts still run: MathJax reads its configuration block, require.js loads
+    assert opened.flags["mathjaxConfigured"] and opened.flags["requireLoaded"], (opened.flags, opened.cdn)
+    if fmt == "slides":  # reveal.js and its notes plugin, through require.js, from their folder
+        assert opened.flags["revealInitialized"], opened.cdn
+        assert any(url.endswith("/plugin/notes/notes.js") for url in opened.cdn), opened.cdn
+    # and the notebook reads as in Lab: its heading and both tables
+    assert "Quarterly results" in opened.text and "region" in opened.text and "total" in opened.text

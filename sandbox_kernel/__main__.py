@@ -43,6 +43,8 @@ and its tools. Commands:
   container-profile
             print the seccomp profile for a container whose kernels sandbox
             themselves with bwrap (docs/deploy/container.md)
+  export    convert a notebook a sandbox wrote to HTML, slides or a script as
+            the Lab server does (jupyter nbconvert trusts the file)
   doctor    check bubblewrap, user namespaces, pasta, seccomp, cgroups, Docker,
             the kernelspec, the JupyterLab extension and the ratchet store, and
             print the command that fixes what is missing
@@ -60,6 +62,10 @@ def main(argv: list[str] | None = None) -> None:
         from .doctor import main as doctor_main
 
         sys.exit(doctor_main(args[1:]))
+    if args[0] == "export":
+        from .export import main as export_main
+
+        sys.exit(export_main(args[1:]))
     if args[0] == "container-profile":
         import json
 

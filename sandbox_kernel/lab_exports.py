@@ -19,8 +19,12 @@ subclasses (:mod:`sandbox_kernel.lab_routes`) that refuse, with a 400 naming
 the field, a notebook whose exporter name is not a plain name (what ipykernel
 writes, ``python``, and every installed exporter's entry point are plain
 names), whatever the format asked for: a custom exporter may read the field
-too, and a notebook naming an import path was not written by a kernel. The
-notebook is not changed; removing the field lets it export.
+too, and a notebook naming an import path was not written by a kernel. A
+plain name must name a script's exporter (or none installed): the script
+export delegates to whatever exporter the field names, so ``html`` made the
+"Executable Script" download an HTML page outside the HTML export's
+confinement, and ``pdf`` a LaTeX run. The notebook is not changed; removing
+the field lets it export.
 
 The same extension makes the exporters of the HTML family that those handlers
 construct confined ones (:mod:`sandbox_kernel.lab_html_exports`: the
@@ -47,13 +51,45 @@ def exporter_problem(notebook: Any) -> str:
     metadata = notebook.get("metadata") if isinstance(notebook, dict) else None
     info = metadata.get("language_info") if isinstance(metadata, dict) else None
     name = info.get("nbconvert_exporter") if isinstance(info, dict) else None
-    if not name or (isinstance(name, str) and PLAIN_NAME.match(name)):
-        return ""  # (nbconvert looks up no exporter for an empty one)
-    return (
-        f"the notebook's metadata.language_info.nbconvert_exporter is {name!r}, not an exporter's name: "
-        "nbconvert's script export would import it and run it in the server. Remove that field from the "
-        "notebook's metadata to export it."
-    )
+    field = f"the notebook's metadata.language_info.nbconvert_exporter is {name!r}"
+    fix = "Remove that field from the notebook's metadata to export it."
+    if not name or name == "script":
+        return ""  # (nbconvert delegates to no exporter for these)
+    if not (isinstance(name, str) and PLAIN_NAME.match(name)):
+        return (
+            f"{field}, not an exporter's name: nbconvert's script export would import it and run it in the "
+            f"server. {fix}"
+        )
+    kind = installed_exporter(name)
+    if kind is not None and not makes_a_script(kind):
+        return (
+            f"{field}, the exporter of {kind.__name__}, which makes no script: nbconvert's script export "
+            f"would make that instead, unchecked (an HTML page with the notebook's scripts, or a LaTeX run). {fix}"
+        )
+    return ""
+
+
+def installed_exporter(name: str) -> type | None:
+    """The exporter class nbconvert finds under ``name`` (its entry point; the
+    script exporter delegates to it), or None."""
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group="nbconvert.exporters"):
+        if point.name in (name, name.lower()):
+            try:
+                kind = point.load()
+            except Exception:  # a broken package: nbconvert fails on it too
+                return None
+            return kind if isinstance(kind, type) else None
+    return None
+
+
+def makes_a_script(kind: type) -> bool:
+    """Whether an exporter makes a script (``text/x-python``...) rather than a page or a document."""
+    from nbconvert.exporters import HTMLExporter
+
+    mimetype = getattr(kind, "output_mimetype", "")
+    return isinstance(mimetype, str) and mimetype.startswith("text/x-") and not issubclass(kind, HTMLExporter)
 
 
 def _guarded_handlers() -> dict[type, type]:
@@ -105,4 +141,4 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "sandbox_kernel.lab_exports"}]
 
 
-__all__ = ["PLAIN_NAME", "confine_html_exports", "exporter_problem"]
+__all__ = ["PLAIN_NAME", "confine_html_exports", "exporter_problem", "installed_exporter", "makes_a_script"]

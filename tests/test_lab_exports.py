@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sandbox_kernel.lab_exports import exporter_problem
+from sandbox_kernel.lab_exports import exporter_problem, installed_exporter, makes_a_script
 
 
 def _notebook(exporter: Any) -> dict[str, Any]:
@@ -31,3 +31,21 @@ def test_anything_else_is_refused_by_name(name: Any) -> None:
 @pytest.mark.parametrize("notebook", [None, [], {}, {"metadata": []}, {"metadata": {"language_info": "python"}}])
 def test_notebooks_without_the_field_pass(notebook: Any) -> None:
     assert exporter_problem(notebook) == ""
+
+
+@pytest.mark.parametrize("name", ["html", "HTML", "slides", "webpdf", "pdf", "latex", "markdown", "notebook"])
+def test_an_installed_exporter_that_makes_no_script_is_refused(name: str) -> None:
+    # the script export delegates to the exporter the field names: "html" made
+    # the "Executable Script" download an unconfined HTML page
+    problem = exporter_problem(_notebook(name))
+    assert problem.startswith(f"the notebook's metadata.language_info.nbconvert_exporter is {name!r}, the exporter of")
+    assert "which makes no script" in problem
+
+
+def test_a_script_exporter_is_known_and_an_unknown_name_passes() -> None:
+    from nbconvert.exporters import HTMLExporter, PythonExporter
+
+    assert installed_exporter("python") is PythonExporter and makes_a_script(PythonExporter)
+    assert installed_exporter("Html") is HTMLExporter and not makes_a_script(HTMLExporter)
+    # (nbconvert fails on a name nothing installed answers to: nothing is made)
+    assert installed_exporter("julia-script") is None

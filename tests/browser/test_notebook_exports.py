@@ -92,6 +92,24 @@ def test_an_export_of_a_notebook_naming_an_import_path_is_refused(guarded_server
     assert ZEN not in guarded_server.log_bytes()
 
 
+def test_a_script_export_makes_only_a_script(plain_server: LabServer, guarded_server: LabServer) -> None:
+    # the script export delegates to the exporter the notebook names: "html"
+    # turns "Export as Executable Script" into an HTML page, past the HTML
+    # export's confinement (the control shows it: the page keeps the cell's script)
+    for server in (plain_server, guarded_server):
+        notebook = notebook_json([])
+        notebook["metadata"]["language_info"] = {"name": "python", "nbconvert_exporter": "html"}
+        notebook["cells"] = [
+            {"cell_type": "markdown", "id": "a", "metadata": {}, "source": "<script>window.ran = 1</script>"}
+        ]
+        (server.notebooks / "page.ipynb").write_text(json.dumps(notebook))
+    status, body = _export(plain_server, "GET", "/nbconvert/script/page.ipynb?download=true")
+    assert status == 200 and b"<script>window.ran = 1</script>" in body and b"<!DOCTYPE html>" in body
+    status, body = _export(guarded_server, "GET", "/nbconvert/script/page.ipynb?download=true")
+    assert status == 400
+    assert "nbconvert_exporter is &#39;html&#39;, the exporter of HTMLExporter, which makes no script" in body.decode()
+
+
 def test_a_notebook_ipykernel_wrote_still_exports(guarded_server: LabServer) -> None:
     _write(guarded_server, "mine.ipynb", "python")
     status, body = _export(guarded_server, "GET", "/nbconvert/script/mine.ipynb?download=true")

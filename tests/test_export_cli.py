@@ -1,0 +1,149 @@
+"""``sandbox-kernel export``: a notebook a sandbox wrote, converted on the host
+as the Lab server converts it (the page itself is checked in
+tests/test_lab_html_exports.py, and opened in Chromium in
+tests/browser/test_notebook_exports.py).
+
+The control is ``jupyter nbconvert`` on the same files: it imports what the
+notebook names and writes the notebook's scripts into the page.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat import v4
+from test_lab_html_exports import attack_notebook
+
+VENV_BIN = Path(sys.executable).parent
+ZEN = "Beautiful is better than ugly"
+
+
+def _cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(VENV_BIN / "sandbox-kernel"), "export", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+def _nbconvert(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(cwd / "no-config")}
+    return subprocess.run(
+        [str(VENV_BIN / "jupyter"), "nbconvert", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+    )
+
+
+def _write(path: Path, nb: object) -> Path:
+    path.write_text(nbformat.writes(nb))  # type: ignore[arg-type]
+    return path
+
+
+def test_an_html_export_is_confined(tmp_path: Path) -> None:
+    notebook = _write(tmp_path / "report.ipynb", attack_notebook())
+    control = _nbconvert("--to", "html", notebook, cwd=tmp_path)
+    assert control.returncode == 0, control.stderr
+    assert "<script>fetch('http://127.0.0.1:9/markdown-script')</script>" in (tmp_path / "report.html").read_text()
+    (tmp_path / "report.html").unlink()
+    done = _cli(notebook, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"wrote {tmp_path / 'report.html'}"
+    page = (tmp_path / "report.html").read_text()
+    assert '<meta http-equiv="Content-Security-Policy"' in page
+    assert "127.0.0.1:9/markdown-script" not in page and "127.0.0.1:9/html-script" not in page
+    assert "<h1" in page and "<th>" in page
+
+
+def test_slides_and_stdout(tmp_path: Path) -> None:
+    notebook = _write(tmp_path / "talk.ipynb", attack_notebook())
+    done = _cli(notebook, "--to", "slides", "--output", "-", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "reveal" in done.stdout and '<meta http-equiv="Content-Security-Policy"' in done.stdout
+    assert "127.0.0.1:9/markdown-script" not in done.stdout and "127.0.0.1:9/html-script" not in done.stdout
+    assert not list(tmp_path.glob("talk.*.html"))
+
+
+def test_a_script_export_imports_nothing_the_notebook_names(tmp_path: Path) -> None:
+    nb = v4.new_notebook(cells=[v4.new_code_cell("print('hello')")])
+    nb.metadata["language_info"] = {"name": "python", "nbconvert_exporter": "this.x"}
+    notebook = _write(tmp_path / "named.ipynb", nb)
+    control = _nbconvert("--to", "script", notebook, cwd=tmp_path)
+    assert ZEN in control.stdout + control.stderr  # the control imported `this`
+    done = _cli(notebook, "--to", "script", cwd=tmp_path)
+    assert done.returncode == 1 and ZEN not in done.stdout + done.stderr
+    assert "nbconvert_exporter is 'this.x', not an exporter's name" in done.stderr
+    nb.metadata["language_info"]["nbconvert_exporter"] = "python"
+    _write(notebook, nb)
+    done = _cli(notebook, "--to", "script", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "print('hello')" in (tmp_path / "named.py").read_text()
+
+
+def test_a_link_at_the_output_is_replaced_not_followed(tmp_path: Path) -> None:
+    # a sandbox cannot make links (seccomp), but a folder may hold one from elsewhere
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    notebook = _write(tmp_path / "report.ipynb", attack_notebook())
+    (tmp_path / "report.html").symlink_to(precious)
+    done = _cli(notebook, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert precious.read_text() == "keep me"
+    assert (
+        not (tmp_path / "report.html").is_symlink()
+        and "Content-Security-Policy" in (tmp_path / "report.html").read_text()
+    )
+
+
+def test_bad_input_is_named_and_nothing_is_written(tmp_path: Path) -> None:
+    (tmp_path / "broken.ipynb").write_text("{not json")
+    (tmp_path / "folder.ipynb").mkdir()
+    cases = {
+        ("missing.ipynb",): "missing.ipynb: no such file",
+        ("broken.ipynb",): "broken.ipynb is not a notebook nbformat can read",
+        ("folder.ipynb",): "folder.ipynb is a folder, not a notebook",
+    }
+    for args, message in cases.items():
+        done = _cli(*args, cwd=tmp_path)
+        assert done.returncode == 1 and message in done.stderr, (args, done.stderr)
+    notebook = _write(tmp_path / "ok.ipynb", v4.new_notebook())
+    done = _cli(notebook, "--to", "pdf", cwd=tmp_path)
+    assert done.returncode == 2 and "invalid choice: 'pdf'" in done.stderr
+    done = _cli(notebook, "--output", tmp_path / "no-such-folder" / "x.html", cwd=tmp_path)
+    assert done.returncode == 1 and "cannot write" in done.stderr and "No such file or directory" in done.stderr
+    done = _cli(notebook, "--output", notebook, cwd=tmp_path)
+    assert done.returncode == 1 and "is the notebook itself" in done.stderr
+    assert json.loads(notebook.read_text())["nbformat"] == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.ipynb", "folder.ipynb", "ok.ipynb"]
+
+
+def test_the_users_nbconvert_configuration_applies(tmp_path: Path) -> None:
+    config = tmp_path / "jupyter-config"
+    config.mkdir()
+    (config / "jupyter_nbconvert_config.py").write_text(
+        "c.HTMLExporter.mathjax_url = 'https://math.example/mj/MathJax.js'\n"
+    )
+    notebook = _write(tmp_path / "m.ipynb", v4.new_notebook(cells=[v4.new_markdown_cell("$x$")]))
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config)}
+    done = subprocess.run(
+        [str(VENV_BIN / "sandbox-kernel"), "export", str(notebook), "-o", "-"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (
+        'src="https://math.example/mj/MathJax.js"' in done.stdout
+        and "https://math.example/mj/" in done.stdout.split("</head>")[0]
+    )

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import hashlib
 import re
 from html import escape
@@ -190,8 +191,6 @@ def shown_as_in_lab(notebook: Any) -> Any:
     from nbformat import from_dict
 
     from .outputs import sanitize_bundle
-    from .outputs._markdown import clean_markdown
-    from .outputs._policy import Notes
 
     shown = copy.deepcopy(notebook)
     metadata = shown.get("metadata")
@@ -201,7 +200,9 @@ def shown_as_in_lab(notebook: Any) -> Any:
         if not isinstance(cell, dict):
             continue
         if cell.get("cell_type") == "markdown" and isinstance(cell.get("source"), str):
-            cell["source"] = clean_markdown(cell["source"], private=False, notes=Notes())
+            # as a text/markdown output (one too large to clean becomes the note saying so)
+            markdown = sanitize_bundle({"text/markdown": cell["source"]}, private=False).data
+            cell["source"] = markdown.get("text/markdown", markdown.get("text/plain", ""))
         outputs = cell.get("outputs") if cell.get("cell_type") == "code" else None
         for output in outputs if isinstance(outputs, list) else []:
             if isinstance(output, dict) and output.get("output_type") in {"display_data", "execute_result"}:
@@ -211,6 +212,7 @@ def shown_as_in_lab(notebook: Any) -> Any:
     return shown
 
 
+@functools.cache
 def _confining_class() -> type:
     from nbconvert.exporters import HTMLExporter
     from nbformat import v4

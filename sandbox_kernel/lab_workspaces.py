@@ -41,9 +41,12 @@ arguments, the ones Lab itself writes:
   user's acknowledgement before switching plugins off, ours included).
 
 Everything else in a workspace (the layout, the file browser's folder,
-sizes) is stored as sent. Workspaces already stored before this ran, and
-``jupyter lab workspaces import`` (a host command the user runs), are not
-checked.
+sizes) is stored as sent. The same check runs again when a workspace is
+served (``GET``, which the page restores from): one stored before this ran,
+or put in the folder by ``jupyter lab workspaces import`` (a host command
+the user runs on a file), was never checked; and a terminal that was running
+when the layout was saved may not be any more (after a server restart its
+tab would start a new shell, so it is left out: open a new terminal).
 """
 
 from __future__ import annotations
@@ -190,6 +193,39 @@ def _guarded_handler() -> type:
     class GuardedWorkspacesHandler(WorkspacesHandler):
         """jupyterlab_server's workspace API, storing workspaces :func:`guarded`."""
 
+        def _running_terminals(self) -> list[str]:
+            manager = self.settings.get("terminal_manager")
+            return list(getattr(manager, "terminals", {}) or {})
+
+        def _served(self, workspace: Any, running: Collection[str]) -> Any:
+            clean, dropped = guarded(workspace, running)
+            if dropped:
+                metadata = workspace.get("metadata") if isinstance(workspace, Mapping) else None
+                self.log.warning(
+                    "stored workspace %r: restore entries left out (they would start or open things on the host): %s",
+                    metadata.get("id") if isinstance(metadata, Mapping) else None,
+                    "; ".join(dropped),
+                )
+            return clean
+
+        @authenticated
+        async def get(self, space_name: str = "") -> Any:
+            """jupyterlab_server's ``get``, each workspace :func:`guarded` on
+            the way out: one stored by an older version, or put in the folder
+            by ``jupyter lab workspaces import``, was never checked, and the
+            page restores what this returns."""
+            running = self._running_terminals()
+            try:
+                if not space_name:
+                    values = [self._served(w, running) for w in self.manager.list_workspaces()]
+                    ids = [w["metadata"]["id"] for w in values]
+                    return self.finish(json.dumps({"workspaces": {"ids": ids, "values": values}}))
+                return self.finish(json.dumps(self._served(self.manager.load(space_name), running)))
+            except HTTPError:
+                raise
+            except Exception as e:  # as jupyterlab_server answers
+                raise HTTPError(500, str(e)) from e
+
         @authenticated
         def put(self, space_name: str = "") -> Any:
             try:
@@ -199,9 +235,7 @@ def _guarded_handler() -> type:
             problem = shape_problem(workspace)
             if problem:
                 raise HTTPError(400, f"not a workspace: {problem}")
-            manager = self.settings.get("terminal_manager")
-            running = list(getattr(manager, "terminals", {}) or {})
-            clean, dropped = guarded(workspace, running)
+            clean, dropped = guarded(workspace, self._running_terminals())
             if dropped:
                 # (the keys are the file's words: the server's log formatter escapes
                 # them, see lab_content_policy.apply)

@@ -19,6 +19,7 @@ oh-my-zsh's, starship's or ``__git_ps1``'s do; it records where it started.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import urllib.error
 import urllib.request
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import pytest
 from kernel_helpers import LoopbackListener
-from lab_helpers import LabServer, serving
+from lab_helpers import JUPYTER, LabServer, serving
 from playwright.sync_api import Page
 
 pytestmark = pytest.mark.timeout(300)
@@ -152,6 +153,50 @@ def test_a_workspace_file_a_sandbox_wrote_starts_no_shell(page: Page, guarded_la
         stored = guarded_lab.request("GET", "/lab/api/workspaces/attack")
         assert "terminal:evil" not in stored["data"] and "help-doc:leak" not in stored["data"]
         assert "restore entries dropped" in guarded_lab.log_tail()
+
+
+@contextmanager
+def _imported(page: Page, lab: LabServer, name: str) -> Iterator[tuple[Path, LoopbackListener]]:
+    """The planted workspace file put into Lab's workspace folder by ``jupyter
+    lab workspaces import`` (a host command the user runs on the file: no
+    request to the server), then Lab opened on that workspace."""
+    for terminal in lab.request("GET", "/api/terminals"):  # (an "evil" of an earlier test: Lab would reuse it)
+        lab.request("DELETE", f"/api/terminals/{terminal['name']}")
+    listener = LoopbackListener(b"HTTP/1.0 200 OK\r\n\r\n")
+    try:
+        flag = _plant(lab, listener, name)
+        env = {**os.environ, "JUPYTERLAB_WORKSPACES_DIR": str(lab.root / "jupyter" / "workspaces")}
+        subprocess.run(
+            [str(JUPYTER), "lab", "workspaces", "import", str(lab.notebooks / name / "report.jupyterlab-workspace")],
+            check=True,
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
+        page.goto(lab.url(f"/lab/workspaces/{name}"), wait_until="domcontentloaded")
+        page.locator("#jp-main-dock-panel").wait_for(state="visible", timeout=APP_LOAD_TIMEOUT)
+        page.wait_for_timeout(8000)  # restoring runs the commands after the page is up
+        yield flag, listener
+    finally:
+        listener.close()
+
+
+def test_an_imported_workspace_runs_a_host_command_without_the_guard(page: Page, plain_lab: LabServer) -> None:
+    with _imported(page, plain_lab, "imported-control") as (flag, listener):
+        assert "evil" in [t["name"] for t in plain_lab.request("GET", "/api/terminals")]
+        assert flag.exists(), "the control did not run the repository's fsmonitor command"
+
+
+def test_a_workspace_stored_unchecked_is_served_without_what_starts_things(page: Page, guarded_lab: LabServer) -> None:
+    with _imported(page, guarded_lab, "imported") as (flag, listener):
+        assert guarded_lab.request("GET", "/api/terminals") == []
+        assert not flag.exists() and listener.accepted == 0
+        served = guarded_lab.request("GET", "/lab/api/workspaces/imported")
+        assert "terminal:evil" not in served["data"] and "help-doc:leak" not in served["data"]
+        listed = guarded_lab.request("GET", "/lab/api/workspaces")["workspaces"]
+        (value,) = [v for v in listed["values"] if v["metadata"]["id"] == "imported"]
+        assert "terminal:evil" not in value["data"] and "layout-restorer:data" in value["data"]
+        assert "stored workspace 'imported': restore entries left out" in guarded_lab.log_tail()
 
 
 def test_the_users_own_terminal_tabs_are_restored(page: Page, guarded_lab: LabServer) -> None:

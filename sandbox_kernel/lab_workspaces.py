@@ -191,7 +191,7 @@ def _guarded_handler() -> type:
     from jupyterlab_server.workspaces_handler import WorkspacesHandler
 
     class GuardedWorkspacesHandler(WorkspacesHandler):
-        """jupyterlab_server's workspace API, storing workspaces :func:`guarded`."""
+        """jupyterlab_server's workspace API, storing and serving workspaces :func:`guarded`."""
 
         def _running_terminals(self) -> list[str]:
             manager = self.settings.get("terminal_manager")

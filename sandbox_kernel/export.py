@@ -35,18 +35,15 @@ class ExportError(Exception):
 
 def _config() -> Any:
     """The user's nbconvert configuration, from the Jupyter config dirs (never
-    the notebook's folder)."""
+    the notebook's folder), read as the kernel reads its own (app.py): by
+    traitlets' ``Application.load_config_file``, ``.py`` and ``.json``, the
+    first dir winning."""
     from jupyter_core.paths import jupyter_config_path
-    from traitlets.config import Config
-    from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
+    from traitlets.config import Application
 
-    config = Config()
-    for folder in reversed(jupyter_config_path()):  # the first dir wins, as in Jupyter's apps
-        for loader in (JSONFileConfigLoader, PyFileConfigLoader):
-            name = "jupyter_nbconvert_config" + (".json" if loader is JSONFileConfigLoader else ".py")
-            if os.path.isfile(os.path.join(folder, name)):
-                config.merge(loader(name, path=folder).load_config())
-    return config
+    reader = Application()
+    reader.load_config_file("jupyter_nbconvert_config", path=jupyter_config_path())
+    return reader.config
 
 
 def export(path: Path, fmt: str, config: Any = None) -> tuple[str, str]:

@@ -70,18 +70,15 @@ def exporter_problem(notebook: Any) -> str:
 
 
 def installed_exporter(name: str) -> type | None:
-    """The exporter class nbconvert finds under ``name`` (its entry point; the
-    script exporter delegates to it), or None."""
-    from importlib.metadata import entry_points
+    """The exporter class nbconvert finds under the plain ``name`` (the script
+    exporter delegates to it: nbconvert's own lookup), or None."""
+    from nbconvert.exporters.base import get_exporter
 
-    for point in entry_points(group="nbconvert.exporters"):
-        if point.name in (name, name.lower()):
-            try:
-                kind = point.load()
-            except Exception:  # a broken package: nbconvert fails on it too
-                return None
-            return kind if isinstance(kind, type) else None
-    return None
+    try:
+        kind = get_exporter(name)  # type: ignore[no-untyped-call]
+    except Exception:  # no such exporter, one disabled, or a broken package: nbconvert makes nothing
+        return None
+    return kind if isinstance(kind, type) else None
 
 
 def makes_a_script(kind: type) -> bool:

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import nbformat
+from export_attack import attack_notebook
 from nbformat import v4
-from test_lab_html_exports import attack_notebook
 
 VENV_BIN = Path(sys.executable).parent
 ZEN = "Beautiful is better than ugly"
@@ -54,14 +54,15 @@ def test_an_html_export_is_confined(tmp_path: Path) -> None:
     notebook = _write(tmp_path / "report.ipynb", attack_notebook())
     control = _nbconvert("--to", "html", notebook, cwd=tmp_path)
     assert control.returncode == 0, control.stderr
-    assert "<script>fetch('http://127.0.0.1:9/markdown-script')</script>" in (tmp_path / "report.html").read_text()
+    control_page = (tmp_path / "report.html").read_text()
+    assert "<script>window.pageScriptRan = true; fetch('http://127.0.0.1:9/markdown_script')</script>" in control_page
     (tmp_path / "report.html").unlink()
     done = _cli(notebook, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"wrote {tmp_path / 'report.html'}"
     page = (tmp_path / "report.html").read_text()
     assert '<meta http-equiv="Content-Security-Policy"' in page
-    assert "127.0.0.1:9/markdown-script" not in page and "127.0.0.1:9/html-script" not in page
+    assert "127.0.0.1:9/markdown_script" not in page and "127.0.0.1:9/html_script" not in page
     assert "<h1" in page and "<th>" in page
 
 
@@ -70,7 +71,7 @@ def test_slides_and_stdout(tmp_path: Path) -> None:
     done = _cli(notebook, "--to", "slides", "--output", "-", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "reveal" in done.stdout and '<meta http-equiv="Content-Security-Policy"' in done.stdout
-    assert "127.0.0.1:9/markdown-script" not in done.stdout and "127.0.0.1:9/html-script" not in done.stdout
+    assert "127.0.0.1:9/markdown_script" not in done.stdout and "127.0.0.1:9/html_script" not in done.stdout
     assert not list(tmp_path.glob("talk.*.html"))
 
 

@@ -17,16 +17,12 @@ from typing import Any
 
 import nbformat
 import pytest
+from export_attack import UNREACHABLE, attack_notebook
 from nbconvert.exporters import HTMLExporter, MarkdownExporter, ScriptExporter, SlidesExporter
 from nbconvert.exporters.webpdf import WebPDFExporter
-from nbformat import v4
 from traitlets.config import Config
 
 from sandbox_kernel.lab_html_exports import confined_class, export_policy, shown_as_in_lab, with_policy
-
-LISTENER = "http://127.0.0.1:9"
-#: a string field of every kind the template writes into the page
-BREAK_OUT = '"><meta http-equiv="refresh" content="0;url=http://127.0.0.1:9/attr"><b x="'
 
 
 class _Page(HTMLParser):
@@ -55,51 +51,6 @@ class _Page(HTMLParser):
         if tag == "script" and self._script is not None:
             self.scripts.append((self._script, "".join(self._text)))
             self._script = None
-
-
-def attack_notebook() -> Any:
-    """A notebook as a cell can write it: scripts, loads and navigation in
-    every place a page can take them, and the saved widget state."""
-    nb = v4.new_notebook()
-    nb.metadata["language_info"] = {"name": "python", "pygments_lexer": "ipython3"}
-    nb.metadata["title"] = BREAK_OUT
-    nb.metadata["widgets"] = {
-        "application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2, "version_minor": 0}
-    }
-    markdown = v4.new_markdown_cell(
-        "# Results\n\n"
-        f'![chart]({LISTENER}/markdown-image) <img src="x" onerror="fetch(\'{LISTENER}/onerror\')">\n\n'
-        f"<script>fetch('{LISTENER}/markdown-script')</script>\n\n"
-        "| a | b |\n|---|---|\n| 1 | 2 |\n\n$x^2$"
-    )
-    markdown.metadata["tags"] = [BREAK_OUT]
-    code = v4.new_code_cell("df", execution_count=1)
-    code.outputs = [
-        v4.new_output(
-            "display_data",
-            data={
-                "text/html": (
-                    "<table><thead><tr><th>col</th></tr></thead><tbody><tr><td>1</td></tr></tbody></table>"
-                    f"<script>fetch('{LISTENER}/html-script')</script>"
-                    f"<img src='{LISTENER}/html-image'>"
-                    f"<meta http-equiv='refresh' content='0;url={LISTENER}/refresh'>"
-                    f"<link rel='preconnect' href='{LISTENER}'><base href='{LISTENER}/'>"
-                    f"<iframe src='{LISTENER}/frame'></iframe>"
-                    f'<div style="background:url({LISTENER}/css)">styled</div>'
-                ),
-                "application/javascript": f"fetch('{LISTENER}/javascript')",
-                "application/vnd.jupyter.widget-view+json": {"model_id": "m", "version_major": 2, "version_minor": 0},
-                "text/plain": "the frame",
-            },
-        ),
-        v4.new_output("execute_result", data={"text/markdown": f"![out]({LISTENER}/output-image)"}, execution_count=1),
-        v4.new_output("stream", name="stdout", text=BREAK_OUT),
-        v4.new_output("error", ename="Error", evalue=BREAK_OUT, traceback=[BREAK_OUT]),
-    ]
-    raw = v4.new_raw_cell(f"<script>fetch('{LISTENER}/raw')</script><p>raw</p>")
-    raw.metadata["raw_mimetype"] = "text/html"
-    nb.cells = [markdown, code, raw]
-    return nb
 
 
 def _export(exporter_class: type, nb: Any, **config: Any) -> str:
@@ -168,7 +119,7 @@ def test_what_the_page_loads_of_the_notebook_is_gone_or_under_the_policy(exporte
     assert not handlers
     # what stays (a markdown image's address) is one the policy refuses to load
     images = [a.get("src", "") for tag, a in page.elements if tag == "img"]
-    assert f"{LISTENER}/markdown-image" in images and "data:" in policy["img-src"]
+    assert f"{UNREACHABLE}/markdown_image" in images and "data:" in policy["img-src"]
     assert not any(src.startswith(("http:", "https:")) and "data:" not in src for src in policy["img-src"])
     # no widget manager from a CDN, no widget state
     assert "html-manager" not in str(page.elements) and "widget-state" not in str(page.scripts)
@@ -260,8 +211,8 @@ def test_what_is_shown_is_a_copy() -> None:
     shown = shown_as_in_lab(nb)
     assert nbformat.writes(nb) == before
     assert "widgets" not in shown.metadata
-    data = shown.cells[1].outputs[0].data
-    assert "application/javascript" not in data and "<script" not in data["text/html"]
+    outputs = shown.cells[1].outputs
+    assert "<script" not in outputs[0].data["text/html"] and "application/javascript" not in outputs[1].data
 
 
 def _get_exporter_in_a_fresh_server_process(environ: dict[str, str]) -> str:

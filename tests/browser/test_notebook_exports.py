@@ -27,7 +27,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import pytest
+from export_attack import ATTACKS, attack_notebook
 from kernel_helpers import LoopbackListener
 from lab_helpers import LabServer, notebook_json, serving
 
@@ -156,66 +158,6 @@ define(function () { return {
   addEventListener: function () {}, getCurrentSlide: function () {}
 }; });
 """
-#: the attacks, each with a loopback listener of its own: what the page reaches
-EXPORT_ATTACKS = (
-    "markdown_image",
-    "markdown_onerror",
-    "html_script",
-    "html_image",
-    "html_css",
-    "html_frame",
-    "html_preconnect",
-    "html_refresh",
-    "javascript_output",
-    "markdown_output_image",
-)
-
-
-def _attack_notebook(urls: dict[str, str]) -> dict[str, Any]:
-    """A notebook as a private session's cell can write it: what a page loads
-    or runs, in markdown, in outputs, and the saved widget state (which makes
-    nbconvert's page load the widget manager from a CDN)."""
-    import nbformat
-    from nbformat import v4
-
-    nb = v4.new_notebook()
-    nb.metadata["language_info"] = {"name": "python", "nbconvert_exporter": "python"}
-    nb.metadata["widgets"] = {
-        "application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2, "version_minor": 0}
-    }
-    markdown = v4.new_markdown_cell(
-        "# Quarterly results\n\n"
-        f"![chart]({urls['markdown_image']}) "
-        f'<img src="missing.png" onerror="fetch(\'{urls["markdown_onerror"]}\')">\n\n'
-        "| region | total |\n|---|---|\n| north | 12 |\n\n$x^2$"
-    )
-    code = v4.new_code_cell("report()", execution_count=1)
-    code.outputs = [
-        v4.new_output(
-            "display_data",
-            data={
-                "text/html": (
-                    "<table><thead><tr><th>total</th></tr></thead><tbody><tr><td>12</td></tr></tbody></table>"
-                    f"<script>window.pageScriptRan = true; fetch('{urls['html_script']}')</script>"
-                    f"<img src='{urls['html_image']}'>"
-                    f"<div style=\"background-image: url('{urls['html_css']}')\">styled</div>"
-                    f"<iframe src='{urls['html_frame']}'></iframe>"
-                    f"<link rel='preconnect' href='{urls['html_preconnect']}'>"
-                    f"<meta http-equiv='refresh' content='2;url={urls['html_refresh']}'>"
-                ),
-                "text/plain": "report",
-            },
-        ),
-        v4.new_output(
-            "display_data",
-            data={"application/javascript": f"fetch('{urls['javascript_output']}')", "text/plain": "js"},
-        ),
-        v4.new_output(
-            "execute_result", data={"text/markdown": f"![o]({urls['markdown_output_image']})"}, execution_count=1
-        ),
-    ]
-    nb.cells = [markdown, code]
-    return json.loads(nbformat.writes(nb))
 
 
 class _Opened:
@@ -227,7 +169,7 @@ class _Opened:
 
 
 def _open_export(server: LabServer, browser: Any, tmp: Path, fmt: str, name: str) -> _Opened:
-    listeners = {attack: LoopbackListener() for attack in EXPORT_ATTACKS}
+    listeners = {attack: LoopbackListener() for attack in ATTACKS}  # each attack's address: what the page reaches
     urls = {attack: f"http://127.0.0.1:{listener.port}/{attack}" for attack, listener in listeners.items()}
     cdn: list[str] = []
 
@@ -252,7 +194,7 @@ def _open_export(server: LabServer, browser: Any, tmp: Path, fmt: str, name: str
         route.fulfill(status=200, body=body, content_type="text/css" if url.endswith(".css") else "text/javascript")
 
     try:
-        (server.notebooks / f"{name}.ipynb").write_text(json.dumps(_attack_notebook(urls)))
+        (server.notebooks / f"{name}.ipynb").write_text(nbformat.writes(attack_notebook(urls.__getitem__)))
         status, body = _export(server, "GET", f"/nbconvert/{fmt}/{name}.ipynb?download=true")
         assert status == 200, body[-2000:]
         saved = tmp / f"{name}-{fmt}.html"  # as a browser saves a download

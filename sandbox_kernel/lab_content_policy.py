@@ -34,23 +34,52 @@ opens from disk where no server policy reaches, carries a policy of its own
 and shows the notebook as Lab does (:mod:`sandbox_kernel.lab_html_exports`,
 installed by ``lab_exports`` while the policy is on).
 
+Scripts: only the server's own files, and the inline scripts the installed
+pages ship (Lab's and Notebook 7's token removal), each allowed by its hash
+(:func:`page_script_hashes`); no other inline script, event-handler
+attribute or ``javascript:`` address runs. What a sandbox writes reaches the
+page through sanitisers (the kernel's output policy for live outputs, which
+Lab then shows as trusted; Lab's for files and saved notebooks; mermaid's,
+MathJax's), and a script one of them let through would run in the Lab's
+origin, where it can do whatever the page can: start a terminal on the host,
+write the user's files, start kernels. This wall does not depend on the
+sanitisers. Scripts keep ``'unsafe-eval'``: Lab compiles its settings'
+schemas at run time (ajv). One renderer evaluates an output's text itself,
+Lab's JavaScript output renderer (``@jupyterlab/javascript-extension``,
+``eval`` of an ``application/javascript`` output shown as trusted): the page
+config tells the lab extension, which shows a note in that renderer's place
+(:func:`without_output_scripts`), so an output's script runs in no form. The
+cost: scripts in what the user trusts (JupyterLab's "Trust HTML",
+``SandboxKernel.trust_outputs``, a notebook they trusted) do not run either;
+a frame of a ``blob:`` document, as Lab's HTML viewer makes, inherits the
+page's policy.
+
 What stays possible: a link the user clicks (navigation is not governed by
 CSP; outputs of private sessions have their links defanged, files do not),
-and everything a server-side extension fetches for itself. Scripts keep
-``'unsafe-inline'`` and ``'unsafe-eval'``: JupyterLab's page has an inline
-script and renderers (Vega) compile code at run time; what a sandbox writes
-reaches the page through sanitisers that drop scripts, and a script that ran
-anyway could still not send anything out.
+and everything a server-side extension fetches for itself.
 
 ``SANDBOX_KERNEL_REMOTE_CONTENT=1`` leaves the server's own default policy
-(remote images in markdown, CDN widgets) and nbconvert's HTML exports, for a Lab whose users accept that a
-private session's files can then send its data out when opened.
+(remote images in markdown, CDN widgets, scripts in trusted HTML) and
+nbconvert's HTML exports, for a Lab whose users accept that a private
+session's files can then send its data out when opened, and that a script a
+sanitiser missed runs with the page's powers.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+import site
+import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+from .page_scripts import read_page, script_hash
+
+#: the signature of jupyterlab_server's ``page_config_hook`` setting
+PageConfigHook = Callable[[Any, dict[str, Any]], dict[str, Any]]
 
 #: the environment variable that turns the policy off (``1``, ``true``, ``yes``, ``on``)
 REMOTE_CONTENT_ENV = "SANDBOX_KERNEL_REMOTE_CONTENT"
@@ -64,7 +93,66 @@ WORKSPACES_EXTENSION = "sandbox_kernel.lab_workspaces"
 #: the server extension that refuses exports which would import what a notebook names
 EXPORTS_EXTENSION = "sandbox_kernel.lab_exports"
 
+#: packages whose HTML pages a Jupyter server serves: the server's own (login,
+#: errors), jupyterlab_server's defaults, JupyterLab's, Notebook 7's
+PAGE_PACKAGES = ("jupyter_server", "jupyterlab_server", "jupyterlab", "notebook")
+
 _LOCAL = "'self' data: blob:"
+#: a template's script holding these is rendered per request: no fixed hash
+_TEMPLATE_SYNTAX = ("{{", "{%", "{#")
+
+
+def page_templates() -> list[Path]:
+    """The HTML pages (templates) of :data:`PAGE_PACKAGES` that are installed,
+    and of JupyterLab's application folders (where ``jupyter lab build``
+    writes its page)."""
+    folders: list[Path] = []
+    for name in PAGE_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            folders += [Path(location) / "templates", Path(location) / "static"]
+    app_dirs = [os.environ.get("JUPYTERLAB_DIR", ""), os.path.join(sys.prefix, "share", "jupyter", "lab")]
+    app_dirs += [os.path.join(site.getuserbase(), "share", "jupyter", "lab"), "/usr/local/share/jupyter/lab"]
+    folders += [Path(app_dir) / "static" for app_dir in app_dirs if app_dir]
+    return sorted({page for folder in folders if folder.is_dir() for page in folder.glob("*.html")})
+
+
+@functools.cache
+def page_script_hashes() -> tuple[str, ...]:
+    """The CSP sources that allow the inline scripts of :func:`page_templates`
+    (Lab's token removal), by hash. A script whose text the template fills in
+    per request is left out: it does not run (jupyterlab_server's error page
+    scrolls its traceback with one)."""
+    hashes: set[str] = set()
+    for template in page_templates():
+        try:
+            text = template.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        for script in read_page(text).inline_scripts:
+            if not any(mark in script for mark in _TEMPLATE_SYNTAX):
+                hashes.add(script_hash(script))
+    return tuple(sorted(hashes))
+
+
+#: the page config option that tells the lab extension the policy is on, and
+#: what it does then: JavaScript outputs are shown as a note, not run
+#: (labextension/src/outputScripts.ts; the policy cannot stop ``eval``)
+OUTPUT_SCRIPTS_OPTION = "sandboxKernelOutputScripts"
+
+
+def without_output_scripts(hook: PageConfigHook | None = None) -> PageConfigHook:
+    """A ``page_config_hook`` (the setting JupyterLab's and Notebook 7's page
+    handlers call on each page's config) that sets :data:`OUTPUT_SCRIPTS_OPTION`
+    to ``off``, after ``hook`` (one configured before) made its changes."""
+
+    def page_config_hook(handler: Any, page_config: dict[str, Any]) -> dict[str, Any]:
+        if hook is not None:
+            page_config = hook(handler, page_config)
+        page_config[OUTPUT_SCRIPTS_OPTION] = "off"
+        return page_config
+
+    return page_config_hook
 
 
 def content_security_policy(base_url: str = "/") -> str:
@@ -73,7 +161,7 @@ def content_security_policy(base_url: str = "/") -> str:
     base = base_url if base_url.endswith("/") else base_url + "/"
     directives = [
         "default-src 'self'",
-        "script-src 'self' 'unsafe-inline' 'unsafe-eval' blob:",
+        " ".join(["script-src 'self' 'unsafe-eval' blob:", *page_script_hashes()]),
         f"style-src {_LOCAL} 'unsafe-inline'",
         f"img-src {_LOCAL}",
         f"media-src {_LOCAL}",
@@ -101,7 +189,8 @@ def remote_content_allowed(environ: dict[str, str] | None = None) -> bool:
 
 def apply(config: Any) -> None:
     """Set the policy on a Jupyter server's config (``c`` of a config file),
-    keeping other headers already configured, and load
+    keeping other headers already configured, tell the lab extension through
+    the page config (a ``page_config_hook`` after one configured before), and load
     :mod:`sandbox_kernel.lab_file_tabs`; whatever the policy, load
     :mod:`sandbox_kernel.lab_workspaces` (workspace files start host processes,
     not fetches) and :mod:`sandbox_kernel.lab_exports` (an export imports what
@@ -126,6 +215,7 @@ def apply(config: Any) -> None:
     # tested here: the tests resolve no name).
     headers["X-DNS-Prefetch-Control"] = "off"
     settings["headers"] = headers
+    settings["page_config_hook"] = without_output_scripts(settings.get("page_config_hook"))
     server.tornado_settings = settings
     # Files opened in a tab of their own get a stricter sandbox and no
     # resource hints (sandbox_kernel/lab_file_tabs.py).
@@ -151,10 +241,15 @@ def _enable_extension(server: Any, name: str) -> None:
 __all__ = [
     "EXPORTS_EXTENSION",
     "FILE_TABS_EXTENSION",
+    "OUTPUT_SCRIPTS_OPTION",
+    "PAGE_PACKAGES",
     "REMOTE_CONTENT_ENV",
     "SERVER_LOG_FORMATTER",
     "WORKSPACES_EXTENSION",
     "apply",
     "content_security_policy",
+    "page_script_hashes",
+    "page_templates",
     "remote_content_allowed",
+    "without_output_scripts",
 ]

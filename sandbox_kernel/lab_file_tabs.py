@@ -44,8 +44,9 @@ browser fetches as an image, a style or anything else it does not show as a
 page (``Sec-Fetch-Dest``, which a page cannot set): an SVG shown by ``<img>``
 runs nothing and loads nothing, and Illustrator's SVGs declare entities.
 Interactive HTML (a Bokeh or Plotly export) runs in JupyterLab's HTML viewer
-after "Trust HTML" (the user's opt-in). ``SANDBOX_KERNEL_REMOTE_CONTENT=1`` (see
-:mod:`lab_content_policy`) leaves jupyter_server's behaviour as it was.
+after "Trust HTML" only with ``SANDBOX_KERNEL_REMOTE_CONTENT=1`` (see
+:mod:`lab_content_policy`: the page runs no inline script of a sandbox's,
+trusted or not), which also leaves jupyter_server's behaviour here as it was.
 """
 
 from __future__ import annotations

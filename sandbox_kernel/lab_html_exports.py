@@ -39,61 +39,19 @@ not this server and is not changed (docs/security.md).
 
 from __future__ import annotations
 
-import base64
 import copy
 import functools
-import hashlib
 import re
 from html import escape
-from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import urlsplit
 
-#: script types a browser runs (anything else is a data block, e.g. JSON)
-_JS_TYPES = frozenset({"", "text/javascript", "application/javascript", "module", "text/ecmascript"})
-#: MathJax 2 reads blocks of this type and evaluates them (``eval``)
-MATHJAX_CONFIG_TYPE = "text/x-mathjax-config"
+from .page_scripts import read_page, script_hash
+
 #: what may follow a whole address in a script (not more of an address)
 _URL_ENDS = r"(?![A-Za-z0-9._~%!$&*+=:@/?#\-])"
 #: what a folder address may hold to be written into the policy as it is
 _SOURCE_SAFE = re.compile(r"https?://[A-Za-z0-9.\-]+(?::[0-9]{1,5})?/[A-Za-z0-9._~!$&*+=:@%/\-]*\Z")
-
-
-class _TemplateResources(HTMLParser):
-    """The scripts and stylesheets of a page, as the browser would find them."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.inline_scripts: list[str] = []
-        self.script_urls: list[str] = []
-        self.style_urls: list[str] = []
-        self.mathjax_config = False
-        self._script_type: str | None = None
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        values = {name: value or "" for name, value in attrs}
-        if tag == "script":
-            if values.get("src"):
-                self.script_urls.append(values["src"])
-            self._script_type = values.get("type", "").strip().lower()
-            self._text = []
-        elif tag == "link" and "stylesheet" in values.get("rel", "").lower().split() and values.get("href"):
-            self.style_urls.append(values["href"])
-
-    def handle_data(self, data: str) -> None:
-        if self._script_type is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag != "script" or self._script_type is None:
-            return
-        text, kind = "".join(self._text), self._script_type
-        self._script_type = None
-        if kind == MATHJAX_CONFIG_TYPE:
-            self.mathjax_config = True
-        elif kind in _JS_TYPES and text:
-            self.inline_scripts.append(text)
 
 
 def _folder(url: str) -> str | None:
@@ -103,11 +61,6 @@ def _folder(url: str) -> str | None:
         return None
     folder = f"{parts.scheme}://{parts.netloc}{parts.path.rsplit('/', 1)[0]}/"
     return folder if _SOURCE_SAFE.match(folder) else None
-
-
-def _hash(script: str) -> str:
-    digest = hashlib.sha256(script.encode("utf-8")).digest()
-    return "'sha256-" + base64.b64encode(digest).decode("ascii") + "'"
 
 
 def _sources(urls: list[str]) -> list[str]:
@@ -140,13 +93,11 @@ def export_policy(template_page: str, addresses: dict[str, re.Pattern[str]] | No
     :func:`template_addresses` that the page's inline scripts load (mermaid's
     module, reveal's plugins); an address a script only mentions as part of a
     longer one (the widgets' CDN root in reveal's address) is not a source."""
-    found = _TemplateResources()
-    found.feed(template_page)
-    found.close()
+    found = read_page(template_page)
     loaded = [url for url, written in (addresses or {}).items() if any(map(written.search, found.inline_scripts))]
     script_folders = _sources([*found.script_urls, *loaded])
     style_folders = _sources(found.style_urls)
-    scripts = sorted({_hash(text) for text in found.inline_scripts}) + script_folders
+    scripts = sorted({script_hash(text) for text in found.inline_scripts}) + script_folders
     if found.mathjax_config:
         scripts.append("'unsafe-eval'")
     directives = {
@@ -270,4 +221,4 @@ def install() -> None:
     handlers.get_exporter = get_exporter
 
 
-__all__ = ["MATHJAX_CONFIG_TYPE", "confined_class", "export_policy", "install", "shown_as_in_lab", "with_policy"]
+__all__ = ["confined_class", "export_policy", "install", "shown_as_in_lab", "with_policy"]

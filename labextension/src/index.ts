@@ -7,9 +7,11 @@
  * Notebook 7 (no status bar), or JupyterLab with the status bar disabled: the
  * same item in each notebook's toolbar, before the kernel name.
  *
- * Two more plugins guard what the browser does with files a sandbox wrote
- * into its workspace: `htmlHints` (resource hints out of the HTML viewer) and
- * `savedWidgetState` (no saved widget state of untrusted notebooks is built).
+ * More plugins guard what the browser does with what a sandbox wrote:
+ * `htmlHints` (resource hints out of the HTML viewer), `savedWidgetState`
+ * (no saved widget state of untrusted notebooks is built), `vegaCharts`, and
+ * `outputScripts` (no JavaScript output is run while the server's script
+ * policy is on).
  */
 import {
   JupyterFrontEnd,
@@ -22,6 +24,7 @@ import { INotebookShell } from '@jupyter-notebook/application';
 
 import { ILevelRaised, StatusClient } from './client';
 import { htmlHintsPlugin } from './htmlHints';
+import { outputScriptsPlugin } from './outputScripts';
 import { savedWidgetStatePlugin } from './savedWidgetState';
 import { vegaChartsPlugin } from './vegaCharts';
 import { levelRank } from './protocol';
@@ -30,6 +33,11 @@ import { StatusItem, riseMessage, showStatusDialog } from './widgets';
 export { StatusClient, isSandboxKernelName } from './client';
 export * from './protocol';
 export { HINT_RELS, withoutResourceHints } from './htmlHints';
+export {
+  OUTPUT_SCRIPTS_OPTION,
+  outputScriptsOff,
+  withoutOutputScripts
+} from './outputScripts';
 export { guardSavedWidgetState, isTrustedNotebook } from './savedWidgetState';
 export {
   guardVegaFactory,
@@ -158,6 +166,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
 export default [
   plugin,
   htmlHintsPlugin,
+  outputScriptsPlugin,
   savedWidgetStatePlugin,
   vegaChartsPlugin
 ];

@@ -65,6 +65,16 @@ def notebook_json(cells: list[str] | None = None) -> dict[str, Any]:
     }
 
 
+def with_inline_scripts(policy: str) -> str:
+    """``policy`` with its script-src as the Lab's was before page scripts were
+    allowed by hash only (any inline script runs): a control's policy."""
+    directives = policy.split("; ")
+    return "; ".join(
+        "script-src 'self' 'unsafe-inline' 'unsafe-eval' blob:" if d.startswith("script-src ") else d
+        for d in directives
+    )
+
+
 class LabServer:
     """``jupyter lab`` on 127.0.0.1 with a random port and token, isolated under ``root``.
 

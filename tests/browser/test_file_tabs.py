@@ -28,7 +28,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from kernel_helpers import LoopbackHTTPServer, LoopbackListener
-from lab_helpers import LabServer, code_cell
+from lab_helpers import LabServer, code_cell, with_inline_scripts
 from playwright.sync_api import BrowserContext, Page, expect
 from test_workspace_files_render import Recorder
 
@@ -182,10 +182,14 @@ def _write_attacks(folder: Path, attacker: Attacker) -> None:
 class JupyterHeadersServer(LoopbackHTTPServer):
     """Serves a folder on 127.0.0.1 with the headers jupyter_server's /files
     handler sends: the Lab's policy plus ``sandbox allow-scripts`` (or a bare
-    ``sandbox`` with ``scripts=False``), the files as they are."""
+    ``sandbox`` with ``scripts=False``), the files as they are. The policy lets
+    inline scripts run, as it did before they were allowed by hash only (and as
+    jupyter_server's own does): the control of attacks that need a script."""
 
     def __init__(self, root: Path, scripts: bool = True) -> None:
-        policy = content_security_policy("/") + ("; sandbox allow-scripts" if scripts else "; sandbox")
+        policy = with_inline_scripts(content_security_policy("/")) + (
+            "; sandbox allow-scripts" if scripts else "; sandbox"
+        )
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:

@@ -22,6 +22,23 @@ DEAD = "_dead"
 QUEUE_BYTES = 8 * 1024 * 1024
 
 
+async def wait_then_cancel(tasks: list[asyncio.Future[Any]], timeout: float) -> None:
+    """Give ``tasks`` (a killed sandbox's readers) ``timeout`` seconds to end,
+    then cancel those still running. A task that ended cancelled is done. A
+    cancellation of the caller is passed on, never swallowed: the privacy
+    watcher is cancelled while it replaces a sandbox, and a caller that went
+    on would keep the registry's close waiting for it (``asyncio.wait_for``
+    raises the same error for both, so it cannot tell them apart)."""
+    try:
+        _, running = await asyncio.wait(tasks, timeout=timeout)
+    except asyncio.CancelledError:
+        for task in tasks:
+            task.cancel()
+        raise
+    for task in running:
+        task.cancel()
+
+
 class WorkerHandle:
     """Reads the worker's frames into a queue; a dead or misbehaving worker
     becomes a single ``_dead`` message with the reason.
@@ -143,8 +160,4 @@ class WorkerHandle:
 
     async def kill(self) -> None:
         await self.process.kill()
-        for task in (self._reader, self._stderr):
-            try:
-                await asyncio.wait_for(task, 2.0)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
-                task.cancel()
+        await wait_then_cancel([self._reader, self._stderr], 2.0)

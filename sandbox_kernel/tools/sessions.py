@@ -300,6 +300,8 @@ class SessionRegistry:
         self._lock = asyncio.Lock()
         self._reaper: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._closing = False
         self._docker: Any = None
         self._shell_records: dict[tuple[str, str, str], Any] = {}
 
@@ -360,7 +362,7 @@ class SessionRegistry:
 
         async def reap() -> None:
             interval = max(0.05, min(60.0, self.config.idle_timeout / 4))
-            while self._sessions:
+            while self._sessions and not self._closing:
                 await asyncio.sleep(interval)
                 try:
                     await self.expire_idle()
@@ -379,7 +381,7 @@ class SessionRegistry:
 
         # With the shared store, a rise on any host wakes the watcher at once
         # (LISTEN/NOTIFY); the interval stays the fallback.
-        wake = asyncio.Event()
+        wake = self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
         store = self.config.privacy_store()
         listen = getattr(store, "listen", None)
@@ -387,7 +389,7 @@ class SessionRegistry:
 
         async def watch() -> None:
             try:
-                while self._sessions:
+                while self._sessions and not self._closing:
                     try:
                         await asyncio.wait_for(wake.wait(), self.config.privacy_poll_interval)
                     except asyncio.TimeoutError:
@@ -470,6 +472,11 @@ class SessionRegistry:
 
     async def aclose(self) -> None:
         """Shut every live session down (checkpointed) and stop the reaper."""
+        # The watcher also ends by itself: a cancellation that lands while it
+        # replaces a sandbox must not leave it polling the sessions closed next.
+        self._closing = True
+        if self._wake is not None:
+            self._wake.set()
         for task in (self._reaper, self._watcher):
             if task is not None:
                 task.cancel()
@@ -489,6 +496,7 @@ class SessionRegistry:
         if self._docker is not None:
             await self._docker.aclose_all()
             self._docker = None
+        self._closing = False  # a registry closed is empty, and may be used again
 
 
 _default: SessionRegistry | None = None

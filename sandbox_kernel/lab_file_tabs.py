@@ -39,6 +39,17 @@ transform (the server's documented hook for rewriting responses):
   the other way to hold a document, are refused by the Lab's policy. Pages in those encodings show garbled; none of
   this is common in what notebooks write.
 
+Whatever the Lab's policy allows from its own origin (``script-src 'self'``)
+must not be something a sandbox wrote: a cell writes ``evil.js`` into its
+workspace, or a notebook whose ``language_info.mimetype`` makes its script
+export (``/nbconvert/script/…``) ``text/javascript``, and a ``<script src>``
+that a sanitiser missed loads it as the page's own. So every response these
+handlers send, and every response of a route that serves the workspace
+(:data:`WORKSPACE_ROUTES`, whether or not the server sandboxes it), is never a
+script: a JavaScript type becomes ``text/plain`` (the bytes are unchanged,
+downloads too) and ``nosniff`` makes browsers refuse any type but
+JavaScript's for a script, a worker or a module.
+
 Downloads (``?download=1``) are byte-exact: untouched, and so is a file the
 browser fetches as an image, a style or anything else it does not show as a
 page (``Sec-Fetch-Dest``, which a page cannot set): an SVG shown by ``<img>``
@@ -51,6 +62,7 @@ trusted or not), which also leaves jupyter_server's behaviour here as it was.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -94,6 +106,29 @@ _XML_TYPES = frozenset({"text/xml", "application/xml", "text/xsl"})
 # without the header (an older browser): rewritten, to fail closed.
 _PAGE_DESTINATIONS = frozenset({"document", "iframe", "frame", "embed", "object", "fencedframe", ""})
 _HTML_TYPES = frozenset({"text/html"})
+#: the types a browser runs as a script (WHATWG MIME Sniffing's JavaScript MIME types)
+SCRIPT_TYPES = frozenset(
+    {
+        "application/ecmascript",
+        "application/javascript",
+        "application/x-ecmascript",
+        "application/x-javascript",
+        "text/ecmascript",
+        "text/javascript",
+        "text/javascript1.0",
+        "text/javascript1.1",
+        "text/javascript1.2",
+        "text/javascript1.3",
+        "text/javascript1.4",
+        "text/javascript1.5",
+        "text/jscript",
+        "text/livescript",
+        "text/x-ecmascript",
+        "text/x-javascript",
+    }
+)
+#: the routes (under the server's base URL) that send what is in the workspace
+WORKSPACE_ROUTES = ("files/", "nbconvert/")
 
 
 def _directive_name(directive: str) -> str:
@@ -158,20 +193,34 @@ def without_hints(body: bytes) -> bytes:
     return _XML_STYLESHEET.sub(rb"<?x-\1", bytes(out))
 
 
-class FileTabTransform(OutputTransform):
-    """Rewrites the responses jupyter_server sandboxes (see the module)."""
+def never_a_script(headers: HTTPHeaders) -> None:
+    """Make a response no browser runs as a script: a type of
+    :data:`SCRIPT_TYPES` becomes ``text/plain`` (the bytes are unchanged), and
+    ``nosniff`` makes a browser refuse any other type as a script."""
+    if media_type(headers.get("Content-Type", "")) in SCRIPT_TYPES:
+        headers["Content-Type"] = "text/plain; charset=UTF-8"
+    headers["X-Content-Type-Options"] = "nosniff"
 
-    def __init__(self, request: Any) -> None:
+
+class FileTabTransform(OutputTransform):
+    """Rewrites the responses jupyter_server sandboxes and those of
+    ``workspace_prefixes`` (see the module)."""
+
+    def __init__(self, request: Any, workspace_prefixes: tuple[str, ...] = ()) -> None:
         super().__init__(request)
         self._method = request.method
         self._as_page = request.headers.get("Sec-Fetch-Dest", "").strip().lower() in _PAGE_DESTINATIONS
+        self._from_workspace = str(request.path).startswith(workspace_prefixes) if workspace_prefixes else False
         self._body: bytearray | None = None
 
     def transform_first_chunk(
         self, status_code: int, headers: HTTPHeaders, chunk: bytes, finishing: bool
     ) -> tuple[int, HTTPHeaders, bytes]:
         policy = headers.get("Content-Security-Policy", "")
-        if not policy or not is_sandboxed(policy):
+        sandboxed = bool(policy) and is_sandboxed(policy)
+        if sandboxed or self._from_workspace:
+            never_a_script(headers)
+        if not sandboxed:
             return status_code, headers, chunk
         headers["Content-Security-Policy"] = tightened_policy(policy)
         attachment = headers.get("Content-Disposition", "").strip().lower().startswith("attachment")
@@ -202,12 +251,24 @@ class FileTabTransform(OutputTransform):
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
+    base = serverapp.base_url if serverapp.base_url.endswith("/") else serverapp.base_url + "/"
+    prefixes = tuple(base + route for route in WORKSPACE_ROUTES)
     # First in line: a compressing transform would otherwise hand it gzip bytes.
-    serverapp.web_app.transforms.insert(0, FileTabTransform)
+    serverapp.web_app.transforms.insert(0, functools.partial(FileTabTransform, workspace_prefixes=prefixes))
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "sandbox_kernel.lab_file_tabs"}]
 
 
-__all__ = ["KEPT_RELATIONS", "FileTabTransform", "is_markup", "is_sandboxed", "tightened_policy", "without_hints"]
+__all__ = [
+    "KEPT_RELATIONS",
+    "SCRIPT_TYPES",
+    "WORKSPACE_ROUTES",
+    "FileTabTransform",
+    "is_markup",
+    "is_sandboxed",
+    "never_a_script",
+    "tightened_policy",
+    "without_hints",
+]

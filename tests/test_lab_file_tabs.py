@@ -1,13 +1,23 @@
 """The rewrite sandbox_kernel.lab_file_tabs applies to files opened in a tab of
-their own (the browser's side: tests/browser/test_file_tabs.py)."""
+their own, and to workspace files a page would load as scripts (the browser's
+side: tests/browser/test_file_tabs.py, tests/browser/test_page_scripts.py)."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
+from tornado.httputil import HTTPHeaders, HTTPServerRequest, RequestStartLine
 
-from sandbox_kernel.lab_file_tabs import KEPT_RELATIONS, is_markup, is_sandboxed, tightened_policy, without_hints
+from sandbox_kernel.lab_file_tabs import (
+    KEPT_RELATIONS,
+    SCRIPT_TYPES,
+    FileTabTransform,
+    is_markup,
+    is_sandboxed,
+    tightened_policy,
+    without_hints,
+)
 
 
 def test_the_sandbox_directive_loses_every_allowance() -> None:
@@ -125,3 +135,46 @@ def test_srcdoc_documents_are_renamed_wherever_they_stand() -> None:
     rewritten = without_hints(body)
     assert re.search(rb"(?<!x-)srcdoc", rewritten, re.IGNORECASE) is None, rewritten
     assert rewritten.count(b"x-srcdoc") + rewritten.count(b"x-SRCDOC") == 3
+
+
+def _sent(path: str, headers: dict[str, str], prefixes: tuple[str, ...] = ("/files/", "/nbconvert/")) -> HTTPHeaders:
+    """The headers FileTabTransform sends for a response to GET ``path``."""
+    request = HTTPServerRequest(
+        start_line=RequestStartLine("GET", path, "HTTP/1.1"),
+        headers=HTTPHeaders({"Host": "127.0.0.1", "Sec-Fetch-Dest": "script"}),
+    )
+    transform = FileTabTransform(request, workspace_prefixes=prefixes)
+    _, sent, body = transform.transform_first_chunk(200, HTTPHeaders(headers), b"alert(1)", True)
+    assert body == b"alert(1)"  # the bytes are unchanged
+    return sent
+
+
+@pytest.mark.parametrize("content_type", [*sorted(SCRIPT_TYPES), "Text/JavaScript; charset=utf-8"])
+def test_a_workspace_file_is_never_sent_as_a_script(content_type: str) -> None:
+    sent = _sent("/files/attack/evil.js", {"Content-Type": content_type})
+    assert sent["Content-Type"] == "text/plain; charset=UTF-8" and sent["X-Content-Type-Options"] == "nosniff"
+
+
+def test_a_script_export_and_a_download_are_never_sent_as_scripts() -> None:
+    # nbconvert's sandbox switched off (nbconvert_csp_sandbox=False): the route still counts
+    export = _sent("/nbconvert/script/attack/js.ipynb", {"Content-Type": "text/javascript; charset=utf-8"})
+    assert export["Content-Type"] == "text/plain; charset=UTF-8"
+    download = _sent(
+        "/files/evil.js?download=1",
+        {"Content-Type": "text/javascript", "Content-Disposition": 'attachment; filename="evil.js"'},
+    )
+    assert download["Content-Type"] == "text/plain; charset=UTF-8"
+    assert download["Content-Disposition"] == 'attachment; filename="evil.js"'
+
+
+def test_any_sandboxed_response_is_never_a_script_and_the_servers_own_scripts_stay() -> None:
+    sandboxed = _sent("/other/x.js", {"Content-Type": "application/javascript", "Content-Security-Policy": "sandbox"})
+    assert sandboxed["Content-Type"] == "text/plain; charset=UTF-8"
+    own = _sent("/static/lab/main.js", {"Content-Type": "application/javascript"})
+    assert own["Content-Type"] == "application/javascript" and "X-Content-Type-Options" not in own
+    # under a base URL, the routes are the base URL's
+    based = _sent("/files/x.js", {"Content-Type": "text/javascript"}, prefixes=("/jupyter/files/",))
+    assert based["Content-Type"] == "text/javascript"
+    assert _sent("/jupyter/files/x.js", {"Content-Type": "text/javascript"}, ("/jupyter/files/",))[
+        "Content-Type"
+    ].startswith("text/plain")

@@ -9,14 +9,20 @@ page's powers: it starts a terminal, a shell on the host, through the REST
 API. ``SandboxKernel.trust_outputs`` (the kernel's sanitiser switched off)
 stands in here for a sanitiser that missed: the attack is a cell's HTML and
 JavaScript outputs, each way a script can be written (Lab shows an SVG output
-as an image, where nothing runs).
+as an image, where nothing runs), and scripts the cell wrote into its
+workspace, loaded from the page's own origin (``/files/``, and a notebook
+whose script export is JavaScript through ``/nbconvert/``).
 
 The page's policy (``lab_content_policy``) allows only the inline scripts the
-installed pages ship, by hash, and the page config leaves out Lab's JavaScript
-renderer (it runs an output with ``eval``, which Lab needs allowed). The
-control is the same server with both as they were before (``'unsafe-inline'``
-scripts, the renderer on): there every vector runs and the host shell starts.
-The hashed page script (Lab's token removal) runs on both.
+installed pages ship, by hash, and the lab extension, told by the page config,
+shows a JavaScript output as a note where Lab's renderer would run it with
+``eval`` (which Lab needs allowed), and the server sends workspace files as
+text, never as scripts (``lab_file_tabs``). The control is the same server
+with all three as they were before: there every
+vector runs and the host shell starts. Lab's, Notebook 7's and the login
+page's own scripts run with nothing refused. The policy's cost is tested too:
+a file the user trusts in Lab's HTML viewer runs its script in the control
+only, and the guarded Lab says why.
 """
 
 from __future__ import annotations
@@ -55,23 +61,59 @@ ATTACK_OUTPUTS = [
     ("text/html", '<iframe srcdoc="<script>parent.__skRan(&quot;srcdoc-frame&quot;)</script>"></iframe>'),
     ("text/html", """<svg><animate onbegin="window.__skRan('svg-animate')" attributeName="x" dur="1s"/></svg>"""),
 ]
+#: a notebook whose script export is JavaScript (nbconvert takes the type from language_info)
+JS_NOTEBOOK = {
+    "nbformat": 4,
+    "nbformat_minor": 5,
+    "metadata": {"language_info": {"name": "javascript", "mimetype": "text/javascript", "file_extension": ".js"}},
+    "cells": [
+        {
+            "cell_type": "code",
+            "id": "js",
+            "metadata": {},
+            "outputs": [],
+            "execution_count": None,
+            "source": "window.__skRan('nbconvert-script')",
+        }
+    ],
+}
+#: the cell writes scripts into its workspace, which the server sends from the page's own origin
+WORKSPACE_SCRIPTS = [
+    "import json, pathlib",
+    "pathlib.Path('evil.js').write_text(\"window.__skRan('files-script')\")",
+    f"pathlib.Path('js.ipynb').write_text(json.dumps({JS_NOTEBOOK!r}))",
+]
+ATTACK_OUTPUTS += [
+    ("text/html", '<script src="/files/attack/evil.js"></script>'),
+    ("text/html", '<script src="/nbconvert/script/attack/js.ipynb"></script>'),
+]
 ATTACK_CELL = "\n".join(
     [
+        *WORKSPACE_SCRIPTS,
         "from IPython.display import display",
         *(f"display({{{mime!r}: {data!r}}}, raw=True)" for mime, data in ATTACK_OUTPUTS),
         'print("attack cell done")',
     ]
 )
-VECTORS = {"img-onerror", "script-element", "javascript-output", "srcdoc-frame", "svg-animate"}
+VECTORS = {
+    "img-onerror",
+    "script-element",
+    "javascript-output",
+    "srcdoc-frame",
+    "svg-animate",
+    "files-script",
+    "nbconvert-script",
+}
 
 
 def _server(root: Path, log_copy: Path, guarded: bool) -> Iterator[LabServer]:
     root.mkdir(parents=True, exist_ok=True)
     config = root / "page_scripts_config.py"
     lines = ["from sandbox_kernel import lab_content_policy", "lab_content_policy.apply(c)"]
-    if not guarded:  # the policy as it was: any inline script runs, and Lab's JavaScript renderer
+    if not guarded:  # as it was: any inline script runs, Lab's JavaScript renderer, workspace files as scripts
         policy = with_inline_scripts(content_security_policy("/"))
         lines += [
+            "c.ServerApp.jpserver_extensions['sandbox_kernel.lab_file_tabs'] = False",
             f"headers = {{**c.ServerApp.tornado_settings['headers'], 'Content-Security-Policy': {policy!r}}}",
             "settings = {k: v for k, v in c.ServerApp.tornado_settings.items() if k != 'page_config_hook'}",
             "c.ServerApp.tornado_settings = {**settings, 'headers': headers}",

@@ -50,9 +50,10 @@ script: a JavaScript type becomes ``text/plain`` (the bytes are unchanged,
 downloads too) and ``nosniff`` makes browsers refuse any type but
 JavaScript's for a script, a worker or a module.
 
-Downloads (``?download=1``) are byte-exact: untouched, and so is a file the
-browser fetches as an image, a style or anything else it does not show as a
-page (``Sec-Fetch-Dest``, which a page cannot set): an SVG shown by ``<img>``
+Downloads (``?download=1``) are byte-exact: untouched (a script's type
+aside, above), and so is a file the browser fetches as an image, a style or
+anything else it does not show as a page (``Sec-Fetch-Dest``, which a page
+cannot set): an SVG shown by ``<img>``
 runs nothing and loads nothing, and Illustrator's SVGs declare entities.
 Interactive HTML (a Bokeh or Plotly export) runs in JupyterLab's HTML viewer
 after "Trust HTML" only with ``SANDBOX_KERNEL_REMOTE_CONTENT=1`` (see

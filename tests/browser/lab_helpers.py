@@ -276,7 +276,7 @@ class LabServer:
             return "<no log>"
 
     def stop(self) -> list[str]:
-        """Shut every kernel down through the API, then the server (by PID only).
+        """Shut every kernel and terminal down through the API, then the server (by PID only).
 
         Returns a description of processes that were still alive afterwards
         (and had to be killed): empty when everything went away by itself.
@@ -287,14 +287,15 @@ class LabServer:
         # the pasta helpers of our sandboxes (pasta daemonises: not a descendant).
         children = self.descendants() + self.pasta_helpers()
         if self.proc.poll() is None:
-            try:
-                for kernel in self.kernels():
-                    try:
-                        self.request("DELETE", f"/api/kernels/{kernel['id']}", timeout=30)
-                    except (OSError, urllib.error.URLError):
-                        pass
-            except (OSError, urllib.error.URLError, ValueError):
-                pass
+            for listing, key in (("/api/kernels", "id"), ("/api/terminals", "name")):
+                try:
+                    for item in self.request("GET", listing):
+                        try:
+                            self.request("DELETE", f"{listing}/{item[key]}", timeout=30)
+                        except (OSError, urllib.error.URLError):
+                            pass
+                except (OSError, urllib.error.URLError, ValueError):
+                    pass  # (terminals may be off: a 404)
         children += [p for p in self.descendants() + self.pasta_helpers() if p not in children]
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -122,11 +122,7 @@ def _server(root: Path, log_copy: Path, guarded: bool) -> Iterator[LabServer]:
     with serving(
         root, log_copy, kernel_config="c.SandboxKernel.trust_outputs = True\n", extra_args=[f"--config={config}"]
     ) as server:
-        try:
-            yield server
-        finally:
-            for terminal in server.request("GET", "/api/terminals"):
-                server.request("DELETE", f"/api/terminals/{terminal['name']}")
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -58,11 +58,7 @@ def _server(root: Path, log_copy: Path, guarded: bool) -> Iterator[LabServer]:
     config.write_text("\n".join(lines) + "\n")
     with serving(root, log_copy, extra_args=[f"--config={config}"]) as server:
         server.shell_record = record  # type: ignore[attr-defined]
-        try:
-            yield server
-        finally:
-            for terminal in server.request("GET", "/api/terminals"):
-                server.request("DELETE", f"/api/terminals/{terminal['name']}")
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -92,6 +92,8 @@ SERVER_LOG_FORMATTER = "sandbox_kernel.terminal_text.TerminalSafeServerFormatter
 WORKSPACES_EXTENSION = "sandbox_kernel.lab_workspaces"
 #: the server extension that refuses exports which would import what a notebook names
 EXPORTS_EXTENSION = "sandbox_kernel.lab_exports"
+#: moves and copies in the file browser keep the ratchet's folder levels
+FOLDER_MOVES_EXTENSION = "sandbox_kernel.lab_folder_moves"
 
 #: packages whose HTML pages a Jupyter server serves: the server's own (login,
 #: errors), jupyterlab_server's defaults, JupyterLab's, Notebook 7's
@@ -193,14 +195,16 @@ def apply(config: Any) -> None:
     the page config (a ``page_config_hook`` after one configured before), and load
     :mod:`sandbox_kernel.lab_file_tabs`; whatever the policy, load
     :mod:`sandbox_kernel.lab_workspaces` (workspace files start host processes,
-    not fetches) and :mod:`sandbox_kernel.lab_exports` (an export imports what
-    a notebook names), and escape the server's log (paths a sandbox named reach the
+    not fetches), :mod:`sandbox_kernel.lab_exports` (an export imports what
+    a notebook names) and :mod:`sandbox_kernel.lab_folder_moves` (a moved
+    folder keeps the ratchet's level), and escape the server's log (paths a sandbox named reach the
     terminal that runs the server).
     ``ServerApp.tornado_settings`` and ``jpserver_extensions`` are dict traits:
     a config file sets each whole, so this merges into them."""
     server = config.ServerApp
     _enable_extension(server, WORKSPACES_EXTENSION)
     _enable_extension(server, EXPORTS_EXTENSION)
+    _enable_extension(server, FOLDER_MOVES_EXTENSION)
     # the server's log, and each extension's (LabApp's, NotebookApp's): their own handlers
     _escape_the_log(server)
     _escape_the_log(config.ExtensionApp)
@@ -241,6 +245,7 @@ def _enable_extension(server: Any, name: str) -> None:
 __all__ = [
     "EXPORTS_EXTENSION",
     "FILE_TABS_EXTENSION",
+    "FOLDER_MOVES_EXTENSION",
     "OUTPUT_SCRIPTS_OPTION",
     "PAGE_PACKAGES",
     "REMOTE_CONTENT_ENV",

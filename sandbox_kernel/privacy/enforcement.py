@@ -120,6 +120,16 @@ def _holders(store_root: Path) -> list[tuple[str, str, Path, dict[str, Any]]]:
     return found
 
 
+def networked_workspaces(store_root: Path) -> list[tuple[str, int]]:
+    """(workspace, pid) of each live holder of the store's sessions that
+    reports a sandbox or command with network."""
+    return [
+        (entry["workspace"], int(entry["pid"]))
+        for _, _, _, entry in _holders(store_root)
+        if entry.get("network") is True and isinstance(entry.get("workspace"), str)
+    ]
+
+
 def _overlap(a: str, b: str) -> bool:
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 

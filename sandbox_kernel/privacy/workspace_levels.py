@@ -27,6 +27,7 @@ import os
 from pathlib import Path
 
 from .records import SessionMark, clean_reason
+from .sensitivity import Sensitivity
 from .state import PrivacyState, merge
 from .store import PrivacyStore
 
@@ -78,11 +79,28 @@ class WorkspaceLevels:
         if not state.has_private_data:
             return
         folder = folder_of(workspace)
-        level = state.sensitivity
-        if self.store.read(EXACT, _key(folder)).sensitivity >= level:
+        self.record(
+            folder,
+            state.sensitivity,
+            f"{who} became {state.sensitivity.name} with this folder ({folder}) as its workspace",
+        )
+
+    def record(self, workspace: str | os.PathLike[str], level: Sensitivity, reason: str) -> None:
+        """Record ``workspace`` at ``level`` (and its ancestors as holding a
+        folder at that level), unless its own record is that high already."""
+        folder = folder_of(workspace)
+        if level == Sensitivity.PUBLIC or self.exact(folder).sensitivity >= level:
             return
-        reason = clean_reason(f"{who} became {level.name} with this folder ({folder}) as its workspace")
-        mark = SessionMark.create(level, "workspace", reason)
+        mark = SessionMark.create(level, "workspace", clean_reason(reason))
         self.store.mark(EXACT, _key(folder), mark)
         for place in folder.parents:
             self.store.mark(BELOW, _key(place), mark)
+
+    def exact(self, folder: str | os.PathLike[str]) -> PrivacyState:
+        """The record of ``folder`` itself: what a private session with it as
+        its workspace left (its files may hold data of that level)."""
+        return self.store.read(EXACT, _key(folder_of(folder)))
+
+    def below(self, folder: str | os.PathLike[str]) -> PrivacyState:
+        """The record of the private folders strictly inside ``folder``."""
+        return self.store.read(BELOW, _key(folder_of(folder)))

@@ -1,0 +1,113 @@
+"""Jupyter server extension: moves and copies in JupyterLab keep the ratchet's folder levels.
+
+A rename or a drag in the file browser, and cut, copy, paste and duplicate,
+reach the server as ``rename_file`` and ``copy`` calls of its contents
+manager. Each is checked first by :mod:`sandbox_kernel.privacy.folder_moves`:
+a folder takes its levels along, and private data does not go into a folder
+of a lower level (the request fails with 403 and a message that Lab shows).
+
+Contents managers that keep no files on the host (no ``_get_os_path``) are
+left alone: nothing they store is mounted into a sandbox.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tornado.web import HTTPError
+
+from .privacy.folder_moves import MoveRefused, guard_copy, guard_move
+
+
+def _shown(root: str) -> Callable[[Path], str]:
+    """Paths as the file browser names them (relative to the server's root)."""
+    base = os.path.realpath(root)
+
+    def shown(path: Path) -> str:
+        relative = os.path.relpath(path, base)
+        return repr(relative if not relative.startswith("..") else str(path))
+
+    return shown
+
+
+def _copy_destination(cm: Any, from_path: str, to_path: str | None) -> str:
+    """The folder a copy lands in, as the contents manager decides it: the
+    source's own folder without a ``to_path``, ``to_path`` when it is a folder,
+    else the folder of ``to_path``."""
+    if to_path is None:
+        return str(Path(cm._get_os_path(from_path.strip("/"))).parent)
+    target = cm._get_os_path(to_path.strip("/"))
+    return target if os.path.isdir(target) else str(Path(target).parent)
+
+
+def _refused(exc: MoveRefused) -> HTTPError:
+    return HTTPError(403, str(exc))
+
+
+def guard(cm: Any) -> bool:
+    """Wrap ``cm``'s ``rename_file`` and ``copy`` (sync or async managers);
+    False when ``cm`` keeps no host files."""
+    if not callable(getattr(cm, "_get_os_path", None)):
+        return False
+    shown = _shown(cm.root_dir)
+    rename_file, copy = cm.rename_file, cm.copy
+
+    def check_rename(old_path: str, new_path: str) -> None:
+        old, new = cm._get_os_path(old_path.strip("/")), cm._get_os_path(new_path.strip("/"))
+        try:
+            guard_move(old, new, shown=shown)
+        except MoveRefused as exc:
+            raise _refused(exc) from None
+
+    def check_copy(from_path: str, to_path: str | None) -> None:
+        try:
+            guard_copy(cm._get_os_path(from_path.strip("/")), _copy_destination(cm, from_path, to_path), shown=shown)
+        except MoveRefused as exc:
+            raise _refused(exc) from None
+
+    if inspect.iscoroutinefunction(rename_file):
+
+        @functools.wraps(rename_file)
+        async def guarded_rename(old_path: str, new_path: str) -> Any:
+            check_rename(old_path, new_path)
+            return await rename_file(old_path, new_path)
+
+        @functools.wraps(copy)
+        async def guarded_copy(from_path: str, to_path: str | None = None) -> Any:
+            check_copy(from_path, to_path)
+            return await copy(from_path, to_path)
+
+    else:
+
+        @functools.wraps(rename_file)
+        def guarded_rename(old_path: str, new_path: str) -> Any:
+            check_rename(old_path, new_path)
+            return rename_file(old_path, new_path)
+
+        @functools.wraps(copy)
+        def guarded_copy(from_path: str, to_path: str | None = None) -> Any:
+            check_copy(from_path, to_path)
+            return copy(from_path, to_path)
+
+    cm.rename_file, cm.copy = guarded_rename, guarded_copy
+    return True
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    if not guard(serverapp.contents_manager):
+        serverapp.log.info(
+            "sandbox_kernel.lab_folder_moves: %s keeps no host files; moves are not checked",
+            type(serverapp.contents_manager).__name__,
+        )
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "sandbox_kernel.lab_folder_moves"}]
+
+
+__all__ = ["guard"]

@@ -1,0 +1,242 @@
+"""A folder's level goes where its files go.
+
+The ratchet records a private session's workspace under the folder's path
+(:mod:`.workspace_levels`), so the record stayed behind when the folder moved:
+a private session's "Untitled Folder", renamed "analysis" in JupyterLab's file
+browser, was public again, and the next notebook opened in it had network with
+the private session's files beside it. Moving a private file into a public
+folder did the same for that file. So, before the host moves or copies
+anything for a user (the Lab server's contents API, :mod:`sandbox_kernel.lab_folder_moves`):
+
+- **A folder that moves takes its levels along.** Each record of the folder and
+  of the folders inside it is made again at the new place, and the folder gets
+  the level of the private folder it leaves (its files were written there),
+  before the move: a crash in between leaves a record too many, never one
+  too few.
+- **Private data is not moved or copied into a folder of a lower level**
+  otherwise: a file moved out of a private folder, and a copy of a file or
+  folder holding private data. A file has no level of its own, and raising the
+  destination would cut the network of every notebook there, for good, over a
+  drag; the refusal says how to do it on purpose. A copy's new name is chosen
+  by the contents manager after this check, so its records could not be made
+  first.
+- **A folder a sandbox with network works in is not moved**, nor one that
+  holds such a workspace or lies in one. A sandbox's mount follows the folder
+  and a cell may keep a descriptor open on a folder inside its workspace:
+  either would keep reaching the folder at its new place, where the levels
+  around it are no longer the ones its session reads (a private folder's
+  sessions could write into it). Live sandboxes are found in the holders'
+  reports (:mod:`.enforcement`).
+- **A store that cannot be read refuses** the move (fails closed) and names it.
+
+Every store of the host counts: the default one and those recorded in the
+registry (:mod:`.store_registry`), as every sandbox start reads them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+
+from .enforcement import networked_workspaces
+from .sensitivity import Sensitivity
+from .state import PrivacyState
+from .store import PrivacyStore, default_store
+from .store_registry import registered_stores
+from .workspace_levels import WorkspaceLevels, folder_of
+
+#: how a refusal names a path (the Lab server shows paths relative to its root)
+Shown = Callable[[Path], str]
+
+
+class MoveRefused(Exception):
+    """The move or copy would put private data where a sandbox with network reads it (the message says which)."""
+
+
+@dataclass(frozen=True)
+class _Level:
+    level: Sensitivity
+    folder: Path | None = None  # the folder whose record sets it
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one store says about the data at a source."""
+
+    levels: WorkspaceLevels
+    around: _Level  # the highest private folder the source lies in
+    inside: tuple[tuple[PurePath, _Level], ...]  # records of the source folder and the folders in it
+
+    @property
+    def highest(self) -> _Level:
+        return max([self.around, *(level for _, level in self.inside)], key=lambda x: x.level)
+
+
+def every_store() -> list[Path]:
+    """The root of every ratchet store of this host."""
+    return list(dict.fromkeys([default_store().root, *registered_stores()]))
+
+
+def _levels(stores: Iterable[Path]) -> list[tuple[Path, WorkspaceLevels]]:
+    return [(Path(root), WorkspaceLevels.beside(PrivacyStore(root))) for root in stores]
+
+
+def _read(levels: WorkspaceLevels, state: PrivacyState, folder: Path, shown: Shown) -> _Level:
+    if state.error is not None:
+        raise MoveRefused(
+            f"the ratchet's record of {shown(folder)} in {levels.store.root} cannot be read ({state.error}); "
+            "nothing was moved"
+        )
+    reason = state.mark.reason if state.mark is not None else ""
+    return _Level(state.sensitivity, folder, reason)
+
+
+def _around(levels: WorkspaceLevels, folder: Path, shown: Shown) -> _Level:
+    """The highest record of ``folder`` and the folders holding it: every
+    session that can read a file in ``folder`` is at least that private."""
+    best = _Level(Sensitivity.PUBLIC)
+    for place in (folder, *folder.parents):
+        found = _read(levels, levels.exact(place), place, shown)
+        if found.level > best.level:
+            best = found
+    return best
+
+
+def _inside(levels: WorkspaceLevels, root: Path, shown: Shown) -> tuple[tuple[PurePath, _Level], ...]:
+    """The records of ``root`` and of the folders in it. Only branches whose
+    "below" record says they hold a private folder are listed, so a large tree
+    without one costs two reads."""
+    found: list[tuple[PurePath, _Level]] = []
+    todo = [PurePath()]
+    while todo:
+        relative = todo.pop()
+        here = root / relative
+        own = _read(levels, levels.exact(here), here, shown)
+        if own.level > Sensitivity.PUBLIC:
+            found.append((relative, own))
+        if _read(levels, levels.below(here), here, shown).level == Sensitivity.PUBLIC:
+            continue
+        try:
+            with os.scandir(here) as entries:
+                todo += [relative / e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        except OSError as exc:
+            raise MoveRefused(
+                f"{shown(here)} holds a private folder and cannot be listed to carry its level ({exc.strerror}); "
+                "nothing was moved"
+            ) from None
+    return tuple(found)
+
+
+def _place(path: str | os.PathLike[str]) -> Path:
+    """``path`` with its folder resolved and its own name kept: a link is
+    moved as a link, not as the folder it names."""
+    path = Path(os.path.abspath(os.fspath(path)))
+    return folder_of(path.parent) / path.name
+
+
+def _is_folder(path: Path) -> bool | None:
+    """True for a folder, False for a file, None for a link or nothing (no data moves)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISLNK(mode):
+        return None
+    return stat.S_ISDIR(mode)
+
+
+def _plans(source: Path, stores: Iterable[Path], folder: bool, shown: Shown) -> list[_Plan]:
+    return [
+        _Plan(levels, _around(levels, source.parent, shown), _inside(levels, source, shown) if folder else ())
+        for _, levels in _levels(stores)
+    ]
+
+
+def _live_sandbox(source: Path, stores: Iterable[Path], shown: Shown) -> str | None:
+    """Why ``source`` (a folder) must not move while a sandbox with network works in, around or inside it."""
+    moved = str(source)
+    for root, _ in _levels(stores):
+        for workspace, pid in networked_workspaces(root):
+            if workspace == moved or workspace.startswith(moved + "/") or moved.startswith(workspace + "/"):
+                return (
+                    f"Not moved: a sandbox with network (kernel process {pid}) works in "
+                    f"{shown(Path(workspace))}, and its cells would keep reaching {shown(source)} at its new "
+                    "place. Shut that notebook's kernel down first, then move the folder."
+                )
+    return None
+
+
+_IMPERATIVE = {"moved": "Move", "copied": "Copy"}
+
+
+def _refusal(verb: str, source: Path, data: _Level, destination: Path, there: Sensitivity, shown: Shown) -> str:
+    where = f" (written in {shown(data.folder)})" if data.folder is not None and data.folder != source else ""
+    return (
+        f"Not {verb}: {shown(source)} holds data of a {data.level.name} session{where}, and "
+        f"{shown(destination)} is {there.name}: a notebook working there, with network, could send it out. "
+        f"{_IMPERATIVE[verb]} it into a folder that is {data.level.name} already, or with a host shell if you "
+        "mean to make it public."
+    )
+
+
+def guard_move(
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    stores: Iterable[Path] | None = None,
+    shown: Shown = str,
+) -> None:
+    """Call before moving ``source`` to ``target`` (which must not exist yet):
+    raises :class:`MoveRefused` for a file that must stay where it is, and
+    records a folder's levels at ``target``. ``stores``: the ratchet stores'
+    roots (default: :func:`every_store`)."""
+    source, target = _place(source), _place(target)
+    kind = _is_folder(source)
+    if kind is None or source == target or os.path.lexists(target):
+        return  # nothing to carry, or the contents manager refuses it itself
+    stores = list(stores) if stores is not None else every_store()
+    if kind and (live := _live_sandbox(source, stores, shown)) is not None:
+        raise MoveRefused(live)
+    plans = _plans(source, stores, kind, shown)
+    if not kind:
+        for plan in plans:
+            there = _around(plan.levels, target.parent, shown).level
+            if plan.around.level > there:
+                raise MoveRefused(_refusal("moved", source, plan.around, target.parent, there, shown))
+        return
+    for plan in plans:
+        if plan.around.level > Sensitivity.PUBLIC:
+            plan.levels.record(
+                target,
+                plan.around.level,
+                f"{target} was moved out of {plan.around.folder}: {plan.around.reason}",
+            )
+        for relative, level in plan.inside:
+            place = target / relative
+            plan.levels.record(place, level.level, f"{place} was moved here from {level.folder}: {level.reason}")
+
+
+def guard_copy(
+    source: str | os.PathLike[str],
+    destination: str | os.PathLike[str],
+    stores: Iterable[Path] | None = None,
+    shown: Shown = str,
+) -> None:
+    """Call before copying ``source`` into the folder ``destination``: raises
+    :class:`MoveRefused` when the copy would hold data more private than
+    every session that can read it there."""
+    source, destination = _place(source), folder_of(destination)
+    kind = _is_folder(source)
+    if kind is None:
+        return
+    for plan in _plans(source, list(stores) if stores is not None else every_store(), kind, shown):
+        data = plan.highest
+        there = _around(plan.levels, destination, shown).level
+        if data.level > there:
+            raise MoveRefused(_refusal("copied", source, data, destination, there, shown))
+
+
+__all__ = ["MoveRefused", "every_store", "guard_copy", "guard_move"]

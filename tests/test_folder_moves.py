@@ -1,0 +1,204 @@
+"""The ratchet's folder levels follow moves and copies (sandbox_kernel/privacy/folder_moves.py),
+and JupyterLab's contents manager applies them (sandbox_kernel/lab_folder_moves.py).
+
+Each rule against a real store and real folders, and the hook on jupyter_server's
+own contents managers (sync and async). The end-to-end attack, with kernels and
+a Lab server and its control, is tests/test_folder_moves_lab.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+from jupyter_server.services.contents.filemanager import AsyncFileContentsManager, FileContentsManager
+from tornado.web import HTTPError
+
+from sandbox_kernel.lab_folder_moves import guard
+from sandbox_kernel.privacy import PrivacyStore, Sensitivity
+from sandbox_kernel.privacy.enforcement import EnforcementRecord
+from sandbox_kernel.privacy.folder_moves import MoveRefused, guard_copy, guard_move
+from sandbox_kernel.privacy.workspace_levels import EXACT, WorkspaceLevels, _key
+
+CONF, SECRET, PUBLIC = Sensitivity.CONFIDENTIAL, Sensitivity.SECRET, Sensitivity.PUBLIC
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return tmp_path / "data" / "privacy"
+
+
+@pytest.fixture
+def levels(store: Path) -> WorkspaceLevels:
+    return WorkspaceLevels.beside(PrivacyStore(store))
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """notebooks/: a private folder (with a file), a public one, and a project
+    holding a private and a public folder."""
+    nb = tmp_path / "notebooks"
+    for folder in ("Untitled Folder", "public", "projects/a/deep", "projects/b"):
+        (nb / folder).mkdir(parents=True)
+    (nb / "Untitled Folder" / "rows.csv").write_text("ada,42\n")
+    (nb / "projects" / "a" / "deep" / "rows.csv").write_text("bob,7\n")
+    return nb
+
+
+def _private(levels: WorkspaceLevels, folder: Path, level: Sensitivity = CONF) -> None:
+    """As a kernel's ratchet records its workspace when its session rises."""
+    levels.record(folder, level, f"session s-{folder.name} became {level.name} with this folder as its workspace")
+
+
+def _level(levels: WorkspaceLevels, folder: Path) -> Sensitivity:
+    """What a new session with ``folder`` as its workspace starts at."""
+    return levels.read(folder).sensitivity
+
+
+def _move(source: Path, target: Path, store: Path) -> None:
+    guard_move(source, target, [store])
+    os.rename(source, target)
+
+
+def test_a_renamed_private_folder_stays_private(levels: WorkspaceLevels, store: Path, root: Path) -> None:
+    _private(levels, root / "Untitled Folder")
+    _move(root / "Untitled Folder", root / "analysis", store)
+    assert _level(levels, root / "analysis") == CONF
+    mark = levels.exact(root / "analysis").mark
+    assert mark is not None and "moved here from" in mark.reason and "Untitled Folder" in mark.reason
+    assert _level(levels, root / "public") == PUBLIC, "a sibling must not rise"
+
+
+def test_a_folder_holding_private_folders_carries_each_and_no_more(
+    levels: WorkspaceLevels, store: Path, root: Path
+) -> None:
+    _private(levels, root / "projects" / "a", SECRET)
+    _private(levels, root / "projects" / "a" / "deep", CONF)  # lower, still recorded at its own place
+    _move(root / "projects", root / "public" / "work", store)
+    work = root / "public" / "work"
+    assert _level(levels, work / "a") == SECRET
+    assert levels.exact(work / "a" / "deep").sensitivity == CONF
+    assert _level(levels, work / "b") == PUBLIC, "a public folder moved with a private one stays public"
+    # the folders that now hold a private one rise for the sessions working in them
+    assert _level(levels, work) == SECRET and _level(levels, root / "public") == SECRET
+
+
+def test_a_folder_moved_out_of_a_private_one_takes_its_level(levels: WorkspaceLevels, store: Path, root: Path) -> None:
+    (root / "Untitled Folder" / "sub").mkdir()
+    _private(levels, root / "Untitled Folder")
+    _move(root / "Untitled Folder" / "sub", root / "public" / "sub", store)
+    assert _level(levels, root / "public" / "sub") == CONF
+    assert _level(levels, root / "public") == CONF, "a session in the folder now holding it must rise too"
+
+
+def test_a_private_file_does_not_move_into_a_lower_folder(levels: WorkspaceLevels, store: Path, root: Path) -> None:
+    _private(levels, root / "Untitled Folder")
+    with pytest.raises(MoveRefused) as refused:
+        guard_move(root / "Untitled Folder" / "rows.csv", root / "public" / "rows.csv", [store])
+    message = str(refused.value)
+    assert "Not moved" in message and "CONFIDENTIAL" in message and "PUBLIC" in message and "rows.csv" in message
+    assert _level(levels, root / "public") == PUBLIC, "a refusal records nothing"
+    # into a folder as private, or inside the private folder itself: allowed
+    _private(levels, root / "projects" / "b", SECRET)
+    guard_move(root / "Untitled Folder" / "rows.csv", root / "projects" / "b" / "rows.csv", [store])
+    (root / "Untitled Folder" / "old").mkdir()
+    guard_move(root / "Untitled Folder" / "rows.csv", root / "Untitled Folder" / "old" / "rows.csv", [store])
+    # a public file goes anywhere
+    (root / "public" / "notes.txt").write_text("hello")
+    guard_move(root / "public" / "notes.txt", root / "projects" / "notes.txt", [store])
+
+
+def test_copies_of_private_data_stay_where_every_reader_is_as_private(
+    levels: WorkspaceLevels, store: Path, root: Path
+) -> None:
+    _private(levels, root / "projects" / "a" / "deep")
+    for source, destination in (
+        (root / "projects" / "a" / "deep" / "rows.csv", root / "public"),  # a file
+        (root / "projects" / "a" / "deep", root / "projects" / "a"),  # duplicated beside itself
+        (root / "projects", root / "public"),  # a folder holding a private one
+    ):
+        with pytest.raises(MoveRefused, match="Not copied"):
+            guard_copy(source, destination, [store])
+    guard_copy(root / "projects" / "a" / "deep" / "rows.csv", root / "projects" / "a" / "deep", [store])
+    guard_copy(root / "projects" / "b", root / "public", [store])  # nothing private in it
+    assert _level(levels, root / "public") == PUBLIC
+
+
+def test_an_unreadable_record_refuses_and_names_it(levels: WorkspaceLevels, store: Path, root: Path) -> None:
+    _private(levels, root / "Untitled Folder")
+    record = levels.store.path_for(EXACT, _key(root / "Untitled Folder"))
+    record.write_text("{not json")
+    with pytest.raises(MoveRefused, match="cannot be read"):
+        guard_move(root / "Untitled Folder", root / "analysis", [store])
+    assert not levels.exact(root / "analysis").has_private_data
+
+
+def test_links_and_taken_names_carry_nothing(levels: WorkspaceLevels, store: Path, root: Path) -> None:
+    _private(levels, root / "Untitled Folder")
+    (root / "link").symlink_to(root / "Untitled Folder")
+    guard_move(root / "link", root / "public" / "link", [store])  # the link moves, not the folder
+    guard_move(root / "Untitled Folder", root / "public", [store])  # taken: the manager refuses it
+    assert _level(levels, root / "public" / "link") == PUBLIC
+    assert levels.exact(root / "public").sensitivity == PUBLIC
+
+
+def test_no_folder_moves_under_a_live_sandbox_with_network(store: Path, root: Path) -> None:
+    """Its mount follows the folder, and a cell may hold a descriptor on a
+    folder inside its workspace: either keeps reaching the folder at its new place."""
+    (root / "public" / "sub").mkdir()
+    record = EnforcementRecord(store, "u", "s", workspace=root / "public")
+    try:
+        record.report(Sensitivity.PUBLIC, has_network=True)  # as a live engine session does
+        for source, target in (
+            (root / "public", root / "projects" / "public"),  # its workspace
+            (root / "public" / "sub", root / "projects" / "sub"),  # a folder in it
+        ):
+            with pytest.raises(MoveRefused, match=r"sandbox with network \(kernel process \d+\) works in"):
+                guard_move(source, target, [store])
+        outer = root / "outer"
+        (outer).mkdir()
+        os.rename(root / "public", outer / "public")  # (by hand: the record keeps the old path)
+        record.close()
+        record = EnforcementRecord(store, "u", "s", workspace=outer / "public")
+        record.report(Sensitivity.PUBLIC, has_network=True)
+        with pytest.raises(MoveRefused, match="works in"):
+            guard_move(outer, root / "projects" / "outer", [store])  # a folder holding it
+        guard_move(root / "projects", root / "elsewhere", [store])  # unrelated: allowed
+        (outer / "public" / "notes.txt").write_text("x")
+        guard_move(outer / "public" / "notes.txt", root / "notes.txt", [store])  # files are not held by a mount
+        record.report(Sensitivity.CONFIDENTIAL, has_network=False)  # cut: nothing can leave any more
+        guard_move(outer / "public", root / "projects" / "public", [store])
+    finally:
+        record.close()
+
+
+@pytest.mark.parametrize("manager", [FileContentsManager, AsyncFileContentsManager])
+def test_jupyter_servers_contents_managers_apply_the_rules(
+    manager: type, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hook on the managers Lab's file browser calls (PATCH and POST of /api/contents)."""
+    monkeypatch.setenv("SANDBOX_KERNEL_DATA_DIR", str(tmp_path / "data"))
+    levels = WorkspaceLevels.beside(PrivacyStore(tmp_path / "data" / "privacy"))
+    _private(levels, root / "Untitled Folder")
+    cm = manager(root_dir=str(root))
+    assert guard(cm)
+
+    async def call(result: object) -> object:
+        return await result if asyncio.iscoroutine(result) else result
+
+    async def scenario() -> None:
+        with pytest.raises(HTTPError) as refused:
+            await call(cm.rename("Untitled Folder/rows.csv", "public/rows.csv"))
+        assert refused.value.status_code == 403 and "'Untitled Folder/rows.csv'" in str(refused.value.log_message)
+        assert (root / "Untitled Folder" / "rows.csv").exists()
+        with pytest.raises(HTTPError, match="Not copied"):
+            await call(cm.copy("Untitled Folder/rows.csv", "public"))
+        await call(cm.copy("Untitled Folder/rows.csv"))  # a copy beside it stays in the private folder
+        assert (root / "Untitled Folder" / "rows-Copy1.csv").exists()
+        await call(cm.rename("Untitled Folder", "analysis"))
+        assert _level(levels, root / "analysis") == CONF
+        await call(cm.copy("public", "projects"))  # public data: as jupyter_server does it
+
+    asyncio.run(scenario())

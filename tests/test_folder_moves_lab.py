@@ -1,0 +1,123 @@
+"""Moving files in JupyterLab must not take private data out of the ratchet's reach.
+
+End to end: real sandboxed kernels (bwrap, network while public) share their
+ratchet store with a real ``jupyter lab`` server, and the file browser's own
+requests (PATCH and POST of ``/api/contents``) move and copy what a private
+session wrote. The control server has jupyter_server's own behaviour (no
+``lab_content_policy.apply``, so no ``sandbox_kernel.lab_folder_moves``): there
+each attack works, and a notebook with network reads the private rows.
+
+Kept out of tests/browser: nothing here needs a browser, only the same server.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from browser.lab_helpers import LabServer, serving
+from kernel_helpers import SandboxKernelHandle, require_bwrap, shared_data_kernel, status_of
+
+IFACES = "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))"
+ROWS = "ada,42\n"
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LabServer]]:
+    require_bwrap()
+    root = tmp_path_factory.mktemp("folder-moves")
+    with (
+        serving(root / "guarded", root / "guarded.log") as guarded,
+        serving(root / "control", root / "control.log", protected=False) as control,
+    ):
+        yield {"guarded": guarded, "control": control}
+
+
+def _kernel(server: LabServer, folder: str) -> SandboxKernelHandle:
+    workspace = server.notebooks / folder
+    return shared_data_kernel(workspace, server.root / "kernels" / folder.replace("/", "_"), server.data_dir)
+
+
+def _api(server: LabServer, method: str, path: str, body: dict[str, Any]) -> tuple[int, str]:
+    """The status and message of a contents request, as Lab's file browser sends it."""
+    try:
+        server.request(method, "/api/contents/" + urllib.parse.quote(path), body)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}").get("message", "")
+    return 200, ""
+
+
+def _private_folder(server: LabServer, folder: str) -> None:
+    """A private session's folder, with the rows it wrote; its kernel shut down."""
+    k = _kernel(server, folder)
+    try:
+        k.run("%private patients CONFIDENTIAL")
+        run = k.run(f"open('/workspace/rows.csv', 'w').write({ROWS!r})")
+        assert run.status == "ok" and k.run(IFACES).stdout.strip() == "['lo']", (run.stderr, run.errors)
+    finally:
+        k.shutdown()
+
+
+@pytest.mark.parametrize("which", ["guarded", "control"])
+def test_a_renamed_private_folder_stays_private(servers: dict[str, LabServer], which: str) -> None:
+    """The file browser's "Untitled Folder", renamed once the work in it turned private."""
+    server = servers[which]
+    _private_folder(server, "Untitled Folder")
+    assert _api(server, "PATCH", "Untitled Folder", {"path": "analysis"}) == (200, "")
+    k = _kernel(server, "analysis")
+    try:
+        run = k.run(f"print(open('/workspace/rows.csv').read() == {ROWS!r})\n" + IFACES)
+        lines = run.stdout.split()
+        assert lines[0] == "True", (run.stdout, run.stderr)
+        if which == "control":  # the attack: the next notebook in the renamed folder had network
+            assert lines[1] != "['lo']", "the control kept the level: the attack is not shown"
+            return
+        assert lines[1] == "['lo']", f"a notebook in the renamed private folder has network: {run.stdout}"
+        # the status item says why (kernel_helpers reads its comm as the widget does)
+        causes = [d["name"] for d in status_of(k).get("datasets", []) if d.get("source") == "workspace"]
+        assert any("moved here from" in c and "Untitled Folder" in c for c in causes), causes
+    finally:
+        k.shutdown()
+
+
+@pytest.mark.parametrize("which", ["guarded", "control"])
+def test_private_rows_do_not_reach_a_notebook_with_network(servers: dict[str, LabServer], which: str) -> None:
+    """A notebook with network works in 'public'. Moving or copying the private
+    rows there, or moving its folder away under it, is refused."""
+    server = servers[which]
+    _private_folder(server, "trial")
+    (server.notebooks / "archive").mkdir()
+    live = _kernel(server, "public")
+    try:
+        assert live.run(IFACES).stdout.strip() != "['lo']"
+        live.run("import os\nheld = os.open('/workspace', os.O_RDONLY)")  # a descriptor kept on its folder
+        attempts = {
+            "file copied": _api(server, "POST", "public", {"copy_from": "trial/rows.csv"}),
+            "folder copied": _api(server, "POST", "public", {"copy_from": "trial"}),
+            "file moved": _api(server, "PATCH", "trial/rows.csv", {"path": "public/moved.csv"}),
+            "live folder moved": _api(server, "PATCH", "public", {"path": "archive/public"}),
+        }
+        seen = live.run("import os\nprint(sorted(os.listdir(held)))").stdout
+        if which == "control":
+            assert all(status in (200, 201) for status, _ in attempts.values()), attempts
+            # the moved folder is still the sandbox's: private rows that land in it are read with network
+            assert "moved.csv" in seen and "rows.csv" in seen and "trial" in seen, seen
+            return
+        for what, (status, message) in attempts.items():
+            assert status == 403, (what, status, message)
+        assert "Not moved: 'trial/rows.csv' holds data of a CONFIDENTIAL session" in attempts["file moved"][1]
+        assert "'public' is PUBLIC" in attempts["file moved"][1]
+        assert attempts["file copied"][1].startswith("Not copied") and "Not copied" in attempts["folder copied"][1]
+        assert "sandbox with network" in attempts["live folder moved"][1]
+        assert seen.strip() == "[]", f"the notebook with network sees {seen}"
+        assert (server.notebooks / "trial" / "rows.csv").read_text() == ROWS, "a refused move lost the file"
+        # nothing private involved: the file browser works as before
+        (server.notebooks / "public" / "notes.txt").write_text("hello")
+        assert _api(server, "PATCH", "public/notes.txt", {"path": "archive/notes.txt"}) == (200, "")
+        assert _api(server, "PATCH", "trial/rows.csv", {"path": "trial/rows-2026.csv"}) == (200, "")
+    finally:
+        live.shutdown()

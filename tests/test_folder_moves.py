@@ -144,32 +144,32 @@ def test_links_and_taken_names_carry_nothing(levels: WorkspaceLevels, store: Pat
     assert levels.exact(root / "public").sensitivity == PUBLIC
 
 
-def test_no_folder_moves_under_a_live_sandbox_with_network(store: Path, root: Path) -> None:
-    """Its mount follows the folder, and a cell may hold a descriptor on a
-    folder inside its workspace: either keeps reaching the folder at its new place."""
+def test_live_sandboxes_with_network_keep_what_they_can_reach(store: Path, root: Path) -> None:
+    """A cell may hold a descriptor on a folder inside its workspace (it would
+    reach it at its new place), and a sandbox reads its new place's level only
+    at its next poll; its own folder may move elsewhere (its session follows it)."""
+    levels = WorkspaceLevels.beside(PrivacyStore(store))
+    _private(levels, root / "Untitled Folder")
     (root / "public" / "sub").mkdir()
     record = EnforcementRecord(store, "u", "s", workspace=root / "public")
     try:
         record.report(Sensitivity.PUBLIC, has_network=True)  # as a live engine session does
-        for source, target in (
-            (root / "public", root / "projects" / "public"),  # its workspace
-            (root / "public" / "sub", root / "projects" / "sub"),  # a folder in it
-        ):
-            with pytest.raises(MoveRefused, match=r"sandbox with network \(kernel process \d+\) works in"):
-                guard_move(source, target, [store])
-        outer = root / "outer"
-        (outer).mkdir()
-        os.rename(root / "public", outer / "public")  # (by hand: the record keeps the old path)
-        record.close()
-        record = EnforcementRecord(store, "u", "s", workspace=outer / "public")
-        record.report(Sensitivity.PUBLIC, has_network=True)
-        with pytest.raises(MoveRefused, match="works in"):
-            guard_move(outer, root / "projects" / "outer", [store])  # a folder holding it
-        guard_move(root / "projects", root / "elsewhere", [store])  # unrelated: allowed
-        (outer / "public" / "notes.txt").write_text("x")
-        guard_move(outer / "public" / "notes.txt", root / "notes.txt", [store])  # files are not held by a mount
+        with pytest.raises(MoveRefused, match=r"inside the folder of a sandbox with network \(kernel process \d+"):
+            guard_move(root / "public" / "sub", root / "projects" / "sub", [store])
+        for source in (root / "public", root):  # its folder, a folder holding it: not into a private one
+            with pytest.raises(MoveRefused, match="would work beside private data"):
+                guard_move(source, root / "Untitled Folder" / "x", [store])
+        # private data does not land where it works: it would read it before its next poll cuts it
+        with pytest.raises(MoveRefused, match="where it would land"):
+            guard_move(root / "Untitled Folder", root / "public" / "sub" / "rows", [store])
+        guard_move(root / "projects" / "b", root / "public" / "b", [store])  # public data: allowed
+        (root / "public" / "notes.txt").write_text("x")
+        guard_move(root / "public" / "notes.txt", root / "notes.txt", [store])  # a file: no descriptor on a folder
+        guard_move(root / "public", root / "projects" / "renamed", [store])  # its own folder, to a public place
+        assert levels.read(root / "projects" / "renamed").sensitivity == PUBLIC
         record.report(Sensitivity.CONFIDENTIAL, has_network=False)  # cut: nothing can leave any more
-        guard_move(outer / "public", root / "projects" / "public", [store])
+        guard_move(root / "public" / "sub", root / "projects" / "sub", [store])
+        guard_move(root / "Untitled Folder", root / "public" / "sub" / "rows", [store])
     finally:
         record.close()
 

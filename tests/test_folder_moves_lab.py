@@ -86,38 +86,52 @@ def test_a_renamed_private_folder_stays_private(servers: dict[str, LabServer], w
 
 @pytest.mark.parametrize("which", ["guarded", "control"])
 def test_private_rows_do_not_reach_a_notebook_with_network(servers: dict[str, LabServer], which: str) -> None:
-    """A notebook with network works in 'public'. Moving or copying the private
-    rows there, or moving its folder away under it, is refused."""
+    """A notebook with network works in 'public' and keeps descriptors on its
+    folder and on 'public/sub'. Moving or copying private rows (or a private
+    folder) there, moving 'sub' out of it, or moving its folder into a private
+    one is refused; moving its folder elsewhere is not, and the notebook follows."""
     server = servers[which]
     _private_folder(server, "trial")
+    (server.notebooks / "trial" / "vault").mkdir()
+    (server.notebooks / "public" / "sub").mkdir(parents=True)
     (server.notebooks / "archive").mkdir()
     live = _kernel(server, "public")
     try:
         assert live.run(IFACES).stdout.strip() != "['lo']"
-        live.run("import os\nheld = os.open('/workspace', os.O_RDONLY)")  # a descriptor kept on its folder
+        live.run("import os\nheld, sub = os.open('/workspace', os.O_RDONLY), os.open('/workspace/sub', os.O_RDONLY)")
         attempts = {
             "file copied": _api(server, "POST", "public", {"copy_from": "trial/rows.csv"}),
             "folder copied": _api(server, "POST", "public", {"copy_from": "trial"}),
             "file moved": _api(server, "PATCH", "trial/rows.csv", {"path": "public/moved.csv"}),
-            "live folder moved": _api(server, "PATCH", "public", {"path": "archive/public"}),
+            "private folder moved in": _api(server, "PATCH", "trial/vault", {"path": "public/vault-moved"}),
+            "folder moved out of it": _api(server, "PATCH", "public/sub", {"path": "trial/sub"}),
         }
-        seen = live.run("import os\nprint(sorted(os.listdir(held)))").stdout
+        if (server.notebooks / "trial" / "sub").is_dir():  # the private session writes into its folder
+            (server.notebooks / "trial" / "sub" / "later.csv").write_text(ROWS)
+        seen = live.run("import os\nprint(sorted(os.listdir(held)), sorted(os.listdir(sub)))").stdout
+        attempts["its folder moved into a private one"] = _api(server, "PATCH", "public", {"path": "trial/public"})
         if which == "control":
             assert all(status in (200, 201) for status, _ in attempts.values()), attempts
-            # the moved folder is still the sandbox's: private rows that land in it are read with network
-            assert "moved.csv" in seen and "rows.csv" in seen and "trial" in seen, seen
+            assert "moved.csv" in seen and "vault-moved" in seen and "later.csv" in seen, seen
             return
         for what, (status, message) in attempts.items():
             assert status == 403, (what, status, message)
-        assert "Not moved: 'trial/rows.csv' holds data of a CONFIDENTIAL session" in attempts["file moved"][1]
-        assert "'public' is PUBLIC" in attempts["file moved"][1]
-        assert attempts["file copied"][1].startswith("Not copied") and "Not copied" in attempts["folder copied"][1]
-        assert "sandbox with network" in attempts["live folder moved"][1]
-        assert seen.strip() == "[]", f"the notebook with network sees {seen}"
+        messages = {what: message for what, (_, message) in attempts.items()}
+        assert "Not moved: 'trial/rows.csv' holds data of a CONFIDENTIAL session" in messages["file moved"]
+        assert "'public' is PUBLIC" in messages["file moved"]
+        assert messages["file copied"].startswith("Not copied") and "Not copied" in messages["folder copied"]
+        assert "where it would land" in messages["private folder moved in"]
+        assert "'public/sub' is inside the folder of a sandbox with network" in messages["folder moved out of it"]
+        assert "would work beside private data" in messages["its folder moved into a private one"]
+        assert seen.split() == ["['sub']", "[]"], f"the notebook with network sees {seen}"
         assert (server.notebooks / "trial" / "rows.csv").read_text() == ROWS, "a refused move lost the file"
         # nothing private involved: the file browser works as before
         (server.notebooks / "public" / "notes.txt").write_text("hello")
         assert _api(server, "PATCH", "public/notes.txt", {"path": "archive/notes.txt"}) == (200, "")
         assert _api(server, "PATCH", "trial/rows.csv", {"path": "trial/rows-2026.csv"}) == (200, "")
+        # its own folder renamed: the notebook follows it, network and all
+        assert _api(server, "PATCH", "public", {"path": "public-renamed"}) == (200, "")
+        run = live.run("open('/workspace/after.txt', 'w').write('x')\n" + IFACES)
+        assert run.stdout.strip() != "['lo']" and (server.notebooks / "public-renamed" / "after.txt").exists()
     finally:
         live.shutdown()

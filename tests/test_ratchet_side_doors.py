@@ -4,6 +4,7 @@ keeps its network after a host-side rise."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -173,6 +174,33 @@ def test_a_private_notebook_raises_every_notebook_sharing_its_folder(tmp_path: P
         assert b.run(IFACES).stdout.strip() == "['lo']"
     finally:
         for k in (a, b, parent, sibling):
+            k.shutdown()
+
+
+def test_a_notebook_whose_folder_moves_into_a_private_one_follows_it(tmp_path: Path) -> None:
+    """A host shell moves a live notebook's folder into a private folder. The
+    sandbox's mount follows the folder, so its cells now work inside the
+    private folder, beside the rows its private session writes: the session
+    must read its level where the folder is now, not where it was."""
+    secret, public = tmp_path / "secret", tmp_path / "public"
+    private = _kernel_in(secret, tmp_path / "s-tmp")
+    live = _kernel_in(public, tmp_path / "p-tmp")
+    try:
+        private.run("%private patients CONFIDENTIAL")
+        assert private.run(IFACES).stdout.strip() == "['lo']"
+        assert len(eval(live.run(IFACES).stdout)) > 1
+        os.rename(public, secret / "public")  # as `mv public secret/` in a host shell
+        private.run("open('/workspace/public/rows.csv', 'w').write('ada,42\\n')")
+        notices = _wait_for_lo(live)
+        assert notices is not None, "the moved notebook keeps its network inside the private folder"
+        assert live.run("print(open('/workspace/rows.csv').read())").stdout.strip() == "ada,42"
+        source, reason = _mark_of(live)
+        assert source == "workspace" and "secret" in reason, (source, reason)
+        # where other hosts' raisers and the Lab server look for it: its new place
+        holders = [json.loads(p.read_text()) for p in (tmp_path / "shared-data" / "privacy-enforced").rglob("*.json")]
+        assert {h["workspace"] for h in holders if h["pid"] == live.pid} == {str(secret / "public")}, holders
+    finally:
+        for k in (private, live):
             k.shutdown()
 
 

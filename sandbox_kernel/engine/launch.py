@@ -87,7 +87,10 @@ def plan_launch(
     home/tmp of a sandbox that isolates nothing (the development fallback);
     ``extra_mounts`` are the caller's own (checkpoints, the worker's code).
     """
-    workspace = Path(config.workspace).resolve()
+    # where the folder is now: moved on the host under a live sandbox, whose
+    # mount followed it, the next sandbox mounts it there too (privacy/live_folder.py)
+    live = ratchet.workspace if ratchet is not None else None
+    workspace = Path(live if live is not None else config.workspace).resolve()
     notes: tuple[str, ...] = ()
     if sandbox.isolates:
         # The workspace policy: refused folders, masks over secrets and config,

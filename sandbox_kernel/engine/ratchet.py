@@ -23,6 +23,7 @@ from ..privacy import (
     merge,
     validate_id,
 )
+from ..privacy.live_folder import LiveFolder
 from ..privacy.workspace_levels import WorkspaceLevels
 from ..sandbox import BindMount
 
@@ -97,7 +98,7 @@ class Ratchet:
         self.mounts = {name: PrivateMount.parse(name, spec) for name, spec in (mounts or {}).items()}
         #: the folder the session's sandboxes mount read-write: its level is
         #: shared with every session whose workspace overlaps it
-        self.workspace = workspace
+        self._workspace = LiveFolder(workspace) if workspace is not None else None
         self.folders = WorkspaceLevels.beside(self.data.store) if workspace is not None else None
         #: the last level read from the store, and when (see :meth:`recent_state`)
         self._memo: tuple[float, PrivacyState] | None = None
@@ -113,6 +114,12 @@ class Ratchet:
         self.data.store.prepare(self.user_id, self.session_id)
         if self.folders is not None and self.workspace is not None:
             self.folders.prepare(self.workspace)
+
+    @property
+    def workspace(self) -> Path | None:
+        """The session's folder where it is now (it may have moved on the host
+        under a live sandbox, whose mount followed it: :mod:`..privacy.live_folder`)."""
+        return self._workspace.path if self._workspace is not None else None
 
     @property
     def user_id(self) -> str:
@@ -159,14 +166,15 @@ class Ratchet:
 
     def _read_state(self) -> PrivacyState:
         own = self.data.state
-        if self.folders is None or self.workspace is None:
+        workspace = self.workspace
+        if self.folders is None or workspace is None:
             return own
         if own.has_private_data:
             try:
-                self.folders.rise(self.workspace, own, f"session {self.session_id} of {self.user_id}")
+                self.folders.rise(workspace, own, f"session {self.session_id} of {self.user_id}")
             except (PrivacyStoreError, OSError, ValueError) as exc:
                 return merge(own, PrivacyState.build(error=f"the folder's level could not be recorded: {exc}"))
-        folder = self.folders.read(self.workspace)
+        folder = self.folders.read(workspace)
         if folder.sensitivity <= own.sensitivity and folder.error is None:
             return own  # nothing the session does not already have (its own rise is recorded there too)
         return merge(own, folder)

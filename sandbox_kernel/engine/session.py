@@ -252,7 +252,9 @@ class Session:
         if self._enforcement is None or self.ratchet is None:
             return
         try:
-            self._enforcement.report(self.ratchet.state.sensitivity, self.network_reachable)
+            self._enforcement.report(
+                self.ratchet.state.sensitivity, self.network_reachable, workspace=self.ratchet.workspace
+            )
         except OSError as exc:
             problem = str(exc)
             if problem != self._enforcement_problem:  # said once, not at every poll

@@ -50,11 +50,14 @@ class EnforcementRecord:
         self.dir = enforced_root(store_root) / validate_id(user_id, "user_id") / validate_id(session_id, "session_id")
         self.path = self.dir / f"{os.getpid()}-{uuid.uuid4().hex[:12]}.json"
         self.workspace = os.path.realpath(workspace) if workspace is not None else None
-        self._last: tuple[str, bool] | None = None
+        self._last: tuple[str, bool, str | None] | None = None
 
-    def report(self, level: Sensitivity, has_network: bool) -> None:
-        """Say what this holder enforces now (cheap when nothing changed)."""
-        now = (level.name, has_network)
+    def report(self, level: Sensitivity, has_network: bool, workspace: Path | None = None) -> None:
+        """Say what this holder enforces now, and where its folder is now
+        (it may have moved under the sandbox); cheap when nothing changed."""
+        if workspace is not None:
+            self.workspace = os.path.realpath(workspace)
+        now = (level.name, has_network, self.workspace)
         if now == self._last:
             return
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)

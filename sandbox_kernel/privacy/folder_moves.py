@@ -20,13 +20,18 @@ anything for a user (the Lab server's contents API, :mod:`sandbox_kernel.lab_fol
   drag; the refusal says how to do it on purpose. A copy's new name is chosen
   by the contents manager after this check, so its records could not be made
   first.
-- **A folder a sandbox with network works in is not moved**, nor one that
-  holds such a workspace or lies in one. A sandbox's mount follows the folder
-  and a cell may keep a descriptor open on a folder inside its workspace:
-  either would keep reaching the folder at its new place, where the levels
-  around it are no longer the ones its session reads (a private folder's
-  sessions could write into it). Live sandboxes are found in the holders'
+- **No folder leaves the workspace of a sandbox with network**: a cell may
+  keep a descriptor open on it and reach it at its new place, where a private
+  session may later write. The workspace itself (or a folder holding it) may
+  move: the sandbox's mount follows it, and so does its session
+  (:mod:`.live_folder`), but not into a private folder, whose level it would
+  read only at its next poll. Live sandboxes are found in the holders'
   reports (:mod:`.enforcement`).
+- **A folder holding private data does not land where a sandbox with network
+  works** (in the place it goes to, or around it): the records made at the new
+  place raise that sandbox's session, but it reads them only at its next poll,
+  after the files arrived. Folders that hold such a sandbox's workspace rise
+  too, as for any private folder put inside them.
 - **A store that cannot be read refuses** the move (fails closed) and names it.
 
 Every store of the host counts: the default one and those recorded in the
@@ -156,17 +161,40 @@ def _plans(source: Path, stores: Iterable[Path], folder: bool, shown: Shown) -> 
     ]
 
 
-def _live_sandbox(source: Path, stores: Iterable[Path], shown: Shown) -> str | None:
-    """Why ``source`` (a folder) must not move while a sandbox with network works in, around or inside it."""
-    moved = str(source)
-    for root, _ in _levels(stores):
-        for workspace, pid in networked_workspaces(root):
-            if workspace == moved or workspace.startswith(moved + "/") or moved.startswith(workspace + "/"):
-                return (
-                    f"Not moved: a sandbox with network (kernel process {pid}) works in "
-                    f"{shown(Path(workspace))}, and its cells would keep reaching {shown(source)} at its new "
-                    "place. Shut that notebook's kernel down first, then move the folder."
-                )
+def _networked_holders(stores: Iterable[Path]) -> list[tuple[Path, int]]:
+    """Every live sandbox with network: its workspace, its kernel's pid."""
+    return [(Path(workspace), pid) for root in stores for workspace, pid in networked_workspaces(Path(root))]
+
+
+def _within(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _live_sandbox(source: Path, target: Path, stores: Iterable[Path], shown: Shown) -> str | None:
+    """Why ``source`` (a folder) must not move while a sandbox with network
+    works in it, around it or inside it; None if it may."""
+    holders = _networked_holders(stores)
+    for workspace, pid in holders:
+        if workspace != source and _within(source, workspace):
+            return (
+                f"Not moved: {shown(source)} is inside the folder of a sandbox with network (kernel process "
+                f"{pid}, working in {shown(workspace)}), and a cell there may keep it open and reach it at its "
+                "new place. Shut that notebook's kernel down first, then move the folder."
+            )
+    inside = [(workspace, pid) for workspace, pid in holders if _within(workspace, source)]
+    if not inside:
+        return None
+    # The sandbox follows its folder (privacy/live_folder.py), but reads the
+    # level of the new place only at its next poll.
+    for _, levels in _levels(stores):
+        there = _around(levels, target.parent, shown)
+        if there.level > Sensitivity.PUBLIC:
+            workspace, pid = inside[0]
+            return (
+                f"Not moved: a sandbox with network (kernel process {pid}) works in {shown(workspace)}, and "
+                f"{shown(target.parent)} is {there.level.name}: it would work beside private data until its "
+                "network is cut. Shut that notebook's kernel down first, then move the folder."
+            )
     return None
 
 
@@ -198,7 +226,7 @@ def guard_move(
     if kind is None or source == target or os.path.lexists(target):
         return  # nothing to carry, or the contents manager refuses it itself
     stores = list(stores) if stores is not None else every_store()
-    if kind and (live := _live_sandbox(source, stores, shown)) is not None:
+    if kind and (live := _live_sandbox(source, target, stores, shown)) is not None:
         raise MoveRefused(live)
     plans = _plans(source, stores, kind, shown)
     if not kind:
@@ -207,6 +235,16 @@ def guard_move(
             if plan.around.level > there:
                 raise MoveRefused(_refusal("moved", source, plan.around, target.parent, there, shown))
         return
+    data = max((plan.highest for plan in plans), key=lambda x: x.level, default=_Level(Sensitivity.PUBLIC))
+    for workspace, pid in _networked_holders(stores) if data.level > Sensitivity.PUBLIC else []:
+        if _within(target, workspace):
+            # its network would be cut only after the files arrived (the rise is read at its next poll)
+            raise MoveRefused(
+                f"Not moved: {shown(source)} holds data of a {data.level.name} session, and a sandbox with "
+                f"network (kernel process {pid}) works in {shown(workspace)}, where it would land: that sandbox "
+                "could read it before its network is cut. Shut that notebook's kernel down first, or move the "
+                "folder elsewhere."
+            )
     for plan in plans:
         if plan.around.level > Sensitivity.PUBLIC:
             plan.levels.record(

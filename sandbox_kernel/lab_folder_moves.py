@@ -12,6 +12,7 @@ left alone: nothing they store is mounted into a sandbox.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import os
@@ -71,15 +72,15 @@ def guard(cm: Any) -> bool:
             raise _refused(exc) from None
 
     if inspect.iscoroutinefunction(rename_file):
-
+        # the checks read the ratchet's records and list folders: off the server's event loop
         @functools.wraps(rename_file)
         async def guarded_rename(old_path: str, new_path: str) -> Any:
-            check_rename(old_path, new_path)
+            await asyncio.to_thread(check_rename, old_path, new_path)
             return await rename_file(old_path, new_path)
 
         @functools.wraps(copy)
         async def guarded_copy(from_path: str, to_path: str | None = None) -> Any:
-            check_copy(from_path, to_path)
+            await asyncio.to_thread(check_copy, from_path, to_path)
             return await copy(from_path, to_path)
 
     else:

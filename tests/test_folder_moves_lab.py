@@ -71,7 +71,7 @@ def test_a_renamed_private_folder_stays_private(servers: dict[str, LabServer], w
     k = _kernel(server, "analysis")
     try:
         run = k.run(f"print(open('/workspace/rows.csv').read() == {ROWS!r})\n" + IFACES)
-        lines = run.stdout.split()
+        lines = run.stdout.splitlines()
         assert lines[0] == "True", (run.stdout, run.stderr)
         if which == "control":  # the attack: the next notebook in the renamed folder had network
             assert lines[1] != "['lo']", "the control kept the level: the attack is not shown"

@@ -58,7 +58,8 @@ Shown = Callable[[Path], str]
 
 
 class MoveRefused(Exception):
-    """The move or copy would put private data where a sandbox with network reads it (the message says which)."""
+    """The move or copy is refused: it would put private data within reach of a
+    sandbox with network, or a record it depends on cannot be read (the message says which)."""
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,8 @@ def _levels(stores: Iterable[Path]) -> list[tuple[Path, WorkspaceLevels]]:
 def _read(levels: WorkspaceLevels, state: PrivacyState, folder: Path, shown: Shown) -> _Level:
     if state.error is not None:
         raise MoveRefused(
-            f"the ratchet's record of {shown(folder)} in {levels.store.root} cannot be read ({state.error}); "
-            "nothing was moved"
+            f"the ratchet's record of {shown(folder)} in {levels.store.root} cannot be read ({state.error}), "
+            "so nothing was moved or copied"
         )
     reason = state.mark.reason if state.mark is not None else ""
     return _Level(state.sensitivity, folder, reason)
@@ -130,8 +131,8 @@ def _inside(levels: WorkspaceLevels, root: Path, shown: Shown) -> tuple[tuple[Pu
                 todo += [relative / e.name for e in entries if e.is_dir(follow_symlinks=False)]
         except OSError as exc:
             raise MoveRefused(
-                f"{shown(here)} holds a private folder and cannot be listed to carry its level ({exc.strerror}); "
-                "nothing was moved"
+                f"{shown(here)} holds a private folder and cannot be listed to carry its level ({exc.strerror}), "
+                "so nothing was moved or copied"
             ) from None
     return tuple(found)
 

@@ -167,22 +167,19 @@ def _networked_holders(stores: Iterable[Path]) -> list[tuple[Path, int]]:
     return [(Path(workspace), pid) for root in stores for workspace, pid in networked_workspaces(Path(root))]
 
 
-def _within(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
-
-
-def _live_sandbox(source: Path, target: Path, stores: Iterable[Path], shown: Shown) -> str | None:
+def _live_sandbox(
+    source: Path, target: Path, holders: list[tuple[Path, int]], stores: Iterable[Path], shown: Shown
+) -> str | None:
     """Why ``source`` (a folder) must not move while a sandbox with network
-    works in it, around it or inside it; None if it may."""
-    holders = _networked_holders(stores)
+    (one of ``holders``) works in it, around it or inside it; None if it may."""
     for workspace, pid in holders:
-        if workspace != source and _within(source, workspace):
+        if workspace != source and source.is_relative_to(workspace):
             return (
                 f"Not moved: {shown(source)} is inside the folder of a sandbox with network (kernel process "
                 f"{pid}, working in {shown(workspace)}), and a cell there may keep it open and reach it at its "
                 "new place. Shut that notebook's kernel down first, then move the folder."
             )
-    inside = [(workspace, pid) for workspace, pid in holders if _within(workspace, source)]
+    inside = [(workspace, pid) for workspace, pid in holders if workspace.is_relative_to(source)]
     if not inside:
         return None
     # The sandbox follows its folder (privacy/live_folder.py), but reads the
@@ -227,7 +224,8 @@ def guard_move(
     if kind is None or source == target or os.path.lexists(target):
         return  # nothing to carry, or the contents manager refuses it itself
     stores = list(stores) if stores is not None else every_store()
-    if kind and (live := _live_sandbox(source, target, stores, shown)) is not None:
+    holders = _networked_holders(stores) if kind else []
+    if kind and (live := _live_sandbox(source, target, holders, stores, shown)) is not None:
         raise MoveRefused(live)
     plans = _plans(source, stores, kind, shown)
     if not kind:
@@ -237,8 +235,8 @@ def guard_move(
                 raise MoveRefused(_refusal("moved", source, plan.around, target.parent, there, shown))
         return
     data = max((plan.highest for plan in plans), key=lambda x: x.level, default=_Level(Sensitivity.PUBLIC))
-    for workspace, pid in _networked_holders(stores) if data.level > Sensitivity.PUBLIC else []:
-        if _within(target, workspace):
+    for workspace, pid in holders if data.level > Sensitivity.PUBLIC else []:
+        if target.is_relative_to(workspace):
             # its network would be cut only after the files arrived (the rise is read at its next poll)
             raise MoveRefused(
                 f"Not moved: {shown(source)} holds data of a {data.level.name} session, and a sandbox with "

@@ -79,7 +79,7 @@ class WorkspaceLevels:
         if not state.has_private_data:
             return
         folder = folder_of(workspace)
-        self.record(
+        self._record(
             folder,
             state.sensitivity,
             f"{who} became {state.sensitivity.name} with this folder ({folder}) as its workspace",
@@ -88,8 +88,12 @@ class WorkspaceLevels:
     def record(self, workspace: str | os.PathLike[str], level: Sensitivity, reason: str) -> None:
         """Record ``workspace`` at ``level`` (and its ancestors as holding a
         folder at that level), unless its own record is that high already."""
-        folder = folder_of(workspace)
-        if level == Sensitivity.PUBLIC or self.exact(folder).sensitivity >= level:
+        self._record(folder_of(workspace), level, reason)
+
+    def _record(self, folder: Path, level: Sensitivity, reason: str) -> None:
+        """:meth:`record` of a folder already resolved: a private session's
+        every state read comes through :meth:`rise`, so it is resolved once."""
+        if level == Sensitivity.PUBLIC or self.store.read(EXACT, _key(folder)).sensitivity >= level:
             return
         mark = SessionMark.create(level, "workspace", clean_reason(reason))
         self.store.mark(EXACT, _key(folder), mark)

@@ -164,12 +164,18 @@ def test_live_sandboxes_with_network_keep_what_they_can_reach(store: Path, root:
             guard_move(root / "Untitled Folder", root / "public" / "sub" / "rows", [store])
         guard_move(root / "projects" / "b", root / "public" / "b", [store])  # public data: allowed
         (root / "public" / "notes.txt").write_text("x")
-        guard_move(root / "public" / "notes.txt", root / "notes.txt", [store])  # a file: no descriptor on a folder
+        guard_move(root / "public" / "notes.txt", root / "notes.txt", [store])  # a file, to a public folder
+        # into a private folder, a file a cell keeps open would show it what a private session writes there
+        with pytest.raises(MoveRefused, match="may keep the file open"):
+            guard_move(root / "public" / "notes.txt", root / "Untitled Folder" / "notes.txt", [store])
+        (root / "projects" / "b" / "other.txt").write_text("x")  # a file from elsewhere: allowed
+        guard_move(root / "projects" / "b" / "other.txt", root / "Untitled Folder" / "other.txt", [store])
         guard_move(root / "public", root / "projects" / "renamed", [store])  # its own folder, to a public place
         assert levels.read(root / "projects" / "renamed").sensitivity == PUBLIC
         record.report(Sensitivity.CONFIDENTIAL, has_network=False)  # cut: nothing can leave any more
         guard_move(root / "public" / "sub", root / "projects" / "sub", [store])
         guard_move(root / "Untitled Folder", root / "public" / "sub" / "rows", [store])
+        guard_move(root / "public" / "notes.txt", root / "Untitled Folder" / "notes.txt", [store])
     finally:
         record.close()
 

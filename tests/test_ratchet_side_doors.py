@@ -204,6 +204,42 @@ def test_a_notebook_whose_folder_moves_into_a_private_one_follows_it(tmp_path: P
             k.shutdown()
 
 
+def test_a_private_folder_renamed_by_a_host_shell_stays_private(tmp_path: Path) -> None:
+    """JupyterLab carries a folder's level when it renames it; a host shell's
+    `mv` (a Lab terminal's too) does not ask the server. A private session
+    works in "Untitled Folder" and is closed; the user renames the folder in
+    a terminal and moves it into an archive. Notebooks opened in it, and in
+    the archive that now holds it, must start without network."""
+    home = tmp_path / "home"
+    (home / "archive").mkdir(parents=True)
+    untitled = home / "Untitled Folder"
+    private = _kernel_in(untitled, tmp_path / "s-tmp")
+    try:
+        private.run("%private patients CONFIDENTIAL")
+        private.run("open('/workspace/rows.csv', 'w').write('ada,42\\n')")
+        assert (untitled / "rows.csv").exists()
+    finally:
+        private.shutdown()
+    moved = home / "archive" / "analysis"
+    subprocess.run(["mv", str(untitled), str(moved)], check=True)
+    inside = _kernel_in(moved, tmp_path / "i-tmp")
+    try:
+        assert inside.run(IFACES).stdout.strip() == "['lo']", "a notebook in the renamed private folder has network"
+        assert inside.run("print(open('/workspace/rows.csv').read())").stdout.strip() == "ada,42"
+        source, reason = _mark_of(inside)
+        assert source == "workspace" and "Untitled Folder" in reason, (source, reason)
+    finally:
+        inside.shutdown()
+    around = _kernel_in(home / "archive", tmp_path / "a-tmp")  # it holds the private folder now
+    sibling = _kernel_in(home / "other", tmp_path / "o-tmp")
+    try:
+        assert around.run(IFACES).stdout.strip() == "['lo']", "the folder now holding private rows has network"
+        assert len(eval(sibling.run(IFACES).stdout)) > 1, "a folder beside it must keep its network"
+    finally:
+        for k in (around, sibling):
+            k.shutdown()
+
+
 def _mark_of(k: SandboxKernelHandle) -> tuple[str, str]:
     for entry in status_of(k).get("datasets", []):
         if entry.get("name", "").startswith("session marked private"):

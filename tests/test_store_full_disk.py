@@ -7,7 +7,7 @@ its high-water marker (each needs a new inode), the level lived only in the
 kernel's memory, and after a restart the session was PUBLIC with network:
 the rows the cell had left in the workspace went out through the proxy.
 
-Here the filesystem is a real tmpfs with 64 inodes, mounted in a mount
+Here the filesystem is a real tmpfs with 160 inodes, mounted in a mount
 namespace of the test's own (``unshare``), and the reader is a new process
 that remembers nothing, as after a restart.
 """
@@ -73,7 +73,7 @@ def _run(tmp_path: Path, prepared: bool) -> str:
     script.write_text(SCRIPT)
     mode = "prepared" if prepared else "unprepared"
     python = f"{sys.executable} -I {script} {disk}"
-    shell = f"mount -t tmpfs -o size=4m,nr_inodes=64 none {disk} && {python} rise {mode} && {python} read {mode}"
+    shell = f"mount -t tmpfs -o size=4m,nr_inodes=160 none {disk} && {python} rise {mode} && {python} read {mode}"
     done = subprocess.run(["unshare", "-rm", "sh", "-c", shell], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout

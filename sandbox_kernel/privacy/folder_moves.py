@@ -196,6 +196,21 @@ def _live_sandbox(
     return None
 
 
+def _held_file(source: Path, target: Path, holders: list[tuple[Path, int]], shown: Shown) -> str | None:
+    """Why the file ``source`` must not go into the private folder of
+    ``target`` while a sandbox with network works where it is: a cell may keep
+    it open and read what a private session writes into it there."""
+    for workspace, pid in holders:
+        if source.is_relative_to(workspace):
+            return (
+                f"Not moved: {shown(source)} is in the folder of a sandbox with network (kernel process {pid}, "
+                f"working in {shown(workspace)}), and {shown(target.parent)} is private: a cell there may keep the "
+                "file open and read what a private session writes into it. Shut that notebook's kernel down "
+                "first, or copy the file."
+            )
+    return None
+
+
 _IMPERATIVE = {"moved": "Move", "copied": "Copy"}
 
 
@@ -224,15 +239,17 @@ def guard_move(
     if kind is None or source == target or os.path.lexists(target):
         return  # nothing to carry, or the contents manager refuses it itself
     stores = list(stores) if stores is not None else every_store()
-    holders = _networked_holders(stores) if kind else []
+    holders = _networked_holders(stores)
     if kind and (live := _live_sandbox(source, target, holders, stores, shown)) is not None:
         raise MoveRefused(live)
     plans = _plans(source, stores, kind, shown)
     if not kind:
         for plan in plans:
-            there = _around(plan.levels, target.parent, shown).level
-            if plan.around.level > there:
-                raise MoveRefused(_refusal("moved", source, plan.around, target.parent, there, shown))
+            there = _around(plan.levels, target.parent, shown)
+            if plan.around.level > there.level:
+                raise MoveRefused(_refusal("moved", source, plan.around, target.parent, there.level, shown))
+            if there.level > Sensitivity.PUBLIC and (live := _held_file(source, target, holders, shown)):
+                raise MoveRefused(live)
         return
     data = max((plan.highest for plan in plans), key=lambda x: x.level, default=_Level(Sensitivity.PUBLIC))
     for workspace, pid in holders if data.level > Sensitivity.PUBLIC else []:

@@ -64,22 +64,33 @@ def _private_folder(server: LabServer, folder: str) -> None:
 
 @pytest.mark.parametrize("which", ["guarded", "control"])
 def test_a_renamed_private_folder_stays_private(servers: dict[str, LabServer], which: str) -> None:
-    """The file browser's "Untitled Folder", renamed once the work in it turned private."""
+    """The file browser's "Untitled Folder", renamed into a folder 'done' once the
+    work in it turned private. A notebook opened in 'done' (which now
+    holds the rows) comes first: the folder's identity (privacy/folder_identity.py)
+    keeps the renamed folder private even in the control, but only the Lab
+    check records its new place before the move, so the folder around it knows."""
     server = servers[which]
     _private_folder(server, "Untitled Folder")
-    assert _api(server, "PATCH", "Untitled Folder", {"path": "analysis"}) == (200, "")
-    k = _kernel(server, "analysis")
+    (server.notebooks / "done").mkdir()
+    assert _api(server, "PATCH", "Untitled Folder", {"path": "done/analysis"}) == (200, "")
+    around = _kernel(server, "done")
     try:
-        run = k.run(f"print(open('/workspace/rows.csv').read() == {ROWS!r})\n" + IFACES)
+        run = around.run(f"print(open('/workspace/analysis/rows.csv').read() == {ROWS!r})\n" + IFACES)
         lines = run.stdout.splitlines()
         assert lines[0] == "True", (run.stdout, run.stderr)
-        if which == "control":  # the attack: the next notebook in the renamed folder had network
+        if which == "control":  # the attack: the notebook in 'done' had network beside the rows
             assert lines[1] != "['lo']", "the control kept the level: the attack is not shown"
-            return
-        assert lines[1] == "['lo']", f"a notebook in the renamed private folder has network: {run.stdout}"
+        else:
+            assert lines[1] == "['lo']", f"a notebook around the renamed private folder has network: {run.stdout}"
+    finally:
+        around.shutdown()
+    k = _kernel(server, "done/analysis")
+    try:
+        assert k.run(IFACES).stdout.strip() == "['lo']", "a notebook in the renamed private folder has network"
         # the status item says why (kernel_helpers reads its comm as the widget does)
         causes = [d["name"] for d in status_of(k).get("datasets", []) if d.get("source") == "workspace"]
-        assert any("moved here from" in c and "Untitled Folder" in c for c in causes), causes
+        said = "moved here from" if which == "guarded" else "as its workspace"
+        assert any(said in c and "Untitled Folder" in c for c in causes), causes
     finally:
         k.shutdown()
 

@@ -69,13 +69,14 @@ def test_host_rise_cuts_a_busy_uncooperative_sandbox_at_once(tmp_path: Path) -> 
     without the sandbox's help: the daemon, polling its interfaces, sees only lo."""
     k = _kernel(tmp_path)
     try:
-        # State whose checkpoint is slow (the old code checkpointed before it
-        # cut), and a daemon that reports its interfaces every 20 ms.
+        # State whose checkpoint is slower than the 10 s the cut is given (the
+        # old code checkpointed before it cut), and a daemon that reports its
+        # interfaces every 20 ms.
         run = k.run(
             "import subprocess, sys, time\n"
             "class Slow:\n"
             "    def __reduce__(self):\n"
-            "        time.sleep(25)\n"
+            "        time.sleep(12)\n"
             "        return (Slow, ())\n"
             "slow = Slow()\n"
             "daemon = subprocess.Popen([sys.executable, '-c', '''\n"

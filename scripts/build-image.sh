@@ -69,7 +69,7 @@ done
 # Its inputs: the lines between the markers, the package's dependencies, the settings.
 base_inputs="$(
     sed -n '/^# >>> base$/,/^# <<< base$/p' scripts/build-image.sh
-    .venv/bin/python -c 'import json, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print(json.dumps([p.get("dependencies"), p.get("optional-dependencies")], sort_keys=True))'
+    .venv/bin/python -c 'import json, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; extras = p.get("optional-dependencies", {}); print(json.dumps([p.get("dependencies"), [extras.get(x) for x in ("lab", "postgresql", "mcp")]]))'
     echo "$SUITE $MIRROR $PIP_PACKAGES"
 )"
 BASE="sandbox-kernel-singleuser-base:$(printf '%s' "$base_inputs" | sha256sum | cut -c1-16)"

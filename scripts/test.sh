@@ -11,4 +11,6 @@ fi
 if [ "${SKIP_LINT:-0}" != 1 ]; then
     bash scripts/lint.sh
 fi
-exec .venv/bin/python -m pytest "$@"
+# Two workers, each taking whole files (a module's Lab server or Docker image
+# is made once): most of the suite waits on kernels, browsers and daemons.
+exec .venv/bin/python -m pytest -n "${SANDBOX_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -9,8 +9,8 @@
 #      data-science packages;
 #   3. `docker import` into the local daemon, as uid 1000 by default.
 # Steps 2-3 make a base image (everything but the wheel), kept under a tag of
-# its inputs (this script, pyproject.toml's dependencies, the suite, mirror and
-# extra packages); the final image is that base with this checkout's wheel
+# its inputs (this script's base section, the dependencies it installs, the
+# suite, mirror and extra packages); the final image is that base with this checkout's wheel
 # installed (`docker build`, offline). A change of the package's code rebuilds
 # only that last layer: seconds, not the minutes of a new rootfs.
 # Run the container with docker/seccomp-bwrap.json and unmasked /proc paths so

@@ -13,10 +13,12 @@ in, except the small driver script.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -55,16 +57,19 @@ def single_user_image(docker_client: Any) -> str:
     if os.environ.get("SANDBOX_KERNEL_IMAGE"):
         return os.environ["SANDBOX_KERNEL_IMAGE"]
     tag = inputs_tag()
-    try:
-        docker_client.images.get(tag)
+    # one build at a time: two test workers may ask for it together
+    with open(Path(tempfile.gettempdir()) / "sandbox-kernel-image-build.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            docker_client.images.get(tag)
+            return tag
+        except docker.errors.ImageNotFound:
+            pass
+        subprocess.run(["bash", str(REPO / "scripts" / "build-image.sh"), tag], check=True, timeout=1700)
+        for old in docker_client.images.list(name=REPOSITORY):
+            if tag not in old.tags and any(t.startswith(f"{REPOSITORY}:test-") for t in old.tags):
+                docker_client.images.remove(old.id, force=True)
         return tag
-    except docker.errors.ImageNotFound:
-        pass
-    subprocess.run(["bash", str(REPO / "scripts" / "build-image.sh"), tag], check=True, timeout=1700)
-    for old in docker_client.images.list(name=REPOSITORY):
-        if tag not in old.tags and any(t.startswith(f"{REPOSITORY}:test-") for t in old.tags):
-            docker_client.images.remove(old.id, force=True)
-    return tag
 
 
 @pytest.fixture(scope="module")

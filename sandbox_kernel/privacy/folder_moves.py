@@ -167,18 +167,24 @@ def _networked_holders(stores: Iterable[Path]) -> list[tuple[Path, int]]:
     return [(Path(workspace), pid) for root in stores for workspace, pid in networked_workspaces(Path(root))]
 
 
+def _holder_around(source: Path, holders: list[tuple[Path, int]]) -> tuple[Path, int] | None:
+    """The sandbox with network (of ``holders``) whose workspace holds
+    ``source``: a cell there may keep it open and reach it wherever it goes."""
+    return next(((w, pid) for w, pid in holders if w != source and source.is_relative_to(w)), None)
+
+
 def _live_sandbox(
     source: Path, target: Path, holders: list[tuple[Path, int]], stores: Iterable[Path], shown: Shown
 ) -> str | None:
     """Why ``source`` (a folder) must not move while a sandbox with network
     (one of ``holders``) works in it, around it or inside it; None if it may."""
-    for workspace, pid in holders:
-        if workspace != source and source.is_relative_to(workspace):
-            return (
-                f"Not moved: {shown(source)} is inside the folder of a sandbox with network (kernel process "
-                f"{pid}, working in {shown(workspace)}), and a cell there may keep it open and reach it at its "
-                "new place. Shut that notebook's kernel down first, then move the folder."
-            )
+    if (around := _holder_around(source, holders)) is not None:
+        workspace, pid = around
+        return (
+            f"Not moved: {shown(source)} is inside the folder of a sandbox with network (kernel process "
+            f"{pid}, working in {shown(workspace)}), and a cell there may keep it open and reach it at its "
+            "new place. Shut that notebook's kernel down first, then move the folder."
+        )
     inside = [(workspace, pid) for workspace, pid in holders if workspace.is_relative_to(source)]
     if not inside:
         return None
@@ -200,15 +206,15 @@ def _held_file(source: Path, target: Path, holders: list[tuple[Path, int]], show
     """Why the file ``source`` must not go into the private folder of
     ``target`` while a sandbox with network works where it is: a cell may keep
     it open and read what a private session writes into it there."""
-    for workspace, pid in holders:
-        if source.is_relative_to(workspace):
-            return (
-                f"Not moved: {shown(source)} is in the folder of a sandbox with network (kernel process {pid}, "
-                f"working in {shown(workspace)}), and {shown(target.parent)} is private: a cell there may keep the "
-                "file open and read what a private session writes into it. Shut that notebook's kernel down "
-                "first, or copy the file."
-            )
-    return None
+    if (around := _holder_around(source, holders)) is None:
+        return None
+    workspace, pid = around
+    return (
+        f"Not moved: {shown(source)} is in the folder of a sandbox with network (kernel process {pid}, "
+        f"working in {shown(workspace)}), and {shown(target.parent)} is private: a cell there may keep the "
+        "file open and read what a private session writes into it. Shut that notebook's kernel down "
+        "first, or copy the file."
+    )
 
 
 _IMPERATIVE = {"moved": "Move", "copied": "Copy"}
@@ -239,18 +245,21 @@ def guard_move(
     if kind is None or source == target or os.path.lexists(target):
         return  # nothing to carry, or the contents manager refuses it itself
     stores = list(stores) if stores is not None else every_store()
-    holders = _networked_holders(stores)
-    if kind and (live := _live_sandbox(source, target, holders, stores, shown)) is not None:
-        raise MoveRefused(live)
-    plans = _plans(source, stores, kind, shown)
     if not kind:
-        for plan in plans:
+        for plan in _plans(source, stores, kind, shown):
             there = _around(plan.levels, target.parent, shown)
             if plan.around.level > there.level:
                 raise MoveRefused(_refusal("moved", source, plan.around, target.parent, there.level, shown))
-            if there.level > Sensitivity.PUBLIC and (live := _held_file(source, target, holders, shown)):
+            # the holders' reports are read only for a file going into a private folder
+            if there.level > Sensitivity.PUBLIC and (
+                live := _held_file(source, target, _networked_holders(stores), shown)
+            ):
                 raise MoveRefused(live)
         return
+    holders = _networked_holders(stores)
+    if (live := _live_sandbox(source, target, holders, stores, shown)) is not None:
+        raise MoveRefused(live)
+    plans = _plans(source, stores, kind, shown)
     data = max((plan.highest for plan in plans), key=lambda x: x.level, default=_Level(Sensitivity.PUBLIC))
     for workspace, pid in holders if data.level > Sensitivity.PUBLIC else []:
         if target.is_relative_to(workspace):

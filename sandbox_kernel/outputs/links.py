@@ -21,6 +21,7 @@ remain; this module covers text.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 _SCHEME_SEP = re.compile(r"://")
@@ -55,14 +56,11 @@ def _defang_url(text: str) -> str:
     return _PROTOCOL_RELATIVE.sub(r"\1[/]/", defang_text(text))
 
 
-def defang_json(value: Any, *, urls: bool = False) -> Any:
-    """Every string of a JSON value (keys too) defanged; iterative (deep values
-    cannot exhaust the stack). ``urls``: the strings may be used as URLs by
-    code in the page (widget state: a map's tile URL, a third-party widget's
-    image), so a scheme-less ``//host`` is broken too."""
-    defang = _defang_url if urls else defang_text
+def map_json_strings(value: Any, fn: Callable[[str], str]) -> Any:
+    """A copy of a JSON value with ``fn`` applied to every string (keys too);
+    iterative, so deep values cannot exhaust the stack."""
     if isinstance(value, str):
-        return defang(value)
+        return fn(value)
     if not isinstance(value, (list, dict)):
         return value
     root: list[Any] = [None]
@@ -72,12 +70,19 @@ def defang_json(value: Any, *, urls: bool = False) -> Any:
         if isinstance(item, dict):
             copy: Any = {}
             for k, v in item.items():
-                stack.append((v, copy, defang(k) if isinstance(k, str) else k))
+                stack.append((v, copy, fn(k) if isinstance(k, str) else k))
         elif isinstance(item, list):
             copy = [None] * len(item)
             for i, v in enumerate(item):
                 stack.append((v, copy, i))
         else:
-            copy = defang(item) if isinstance(item, str) else item
+            copy = fn(item) if isinstance(item, str) else item
         parent[key] = copy
     return root[0]
+
+
+def defang_json(value: Any, *, urls: bool = False) -> Any:
+    """Every string of a JSON value (keys too) defanged. ``urls``: the strings
+    may be used as URLs by code in the page (widget state: a map's tile URL, a
+    third-party widget's image), so a scheme-less ``//host`` is broken too."""
+    return map_json_strings(value, _defang_url if urls else defang_text)

@@ -21,7 +21,8 @@ passes the same policy (guarantee 8):
   model as it was opened;
 - once the session is private, every string is defanged, links are removed
   and nothing is fetched: no ``url()`` in styles, no Image/Video/Audio with
-  ``format="url"`` but a ``data:`` image;
+  ``format="url"`` but a ``data:`` image, no math command that fetches in a
+  string MathJax typesets (a Label's value, a description);
 - a message over ``max_message_bytes`` or beyond ``rate`` messages a second is
   dropped, with a notice.
 
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ._html import clean_html
-from ._policy import Notes, clean_css, describe_url_removal, image_ok
+from ._policy import Notes, clean_css, clean_tex, describe_url_removal, image_ok
 from ._widget_names import (
     HTML_VALUE_MODELS,
     HTML_VIEWS,
@@ -53,7 +54,7 @@ from ._widget_names import (
     version_problem,
     view_problem,
 )
-from .links import defang_json, defang_text
+from .links import defang_json, defang_text, map_json_strings
 from .sanitize import sanitize_bundle
 
 #: the MIME type of a widget view in a display bundle
@@ -451,7 +452,12 @@ class WidgetComms:
         if comm.model_name == "OutputModel" and "outputs" in out:
             out["outputs"] = _clean_outputs(out["outputs"], private, notes)
         if private:
-            out = defang_json(out, urls=True)
+            # every string is defanged, and math commands that fetch are
+            # disarmed: ipywidgets typesets a Label's value and descriptions
+            # with MathJax (``$\mmlToken{mglyph}[src=...]{}$`` is an image)
+            out = map_json_strings(
+                defang_json(out, urls=True), lambda text: clean_tex(text, private=True, notes=notes, where=where)
+            )
         return out
 
     def _take_identity(self, comm: _Comm, state: Mapping[str, Any]) -> None:

@@ -618,7 +618,7 @@ GLYPH = '\\mmlToken{mglyph}[src="//evil.example/?d=1"]{}'
 def test_private_mathjax_mmltoken_disarmed(mime: str) -> None:
     """``\\mmlToken{mglyph}[src=...]`` is an image Lab's MathJax loads from any
     host, its SafeHandler included (attacked in a browser:
-    tests/browser/test_private_diagrams_and_math.py)."""
+    tests/browser/test_private_outputs_in_a_plain_lab.py)."""
     text = f"$x + {GLYPH}$ and $\\let\\m\\mmlToken \\m{{mglyph}}[src=//evil.example]{{}}$"
     out = sanitize_bundle({mime: text}, private=True)
     assert "\\mmlToken" not in out.data[mime], out.data[mime]
@@ -674,7 +674,7 @@ MERMAID = (
 )
 def test_private_mermaid_diagrams_are_shown_as_their_source(markdown: str) -> None:
     """Mermaid draws in the page first, and its configuration, styles and image
-    shapes fetch (attacked in a browser: tests/browser/test_private_diagrams_and_math.py):
+    shapes fetch (attacked in a browser: tests/browser/test_private_outputs_in_a_plain_lab.py):
     once private, no fence that JupyterLab would draw is left, wherever it sits."""
     out = sanitize_bundle({"text/markdown": markdown}, private=True)
     text = out.data["text/markdown"]

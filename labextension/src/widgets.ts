@@ -16,6 +16,8 @@
  *   button.sk-switch-kernel                                 "Switch to the sandboxed kernel"
  *                                                           (in the item and in its popup)
  *   .sk-status-links-disabled                               popup: links disabled once private
+ *   .sk-status-no-page-policy                               popup: once private, on a server without
+ *                                                           the page policy (files can still fetch)
  *   .sk-status-dialog                                       the details popup
  *   button.sk-mark-private                                  its "Mark session private…"
  *   .sk-mark-private-dialog, select.sk-mark-private-level,
@@ -30,6 +32,7 @@ import {
   SANDBOX_KERNEL_NAME,
   type StatusClient
 } from './client';
+import { outputScriptsOff } from './outputScripts';
 import { IState, Level, MARKABLE_LEVELS, levelRank } from './protocol';
 
 /** The item's text on a notebook whose kernel is not sandbox_kernel. */
@@ -425,6 +428,22 @@ class StatusBody extends Widget {
             'lose every external URL and the browser cannot send the data anywhere.'
         )
       );
+      // Files the session wrote are the page policy's to keep inert (an
+      // untrusted notebook's images, an HTML file's frames); a server without
+      // it (its own config, SANDBOX_KERNEL_REMOTE_CONTENT=1) gets told.
+      if (!outputScriptsOff()) {
+        node.appendChild(
+          el(
+            'p',
+            'sk-status-no-page-policy',
+            "This Jupyter server does not apply sandbox_kernel's page policy: files this " +
+              'session wrote (notebooks, HTML, markdown) can still make the browser fetch ' +
+              'addresses when you open them here. Start Lab with scripts/lab.sh, or add ' +
+              'lab_content_policy.apply(c) to jupyter_server_config.py (docs/security.md, ' +
+              '"Files a sandbox wrote").'
+          )
+        );
+      }
     }
 
     if (state.egress) {

@@ -353,6 +353,8 @@ def test_launcher_first_tile_opens_a_sandboxed_notebook(page: Page, lab: LabServ
     item(page).click()
     dialog = page.locator(".sk-status-dialog")
     expect(dialog.locator(".sk-status-links-disabled")).to_contain_text("Links in outputs are disabled")
+    # this Lab applies the page policy: no warning that files could still fetch
+    expect(dialog.locator(".sk-status-no-page-policy")).to_have_count(0)
     shot(page, "popup-links-disabled")
     page.keyboard.press("Escape")
     expect(dialog).to_have_count(0)

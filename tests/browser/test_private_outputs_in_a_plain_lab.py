@@ -353,6 +353,14 @@ def test_a_private_sessions_diagrams_and_math_fetch_nothing_in_a_plain_lab(
     expect(outputs.filter(has_text="mermaid diagram shown as its source")).to_have_count(1)
     expect(private.locator("figure img")).to_have_count(0)
 
+    # files the session wrote are the page policy's to keep inert, and this
+    # server has none: the status popup says so, and how to add it
+    status_item(page).click()
+    warning = page.locator(".sk-status-dialog .sk-status-no-page-policy")
+    expect(warning).to_contain_text("does not apply sandbox_kernel's page policy")
+    expect(warning).to_contain_text("lab_content_policy.apply(c)")
+    page.keyboard.press("Escape")
+
 
 #: the battery's entries that fetch while the session is public (the control:
 #: each is live in this Lab). The public policy removes the others' addresses

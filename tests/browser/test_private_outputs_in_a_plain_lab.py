@@ -63,7 +63,7 @@ CELL_TIMEOUT = 90_000
 #: what each payload fetches (its path on the recorder after the session's tag)
 PAYLOADS = ("font", "theme", "shape", "markdown-math", "latex", "label", "description")
 
-#: Every other way an output names an address (name, MIME type, content):
+#: The other ways we know an output names an address (name, MIME type, content):
 #: ``@AT@`` is ``//<recorder>/<tag>``, ``@HOST@`` the recorder's host and port,
 #: ``@TLS@`` a listener that counts connections (``https:host/x`` without
 #: slashes is another host to a page on ``http:``).

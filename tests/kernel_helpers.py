@@ -58,6 +58,29 @@ class LoopbackHTTPServer:
         self.httpd.server_close()
 
 
+class RecordingHTTPServer(LoopbackHTTPServer):
+    """An HTTP server on 127.0.0.1 (another origin than a Lab's) that keeps the
+    path of every request in ``heard`` and answers each with a 1-pixel GIF, so
+    an image a page loads from it is a real image."""
+
+    def __init__(self) -> None:
+        heard: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                heard.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", "image/gif")
+                self.end_headers()
+                self.wfile.write(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.heard = heard
+        super().__init__(Handler)
+
+
 class LoopbackListener:
     """A TCP service on 127.0.0.1 that counts the connections it accepts and
     sends ``banner`` on each (a preconnect opens a connection and sends

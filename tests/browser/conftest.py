@@ -25,6 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "network"))
 
+from kernel_helpers import RecordingHTTPServer
 from lab_helpers import REPO, LabServer, Shots, serving
 from proxy_helpers import OriginServer
 
@@ -92,6 +93,16 @@ def lab(chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts
             yield server
     finally:
         origin.close()
+
+
+@pytest.fixture
+def recorder() -> Iterator[RecordingHTTPServer]:
+    """A server on 127.0.0.1 that records what a page fetched from it."""
+    server = RecordingHTTPServer()
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 @pytest.fixture(scope="module")

@@ -27,10 +27,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from kernel_helpers import LoopbackHTTPServer, LoopbackListener
+from kernel_helpers import LoopbackHTTPServer, LoopbackListener, RecordingHTTPServer
 from lab_helpers import LabServer, code_cell, with_inline_scripts
 from playwright.sync_api import BrowserContext, Page, expect
-from test_workspace_files_render import Recorder
 
 from sandbox_kernel.lab_content_policy import content_security_policy
 
@@ -51,7 +50,7 @@ class Attacker:
     hint opens a connection and sends nothing, so each hint file gets its own
     listener."""
 
-    recorder: Recorder
+    recorder: RecordingHTTPServer
     listeners: dict[str, LoopbackListener] = field(default_factory=dict)
 
     def port(self, name: str) -> int:
@@ -234,7 +233,7 @@ def _open_each(context: BrowserContext, urls: list[str], shows: str | None = Non
 
 @pytest.fixture
 def attacker() -> Iterator[Attacker]:
-    recorder = Recorder()
+    recorder = RecordingHTTPServer()
     found = Attacker(recorder)
     try:
         yield found

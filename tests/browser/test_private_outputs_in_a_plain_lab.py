@@ -47,11 +47,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from kernel_helpers import LoopbackHTTPServer, LoopbackListener
+from kernel_helpers import LoopbackListener, RecordingHTTPServer
 from lab_helpers import LabServer, code_cell, notebook_json, serving
 from playwright.sync_api import Locator, Page, expect
 from test_status_widget import RATCHET_CELL, open_notebook, status_item
@@ -245,31 +244,6 @@ def battery(tag, start, stop):
 """
 
 
-class Recorder(LoopbackHTTPServer):
-    """An HTTP server on 127.0.0.1 (another origin than the Lab's) that keeps every path asked for."""
-
-    def __init__(self) -> None:
-        heard: list[str] = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                heard.append(self.path)
-                self.send_response(200)
-                self.send_header("Content-Type", "image/gif")
-                self.end_headers()
-                self.wfile.write(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;")
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.heard = heard
-        super().__init__(Handler)
-
-    def payloads_heard(self, tag: str) -> set[str]:
-        prefix = f"/{tag}-"
-        return {path[len(prefix) :] for path in self.heard if path.startswith(prefix)}
-
-
 @pytest.fixture(scope="module")
 def lab(chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[LabServer]:
     """A Lab as people run it themselves: no page policy of ours, the kernel and extension installed."""
@@ -278,13 +252,10 @@ def lab(chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts
         yield server
 
 
-@pytest.fixture
-def recorder() -> Iterator[Recorder]:
-    server = Recorder()
-    try:
-        yield server
-    finally:
-        server.close()
+def _heard(recorder: RecordingHTTPServer, tag: str) -> set[str]:
+    """The payloads (paths after ``/<tag>-``) the recorder was asked for."""
+    prefix = f"/{tag}-"
+    return {path[len(prefix) :] for path in recorder.heard if path.startswith(prefix)}
 
 
 @pytest.fixture
@@ -296,7 +267,9 @@ def tls() -> Iterator[LoopbackListener]:
         listener.close()
 
 
-def _notebook(lab: LabServer, folder_name: str, recorder: Recorder, tls: LoopbackListener, cells: list[str]) -> str:
+def _notebook(
+    lab: LabServer, folder_name: str, recorder: RecordingHTTPServer, tls: LoopbackListener, cells: list[str]
+) -> str:
     """A folder of its own (a private notebook raises its own folder) with the
     payloads and a notebook of ``cells``; its path."""
     folder = lab.notebooks / folder_name
@@ -318,7 +291,7 @@ def _run(page: Page, cell: Locator) -> None:
 
 @pytest.mark.parametrize("ui", ["lab", "notebook"])
 def test_a_private_sessions_diagrams_and_math_fetch_nothing_in_a_plain_lab(
-    page: Page, lab: LabServer, recorder: Recorder, tls: LoopbackListener, ui: str
+    page: Page, lab: LabServer, recorder: RecordingHTTPServer, tls: LoopbackListener, ui: str
 ) -> None:
     sources = ['from payloads import show\nshow("public")', RATCHET_CELL, 'show("private")']
     open_notebook(page, lab, _notebook(lab, ui, recorder, tls, sources), ui=ui)
@@ -330,9 +303,9 @@ def test_a_private_sessions_diagrams_and_math_fetch_nothing_in_a_plain_lab(
         1, timeout=CELL_TIMEOUT
     )
     deadline = time.monotonic() + 30
-    while recorder.payloads_heard("public") != set(PAYLOADS) and time.monotonic() < deadline:
+    while _heard(recorder, "public") != set(PAYLOADS) and time.monotonic() < deadline:
         page.wait_for_timeout(500)
-    assert recorder.payloads_heard("public") == set(PAYLOADS), f"the control fetched only {recorder.heard}"
+    assert _heard(recorder, "public") == set(PAYLOADS), f"the control fetched only {recorder.heard}"
     expect(cells.nth(0).locator("figure img")).to_have_count(1)  # the diagram was drawn
 
     _run(page, cells.nth(1))
@@ -347,7 +320,7 @@ def test_a_private_sessions_diagrams_and_math_fetch_nothing_in_a_plain_lab(
     expect(outputs.locator(".widget-label mjx-container")).to_have_count(2)
     expect(outputs.locator(".widget-slider")).to_have_count(1)
     page.wait_for_timeout(3000)  # what the public outputs fetched, they fetched within this
-    assert recorder.payloads_heard("private") == set(), f"a private session's output fetched: {recorder.heard}"
+    assert _heard(recorder, "private") == set(), f"a private session's output fetched: {recorder.heard}"
     # the diagram is shown as its source, and the note says why
     expect(outputs.locator("pre code", has_text="flowchart done")).to_have_count(1)
     expect(outputs.filter(has_text="mermaid diagram shown as its source")).to_have_count(1)
@@ -385,7 +358,7 @@ LIVE_WHILE_PUBLIC = {
 
 
 def test_a_private_sessions_outputs_fetch_nothing_in_a_plain_lab(
-    page: Page, lab: LabServer, recorder: Recorder, tls: LoopbackListener
+    page: Page, lab: LabServer, recorder: RecordingHTTPServer, tls: LoopbackListener
 ) -> None:
     """Each way an output names an address, through the kernel's policy into a
     Lab that has no page policy: what the policy lets a public session fetch
@@ -412,9 +385,9 @@ def test_a_private_sessions_outputs_fetch_nothing_in_a_plain_lab(
     run_part(1, "public battery from 0 shown")
     run_part(2, f"public battery from {half} shown")
     deadline = time.monotonic() + 30
-    while not recorder.payloads_heard("public") >= LIVE_WHILE_PUBLIC and time.monotonic() < deadline:
+    while not _heard(recorder, "public") >= LIVE_WHILE_PUBLIC and time.monotonic() < deadline:
         page.wait_for_timeout(500)
-    assert recorder.payloads_heard("public") >= LIVE_WHILE_PUBLIC, f"the control fetched only {recorder.heard}"
+    assert _heard(recorder, "public") >= LIVE_WHILE_PUBLIC, f"the control fetched only {recorder.heard}"
     assert tls.accepted > 0, "the control made no connection for https:host without slashes"
     connections = tls.accepted
 
@@ -424,7 +397,7 @@ def test_a_private_sessions_outputs_fetch_nothing_in_a_plain_lab(
     run_part(5, f"private battery from {half} shown")
     expect(first.locator("p.sk-private")).to_have_count(1)  # the HTML was shown, only its addresses went
     page.wait_for_timeout(3000)
-    assert recorder.payloads_heard("private") == set(), f"a private session's output fetched: {recorder.heard}"
+    assert _heard(recorder, "private") == set(), f"a private session's output fetched: {recorder.heard}"
     assert tls.accepted == connections, "a private session's output made a connection"
 
 
@@ -463,7 +436,9 @@ def trusting_lab(chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, 
         yield server
 
 
-def _scripts(page: Page, lab: LabServer, recorder: Recorder, tls: LoopbackListener) -> tuple[set[str], list[str]]:
+def _scripts(
+    page: Page, lab: LabServer, recorder: RecordingHTTPServer, tls: LoopbackListener
+) -> tuple[set[str], list[str]]:
     """Display every script vector from a sandboxed kernel; what ran, and what a click would run."""
     # Lab shows 50 outputs of a cell, and each removal adds a note: a few cells
     third = len(SCRIPT_BATTERY + CLICK_BATTERY) // 2
@@ -510,7 +485,7 @@ LIVE_SCRIPTS = {
 
 
 def test_control_without_the_output_policy_the_vectors_run_in_a_plain_lab(
-    page: Page, trusting_lab: LabServer, recorder: Recorder, tls: LoopbackListener
+    page: Page, trusting_lab: LabServer, recorder: RecordingHTTPServer, tls: LoopbackListener
 ) -> None:
     ran, clickable = _scripts(page, trusting_lab, recorder, tls)
     assert ran >= LIVE_SCRIPTS, f"the control ran only {sorted(ran)}"
@@ -519,7 +494,7 @@ def test_control_without_the_output_policy_the_vectors_run_in_a_plain_lab(
 
 
 def test_a_sandboxs_outputs_run_no_script_in_a_plain_lab(
-    page: Page, lab: LabServer, recorder: Recorder, tls: LoopbackListener
+    page: Page, lab: LabServer, recorder: RecordingHTTPServer, tls: LoopbackListener
 ) -> None:
     """Guarantee 8's first half, where only the output policy holds it."""
     ran, clickable = _scripts(page, lab, recorder, tls)

@@ -20,12 +20,11 @@ import base64
 import html
 import json
 import urllib.request
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kernel_helpers import LoopbackHTTPServer, LoopbackListener
+from kernel_helpers import LoopbackListener, RecordingHTTPServer
 from lab_helpers import LabServer, code_cell, notebook_json
 from playwright.sync_api import Page, expect
 
@@ -35,36 +34,6 @@ pytestmark = pytest.mark.timeout(240)
 
 APP_LOAD_TIMEOUT = 60_000
 SECRET = "patient-4711"
-
-
-class Recorder(LoopbackHTTPServer):
-    """An HTTP server on 127.0.0.1 that keeps the path of every request."""
-
-    def __init__(self) -> None:
-        heard: list[str] = []
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                heard.append(self.path)
-                self.send_response(200)
-                self.send_header("Content-Type", "image/gif")
-                self.end_headers()
-                self.wfile.write(b"GIF89a\x01\x00\x01\x00\x00\x00\x00;")
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.heard = heard
-        super().__init__(Handler)
-
-
-@pytest.fixture
-def recorder() -> Iterator[Recorder]:
-    server = Recorder()
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def _leaky_html(base: str, where: str) -> str:
@@ -119,7 +88,9 @@ def test_the_lab_serves_its_pages_with_the_policy(lab: LabServer) -> None:
     assert "img-src 'self' data: blob:" in header and "connect-src 'self'" in header
 
 
-def test_a_private_sessions_files_opened_in_lab_fetch_nothing(page: Page, lab: LabServer, recorder: Recorder) -> None:
+def test_a_private_sessions_files_opened_in_lab_fetch_nothing(
+    page: Page, lab: LabServer, recorder: RecordingHTTPServer
+) -> None:
     folder = lab.notebooks / "leaky"
     folder.mkdir()
     (folder / "report.ipynb").write_text(json.dumps(_leaky_notebook(recorder.base)))

@@ -452,9 +452,17 @@ class SandboxManager:
                     if name != "none":
                         self.client.api.disconnect_container_from_network(session.container_id, name, force=True)
             except Exception as exc:  # the container may be gone; removing it is the fallback
+                # Fail closed for both kinds: an ephemeral container left running
+                # here would keep its network beside a private workspace until
+                # its command ends (its holder then removes an absent container).
                 log.warning("could not disconnect %s (%s): removing it", session.container_name, exc)
-                if not session.ephemeral:
-                    self._forget(session)
+                try:
+                    if session.ephemeral:
+                        self._remove_container(session.container_id)
+                    else:
+                        self._forget(session)
+                except Exception as gone_exc:  # keep cutting the others
+                    log.error("could not remove %s either: %s", session.container_name, gone_exc)
                 continue
             session.network_mode = mode
             cut.append(session.container_name)

@@ -177,8 +177,7 @@ def make_manager(
             config=config,
             workspace_root=tmp_path / "workspaces",
             network_mode_getter=mode_switch,
-            client=docker_client,
-            **(manager_kwargs or {}),
+            **{"client": docker_client, **(manager_kwargs or {})},
         )
         managers.append(manager)
         return manager

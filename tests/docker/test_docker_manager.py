@@ -401,3 +401,67 @@ def test_default_getter_follows_the_privacy_store(
         assert _interfaces(manager, ids, persistent=True) == ["lo"]
         assert manager.execute_command(user, session, "cat /workspace/f", persistent=True) == (0, "before\n")
         assert _interfaces(manager, ids, persistent=False) == ["lo"]
+
+
+# ------------------------------------------------------------- the watcher's cut
+
+
+class _DaemonRefusingDisconnect:
+    """The real client, except that the daemon refuses every network
+    disconnect (as a daemon in trouble does): only the refusal is played,
+    the containers and their removal are real."""
+
+    class _API:
+        def __init__(self, api: Any) -> None:
+            self._api = api
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._api, name)
+
+        def disconnect_container_from_network(self, *args: Any, **kwargs: Any) -> Any:
+            raise docker.errors.APIError("refused by the test: daemon in trouble")
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.api = self._API(client.api)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def _networks(client: Any, container_id: str) -> list[str]:
+    return sorted((_inspect(client, container_id)["NetworkSettings"] or {}).get("Networks") or {})
+
+
+def test_the_watchers_cut_disconnects_held_containers_and_they_keep_running(
+    manager: SandboxManager, docker_client: Any, ids: tuple[str, str], mode_switch: Any
+) -> None:
+    persistent = manager.get_or_create_session(*ids)
+    with manager.ephemeral_session(*ids) as ephemeral:
+        assert _networks(docker_client, persistent.container_id) == ["bridge"]
+        assert _networks(docker_client, ephemeral.container_id) == ["bridge"]
+        assert manager.enforce_network() == []  # still public: nothing cut
+        mode_switch.mode = NetworkMode.NONE
+        assert sorted(manager.enforce_network()) == sorted([persistent.container_name, ephemeral.container_name])
+        for held in (persistent, ephemeral):
+            assert _networks(docker_client, held.container_id) == []
+            assert _inspect(docker_client, held.container_id)["State"]["Running"] is True
+    assert manager.execute_command(*ids, "ls /sys/class/net", persistent=True) == (0, "lo\n")
+    assert manager.get_session(*ids).container_id == persistent.container_id  # cut, not replaced
+
+
+def test_a_refused_disconnect_removes_the_held_containers_ephemeral_included(
+    make_manager: Any, docker_client: Any, ids: tuple[str, str], mode_switch: Any
+) -> None:
+    manager = make_manager(manager_kwargs={"client": _DaemonRefusingDisconnect(docker_client)})
+    persistent = manager.get_or_create_session(*ids)
+    with manager.ephemeral_session(*ids) as ephemeral:
+        mode_switch.mode = NetworkMode.NONE
+        assert manager.enforce_network() == []  # nothing could be cut ...
+        # ... so nothing keeps its network: both containers are gone at once,
+        # the ephemeral one while its holder still has it.
+        assert _gone(docker_client, ephemeral.container_id)
+        assert _gone(docker_client, persistent.container_id)
+        assert manager.get_session(*ids) is None
+    # The next command gets a container made without a network.
+    assert manager.execute_command(*ids, "ls /sys/class/net", persistent=True) == (0, "lo\n")

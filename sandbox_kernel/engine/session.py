@@ -795,9 +795,15 @@ class Session:
         if self.worker.process.network_cut:
             return True
         cut = await self.worker.process.cut_network()
-        if not cut and self.config.network == "host":
-            # The host's own network cannot be taken away: the sandbox goes.
-            self.worker.dead_reason = "the session became private while the sandbox shared the host network"
+        if not cut and (self.config.network == "host" or self.worker.process.cut_refused):
+            # The host's own network cannot be taken away, and a Docker daemon
+            # may refuse a disconnect: the sandbox goes (fail closed). Its state
+            # then comes back from the last checkpoint and the replay log.
+            self.worker.dead_reason = (
+                "the session became private while the sandbox shared the host network"
+                if self.config.network == "host"
+                else "the session became private and the sandbox's network could not be cut, so the sandbox was stopped"
+            )
             await self.worker.kill()
             cut = True
         if cut:

@@ -241,6 +241,9 @@ class SandboxProcess:
 
     #: set once :meth:`cut_network` succeeded
     network_cut = False
+    #: set when whoever holds the network refused to take it away (a Docker
+    #: daemon refusing a disconnect): only killing the sandbox can do it then
+    cut_refused = False
 
     async def kill(self) -> None:
         """Kill the whole sandbox: it leads its own session, so its group goes too."""

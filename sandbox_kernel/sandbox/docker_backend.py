@@ -134,6 +134,7 @@ class ContainerProcess(SandboxProcess):
             await asyncio.to_thread(_disconnect_all, self.client, self.container_id)
         except Exception as exc:
             log.error("could not disconnect sandbox container %s: %s", self.container_id[:12], exc)
+            self.cut_refused = True
             return False
         self.network_cut = True
         return True

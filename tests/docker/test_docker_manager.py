@@ -20,6 +20,8 @@ except ImportError:  # the SDK comes with sandbox_kernel[docker]
         raise
     pytest.skip("the docker SDK is not installed", allow_module_level=True)
 
+from daemon_refusals import DaemonRefusingDisconnect
+
 from sandbox_kernel.docker import TIMEOUT_EXIT_CODE, SandboxManager
 from sandbox_kernel.privacy.modes import NetworkMode
 
@@ -406,29 +408,6 @@ def test_default_getter_follows_the_privacy_store(
 # ------------------------------------------------------------- the watcher's cut
 
 
-class _DaemonRefusingDisconnect:
-    """The real client, except that the daemon refuses every network
-    disconnect (as a daemon in trouble does): only the refusal is played,
-    the containers and their removal are real."""
-
-    class _API:
-        def __init__(self, api: Any) -> None:
-            self._api = api
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._api, name)
-
-        def disconnect_container_from_network(self, *args: Any, **kwargs: Any) -> Any:
-            raise docker.errors.APIError("refused by the test: daemon in trouble")
-
-    def __init__(self, client: Any) -> None:
-        self._client = client
-        self.api = self._API(client.api)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-
 def _networks(client: Any, container_id: str) -> list[str]:
     return sorted((_inspect(client, container_id)["NetworkSettings"] or {}).get("Networks") or {})
 
@@ -453,7 +432,7 @@ def test_the_watchers_cut_disconnects_held_containers_and_they_keep_running(
 def test_a_refused_disconnect_removes_the_held_containers_ephemeral_included(
     make_manager: Any, docker_client: Any, ids: tuple[str, str], mode_switch: Any
 ) -> None:
-    manager = make_manager(manager_kwargs={"client": _DaemonRefusingDisconnect(docker_client)})
+    manager = make_manager(manager_kwargs={"client": DaemonRefusingDisconnect(docker_client)})
     persistent = manager.get_or_create_session(*ids)
     with manager.ephemeral_session(*ids) as ephemeral:
         mode_switch.mode = NetworkMode.NONE

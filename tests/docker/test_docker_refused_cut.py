@@ -1,0 +1,102 @@
+"""The ratchet's cut when the Docker daemon refuses it: the sandbox goes at once.
+
+A rise takes the network away first and carries the state afterwards, so a
+slow checkpoint cannot keep the network. With a Docker sandbox the cut is a
+disconnect by the daemon; when the daemon refuses it, the sandbox must not stay
+networked while its state is carried (here a 12 s ``__reduce__``): it is
+removed at once and the state comes back from the replay log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+docker = pytest.importorskip("docker")  # CI installs sandbox_kernel[docker]: tests/docker/conftest.py fails there
+
+from daemon_refusals import DaemonRefusingDisconnect  # noqa: E402
+
+from sandbox_kernel.engine import EngineConfig, Session  # noqa: E402
+from sandbox_kernel.engine.ratchet import Ratchet  # noqa: E402
+from sandbox_kernel.privacy import PrivacyStore  # noqa: E402
+from sandbox_kernel.sandbox.docker_backend import DockerSandbox  # noqa: E402
+
+pytestmark = pytest.mark.asyncio
+
+IFACES = "print(sorted(n for _, n in socket.if_nameindex()))"
+
+
+def _networked(client: Any, container_id: str) -> bool:
+    """The container still runs attached to a network."""
+    try:
+        info = client.api.inspect_container(container_id)
+    except docker.errors.NotFound:
+        return False
+    networks = set((info.get("NetworkSettings") or {}).get("Networks") or {}) - {"none"}
+    return bool(networks) and bool((info.get("State") or {}).get("Running"))
+
+
+async def _run(session: Session, code: str, count: int) -> tuple[str, str]:
+    emitted: list[tuple[str, dict[str, Any]]] = []
+    result = await session.execute(
+        code, execution_count=count, emit=lambda kind, content: emitted.append((kind, content))
+    )
+    errors = "".join(f"{c.get('ename')}: {c.get('evalue')}" for kind, c in emitted if kind == "error")
+    return result.status, "".join(c.get("text", "") for kind, c in emitted if kind == "stream") + errors
+
+
+async def test_a_refused_disconnect_removes_the_busy_sandbox_before_its_state_moves(
+    docker_client: Any, test_image: str, tmp_path: Path
+) -> None:
+    sandbox = DockerSandbox(
+        client=DaemonRefusingDisconnect(docker_client),
+        image=test_image,
+        read_only_mounts={"/usr": "/usr"},
+        memory_limit="256m",
+        pids_limit=64,
+        cpu_limit=1.0,
+        tmpfs_size="16m",
+    )
+    workspace = tmp_path / "project" / "ws"
+    workspace.mkdir(parents=True)
+    ratchet = Ratchet("alice", "s1", PrivacyStore(tmp_path / "state" / "privacy"), workspace=workspace)
+    # no idle checkpoint: the only one would be taken when the state moves
+    session = Session(
+        EngineConfig(workspace=workspace, network="user", checkpoint_delay=3600), sandbox=sandbox, ratchet=ratchet
+    )
+    try:
+        status, text = await _run(
+            session,
+            "import socket, time\n"
+            "class Slow:\n"
+            "    def __reduce__(self):\n"
+            "        time.sleep(12)\n"
+            "        return (Slow, ())\n"
+            "slow = Slow()\n" + IFACES,
+            1,
+        )
+        assert status == "ok", text
+        assert "eth0" in text  # public: a bridge network
+        assert session.worker is not None
+        container = session.worker.process.container_id
+        assert _networked(docker_client, container)
+
+        busy = asyncio.ensure_future(_run(session, "while True:\n    time.sleep(0.05)", 2))
+        await asyncio.sleep(1.0)
+        await session.mark_private("CONFIDENTIAL", "payroll", source="api")
+        # The daemon refused the disconnect; the networked container is gone
+        # already, not after the 12 s checkpoint the move would have taken.
+        assert not _networked(docker_client, container)
+
+        status, text = await asyncio.wait_for(busy, 60)
+        assert status == "died"
+        assert "network could not be cut" in text, text  # the busy cell is told why
+        status, text = await _run(session, IFACES, 3)  # the import came back from the replay log
+        assert status == "ok", text
+        assert text.strip().endswith("['lo']")
+        assert not _networked(docker_client, session.worker.process.container_id)
+    finally:
+        await session.shutdown()

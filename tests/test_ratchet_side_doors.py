@@ -348,3 +348,42 @@ def test_store_read_in_a_fresh_process_fails_closed_when_the_record_vanished(tmp
         timeout=60,
     )
     assert out.stdout.split() == ["PUBLIC", "False"], (out.stdout, out.stderr)
+
+
+def test_a_session_without_network_gets_private_datasets_only_once_private(tmp_path: Path) -> None:
+    """``network="none"``: a public sandbox has no interface either, and used
+    to get the private datasets mounted from its first cell. A plain ``open``
+    then read them in a PUBLIC session: the ratchet never rose, so outputs
+    kept live links, the folder's level stayed public (a networked notebook in
+    it could read what the cell copied there) and the agent tools kept routing
+    to networked tools. The datasets now come only once private: asking for
+    one raises the ratchet, and a new sandbox mounts them."""
+    require_bwrap()
+    data = tmp_path / "hr.csv"
+    data.write_text("name,salary\nada,100\n")
+    for name in ("ws", "tmp", "config"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "config" / "sandbox_kernel_config.py").write_text(
+        f"c.SandboxKernel.private_datasets = {{'hr': {{'source': {str(data)!r}, 'sensitivity': 'SECRET'}}}}\n"
+    )
+    k = SandboxKernelHandle(
+        tmp_path / "ws",
+        tmp_path / "tmp",
+        extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.network=none"],
+        env={"JUPYTER_CONFIG_DIR": str(tmp_path / "config")},
+    )
+    try:
+        assert k.run(IFACES).stdout.strip() == "['lo']"
+        k.run("kept = [1, 2, 3]")
+        run = k.run("import os\nprint(os.path.exists('/private/hr'), os.listdir('/'))")
+        assert run.stdout.startswith("False"), run.stdout  # nothing private in a public sandbox
+        assert status_of(k)["private"] is False
+        run = k.run("import sandbox_kernel.private as p\nprint(p.open_dataset('hr').read())", stop_on_error=False)
+        assert run.status == "error" and "never had network" in run.reply["evalue"]
+        assert status_of(k)["private"] is True  # asking raised the ratchet first
+        run = k.run("import sandbox_kernel.private as p\nprint(p.open_dataset('hr').read(), kept)")
+        assert run.status == "ok" and "ada,100" in run.stdout and "[1, 2, 3]" in run.stdout
+        run = k.run("print('https:' + '//exfil.example/?d=ada')")
+        assert "https://exfil.example" not in run.stdout  # outputs are those of a private session
+    finally:
+        k.shutdown()

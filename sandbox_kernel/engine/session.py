@@ -141,6 +141,8 @@ class Session:
         self.proxy: EgressProxy | None = None
         #: a cell asked for a private dataset the live sandbox does not mount
         self._needs_mounts = False
+        #: the live sandbox was started public without network ("none"): no private mounts
+        self._public_unmounted = False
         self._replace_reason: str | None = None
         self.history: list[tuple[int, str]] = []
         self.worker: WorkerHandle | None = None
@@ -349,7 +351,10 @@ class Session:
                 command,
                 isolate_network=isolate_network,
                 ratchet=self.ratchet,
-                private_mounts=isolate_network and not proxied and not withhold_mounts,
+                # Only once private: a "none" sandbox has no interface while
+                # public too, and reading a dataset there must raise the ratchet
+                # (outputs, the folder's level, the tools' routing follow it).
+                private_mounts=isolate_network and not proxied and not withhold_mounts and not self.network_allowed,
                 store_dirs=self._store_dirs(),
                 allowed_roots=self.config.allowed_roots,
                 extra_mounts=extra_mounts,
@@ -548,6 +553,10 @@ class Session:
             else:
                 self._pending_notices.append(notice)
         spec = self._spec(withhold_mounts=bool(withheld))  # a refused workspace raises SandboxUnavailable
+        # a public "none" sandbox: no interface, and no private mounts until private
+        self._public_unmounted = (
+            self.isolate_network and not self.sandbox_proxied and not withheld and self.network_allowed
+        )
         worker, msg = await self._start_worker(spec)
         if msg.get("type") != Msg.READY and _transient_start_failure(worker.stderr_tail) and not self._closed:
             # The kernel's netlink set-up of a new network namespace can fail
@@ -1200,9 +1209,9 @@ class Session:
                     "closed): this cell goes on, and every variable, open file and thread is still there.\n"
                 )
             self._report_enforcement()
-        if reply.get("ok") and msg.get("kind") == "mount" and self.sandbox_proxied:
-            # The proxied sandbox never had the private mounts: a new one gets
-            # them (bwrap cannot add mounts to a running sandbox).
+        if reply.get("ok") and msg.get("kind") == "mount" and (self.sandbox_proxied or self._public_unmounted):
+            # The proxied sandbox, or a public "none" one, never had the private
+            # mounts: a new one gets them (bwrap cannot add mounts to a running sandbox).
             self._kill_reason = (
                 f"the private dataset {str(msg.get('name'))[:100]!r} is mounted only in a sandbox that never had "
                 "network, so a new one was started"

@@ -208,3 +208,45 @@ def test_jupyter_servers_contents_managers_apply_the_rules(
         await call(cm.copy("public", "projects"))  # public data: as jupyter_server does it
 
     asyncio.run(scenario())
+
+
+def test_a_taken_name_does_not_skip_the_refusals(store: Path, root: Path) -> None:
+    """The contents manager refuses a taken name only at its own later look. A
+    sandbox flipping the target name (mkdir/rmdir in a loop) made this guard
+    see it taken and return early, while the manager then found it free and
+    moved the private folder into the networked sandbox's folder (about one
+    try in 30 in the attack). The refusals now run whatever the name holds;
+    only the records wait for a move that can happen."""
+    levels = WorkspaceLevels.beside(PrivacyStore(store))
+    _private(levels, root / "Untitled Folder")
+    (root / "public" / "rows").mkdir()  # the name, taken at the guard's look
+    record = EnforcementRecord(store, "u", "s", workspace=root / "public")
+    try:
+        record.report(Sensitivity.PUBLIC, has_network=True)
+        with pytest.raises(MoveRefused, match="where it would land"):
+            guard_move(root / "Untitled Folder", root / "public" / "rows", [store])
+        (root / "public" / "rows.csv").write_text("taken")
+        with pytest.raises(MoveRefused, match="PUBLIC"):
+            guard_move(root / "Untitled Folder" / "rows.csv", root / "public" / "rows.csv", [store])
+    finally:
+        record.close()
+    assert levels.exact(root / "public" / "rows").sensitivity == PUBLIC  # a taken name records nothing
+
+
+def test_a_file_with_other_names_does_not_go_into_a_more_private_folder(
+    levels: WorkspaceLevels, store: Path, root: Path
+) -> None:
+    """A public sandbox may hard-link a file (``os.link``: its own files, in its
+    folder). Moved into a private folder, the file keeps its other name where
+    it was, and what a private session writes into it there (open('w'),
+    to_csv, jupyter_server's own save) was readable through that name by the
+    next public notebook, with network."""
+    _private(levels, root / "Untitled Folder")
+    results = root / "public" / "results.csv"
+    results.write_text("a,b\n")
+    os.link(results, root / "public" / ".results.csv.swp")
+    with pytest.raises(MoveRefused, match=r"1 other name\(s\) \(hard links\)"):
+        guard_move(results, root / "Untitled Folder" / "results.csv", [store])
+    guard_move(results, root / "projects" / "results.csv", [store])  # as public there: nothing to show
+    os.unlink(root / "public" / ".results.csv.swp")
+    guard_move(results, root / "Untitled Folder" / "results.csv", [store])  # one name: it may go

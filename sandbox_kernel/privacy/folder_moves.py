@@ -217,6 +217,24 @@ def _held_file(source: Path, target: Path, holders: list[tuple[Path, int]], show
     )
 
 
+def _other_names(source: Path, target: Path, shown: Shown) -> str | None:
+    """Why the file ``source`` must not go into the more private folder of
+    ``target``: it has other names (hard links, which a sandbox may make), and
+    what a private session writes into it there would be readable through
+    them where it is now."""
+    try:
+        info = os.lstat(source)
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink <= 1:
+        return None
+    return (
+        f"Not moved: {shown(source)} has {info.st_nlink - 1} other name(s) (hard links), and "
+        f"{shown(target.parent)} is more private than where it is: what a private session writes into it "
+        "there would be readable through those names. Copy the file instead (a copy is a new file)."
+    )
+
+
 _IMPERATIVE = {"moved": "Move", "copied": "Copy"}
 
 
@@ -242,14 +260,19 @@ def guard_move(
     roots (default: :func:`every_store`)."""
     source, target = _place(source), _place(target)
     kind = _is_folder(source)
-    if kind is None or source == target or os.path.lexists(target):
-        return  # nothing to carry, or the contents manager refuses it itself
+    if kind is None or source == target:
+        return  # nothing to carry
+    # A taken name is refused by the contents manager itself, but only at its
+    # own later look: a sandbox flipping the name between the two looks must
+    # not skip the refusals, so they run whatever this look finds.
     stores = list(stores) if stores is not None else every_store()
     if not kind:
         for plan in _plans(source, stores, kind, shown):
             there = _around(plan.levels, target.parent, shown)
             if plan.around.level > there.level:
                 raise MoveRefused(_refusal("moved", source, plan.around, target.parent, there.level, shown))
+            if there.level > plan.around.level and (linked := _other_names(source, target, shown)):
+                raise MoveRefused(linked)
             # the holders' reports are read only for a file going into a private folder
             if there.level > Sensitivity.PUBLIC and (
                 live := _held_file(source, target, _networked_holders(stores), shown)
@@ -270,6 +293,8 @@ def guard_move(
                 "could read it before its network is cut. Shut that notebook's kernel down first, or move the "
                 "folder elsewhere."
             )
+    if os.path.lexists(target):
+        return  # taken: the manager refuses the move, so nothing is recorded (a folder that did move is still known by its identity)
     for plan in plans:
         if plan.around.level > Sensitivity.PUBLIC:
             plan.levels.record(

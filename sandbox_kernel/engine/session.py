@@ -232,6 +232,12 @@ class Session:
         return not self.isolate_network
 
     @property
+    def _launch_has_network(self) -> bool:
+        """The network decision of the last launch gave the sandbox a way out
+        (an interface, or the egress proxy), cut since or not."""
+        return not self.isolate_network or self.sandbox_proxied
+
+    @property
     def network_reachable(self) -> bool:
         """The live sandbox, or a command of the session (``run_command``), can
         still send: started with network, not cut since."""
@@ -546,8 +552,12 @@ class Session:
             self.log.warning(self.sandbox.warning)
         try:
             worker, msg = await self._decide_and_start(emit)
-            launched_with_network = not self.isolate_network or self.sandbox_proxied
-            if msg.get("type") == Msg.READY and not self._closed and launched_with_network and not self.network_allowed:
+            if (
+                msg.get("type") == Msg.READY
+                and not self._closed
+                and self._launch_has_network
+                and not self.network_allowed
+            ):
                 # The session became private while this sandbox started with
                 # network (a host-side rise finds no live sandbox to cut in that
                 # window): it goes before it runs anything; one without network starts.
@@ -602,7 +612,7 @@ class Session:
         self._public_unmounted = (
             self.isolate_network and not self.sandbox_proxied and not withheld and self.network_allowed
         )
-        self._starting_network = not self.isolate_network or self.sandbox_proxied
+        self._starting_network = self._launch_has_network
         self._report_enforcement()
         worker, msg = await self._start_worker(spec)
         if msg.get("type") != Msg.READY and _transient_start_failure(worker.stderr_tail) and not self._closed:

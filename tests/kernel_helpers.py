@@ -262,6 +262,21 @@ class Run:
         return self.of("error")
 
 
+def configured_kernel(tmp_path: Path, config: str, *args: str) -> SandboxKernelHandle:
+    """A bwrap kernel in ``tmp_path/ws`` whose Jupyter config folder holds
+    ``config`` as its ``sandbox_kernel_config.py`` (what a user's file sets)."""
+    require_bwrap()
+    for name in ("ws", "tmp", "config"):
+        (tmp_path / name).mkdir(exist_ok=True)
+    (tmp_path / "config" / "sandbox_kernel_config.py").write_text(config)
+    return SandboxKernelHandle(
+        tmp_path / "ws",
+        tmp_path / "tmp",
+        extra_args=["--SandboxKernel.backend=bwrap", *args],
+        env={"JUPYTER_CONFIG_DIR": str(tmp_path / "config")},
+    )
+
+
 class SandboxKernelHandle:
     def __init__(
         self,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from kernel_helpers import SandboxKernelHandle, require_bwrap, status_of
+from kernel_helpers import SandboxKernelHandle, configured_kernel, status_of
 
 sys.path.insert(0, str(Path(__file__).parent / "network"))
 from proxy_helpers import OriginServer
@@ -42,21 +42,15 @@ def origin() -> Iterator[OriginServer]:
 
 
 def proxied_kernel(tmp_path: Path, extra_config: str = "", *args: str) -> SandboxKernelHandle:
-    require_bwrap()
-    for name in ("ws", "tmp", "config"):
-        (tmp_path / name).mkdir(exist_ok=True)
-    (tmp_path / "config" / "sandbox_kernel_config.py").write_text(
+    return configured_kernel(
+        tmp_path,
         "c.SandboxKernel.egress_allow = ['files.example', '*.test']\n"
         "c.SandboxKernel.egress_deny = ['blocked.test']\n"
         "c.SandboxKernel.egress_allow_addresses = ['127.0.0.1']\n"
         "c.SandboxKernel.egress_name_overrides = {'files.example': ['127.0.0.1'], 'pkgs.test': ['127.0.0.1'],"
-        " 'blocked.test': ['127.0.0.1'], 'rebind.test': ['127.0.0.1', '10.9.8.7']}\n" + extra_config
-    )
-    return SandboxKernelHandle(
-        tmp_path / "ws",
-        tmp_path / "tmp",
-        extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.privacy_poll_interval=0.2", *args],
-        env={"JUPYTER_CONFIG_DIR": str(tmp_path / "config")},
+        " 'blocked.test': ['127.0.0.1'], 'rebind.test': ['127.0.0.1', '10.9.8.7']}\n" + extra_config,
+        "--SandboxKernel.privacy_poll_interval=0.2",
+        *args,
     )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from kernel_helpers import (
     RecordingHTTPServer,
     SandboxKernelHandle,
+    configured_kernel,
     reply_to,
     require_bwrap,
     shared_data_kernel,
@@ -365,19 +366,12 @@ def test_a_session_without_network_gets_private_datasets_only_once_private(tmp_p
     it could read what the cell copied there) and the agent tools kept routing
     to networked tools. The datasets now come only once private: asking for
     one raises the ratchet, and a new sandbox mounts them."""
-    require_bwrap()
     data = tmp_path / "hr.csv"
     data.write_text("name,salary\nada,100\n")
-    for name in ("ws", "tmp", "config"):
-        (tmp_path / name).mkdir()
-    (tmp_path / "config" / "sandbox_kernel_config.py").write_text(
-        f"c.SandboxKernel.private_datasets = {{'hr': {{'source': {str(data)!r}, 'sensitivity': 'SECRET'}}}}\n"
-    )
-    k = SandboxKernelHandle(
-        tmp_path / "ws",
-        tmp_path / "tmp",
-        extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.network=none"],
-        env={"JUPYTER_CONFIG_DIR": str(tmp_path / "config")},
+    k = configured_kernel(
+        tmp_path,
+        f"c.SandboxKernel.private_datasets = {{'hr': {{'source': {str(data)!r}, 'sensitivity': 'SECRET'}}}}\n",
+        "--SandboxKernel.network=none",
     )
     try:
         assert k.run(IFACES).stdout.strip() == "['lo']"
@@ -433,20 +427,12 @@ def test_a_rise_while_a_sandbox_starts_is_not_reported_cut_before_it_is(tmp_path
     over then went out (found by an attack review). Now a starting sandbox
     counts as holding network, its proxy is cut at the rise, and it is
     replaced by one without network before it runs anything."""
-    require_bwrap()
     origin = RecordingHTTPServer()
-    for name in ("ws", "tmp", "config"):
-        (tmp_path / name).mkdir()
-    (tmp_path / "config" / "sandbox_kernel_config.py").write_text(
+    k = configured_kernel(
+        tmp_path,
         "c.SandboxKernel.egress_allow = ['leak.test']\n"
         "c.SandboxKernel.egress_allow_addresses = ['127.0.0.1']\n"
-        "c.SandboxKernel.egress_name_overrides = {'leak.test': ['127.0.0.1']}\n"
-    )
-    k = SandboxKernelHandle(
-        tmp_path / "ws",
-        tmp_path / "tmp",
-        extra_args=["--SandboxKernel.backend=bwrap"],
-        env={"JUPYTER_CONFIG_DIR": str(tmp_path / "config")},
+        "c.SandboxKernel.egress_name_overrides = {'leak.test': ['127.0.0.1']}\n",
     )
     try:
         plant = _START_WINDOW_PLANT % origin.port

@@ -26,6 +26,16 @@ export delegates to whatever exporter the field names, so ``html`` made the
 confinement, and ``pdf`` a LaTeX run. The notebook is not changed; removing
 the field lets it export.
 
+The handler's check reads the file, and jupyter_server's handler then reads
+it again to convert it: a sandbox swapping the notebook back and forth
+(atomic renames, in a loop left running after its cell) won that race on the
+second request (measured), and the server imported ``this``. So the check is
+made again on the very notebook converted: every exporter the handlers
+construct is a subclass whose ``from_notebook_node`` refuses first
+(:func:`checked_class`). The handler's early check stays for its 400; a
+notebook swapped after it is refused by the conversion, which jupyter_server
+answers with a 500 "nbconvert failed: " and the same reason.
+
 The same extension makes the exporters of the HTML family that those handlers
 construct confined ones (:mod:`sandbox_kernel.lab_html_exports`: the
 downloaded page shows the notebook as Lab does and runs only its template's
@@ -89,6 +99,56 @@ def makes_a_script(kind: type) -> bool:
     return isinstance(mimetype, str) and mimetype.startswith("text/x-") and not issubclass(kind, HTMLExporter)
 
 
+class ExportRefused(ValueError):
+    """A notebook handed to an exporter that the server must not convert (:func:`exporter_problem`)."""
+
+
+_CHECKED: dict[type, type] = {}
+
+
+def checked_class(kind: type) -> type:
+    """``kind``, with its ``from_notebook_node`` refusing a notebook
+    :func:`exporter_problem` refuses, before anything reads it. (Same class
+    name, so a ``c.ScriptExporter`` section keeps applying.)"""
+    if kind in _CHECKED:
+        return _CHECKED[kind]
+
+    def from_notebook_node(self: Any, nb: Any, resources: Any = None, **kw: Any) -> Any:
+        problem = exporter_problem(nb)
+        if problem:
+            raise ExportRefused(problem)
+        return super(checked, self).from_notebook_node(nb, resources, **kw)  # type: ignore[arg-type]
+
+    checked = type(kind.__name__, (kind,), {"from_notebook_node": from_notebook_node, "__doc__": kind.__doc__})
+    _CHECKED[kind] = checked
+    return checked
+
+
+def install_exporters() -> bool:
+    """Make jupyter_server's nbconvert handlers construct checked exporters
+    (:func:`checked_class`), of the HTML family confined
+    (:mod:`sandbox_kernel.lab_html_exports`) unless the user allowed remote
+    content; whether they are confined. The handlers look their exporter up
+    through their module's ``get_exporter`` (no setting or hook chooses the
+    class), so that one function is wrapped."""
+    from jupyter_server.nbconvert import handlers
+
+    confine = not remote_content_allowed()
+    original: Any = handlers.get_exporter
+    if getattr(original, "sandbox_kernel_checked", False):
+        return confine
+
+    def get_exporter(format: str, **kwargs: Any) -> Any:
+        kind = type(original(format, **kwargs))  # jupyter_server's own errors (404, 500) as they are
+        if confine:
+            kind = lab_html_exports.confined_class(kind)
+        return checked_class(kind)(**kwargs)
+
+    get_exporter.sandbox_kernel_checked = True  # type: ignore[attr-defined]
+    handlers.get_exporter = get_exporter
+    return confine
+
+
 def _guarded_handlers() -> dict[type, type]:
     """The checking subclasses of jupyter_server's nbconvert handlers, by the handler they replace."""
     from jupyter_core.utils import ensure_async
@@ -120,22 +180,21 @@ def _guarded_handlers() -> dict[type, type]:
     return {NbconvertFileHandler: GuardedNbconvertFileHandler, NbconvertPostHandler: GuardedNbconvertPostHandler}
 
 
-def confine_html_exports() -> bool:
-    """Confine the server's HTML exports (:mod:`sandbox_kernel.lab_html_exports`)
-    unless the user allowed remote content; whether they are."""
-    if remote_content_allowed():
-        return False
-    lab_html_exports.install()
-    return True
-
-
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     lab_routes.install(serverapp, _guarded_handlers(), "nbconvert handlers")
-    confine_html_exports()
+    install_exporters()
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "sandbox_kernel.lab_exports"}]
 
 
-__all__ = ["PLAIN_NAME", "confine_html_exports", "exporter_problem", "installed_exporter", "makes_a_script"]
+__all__ = [
+    "PLAIN_NAME",
+    "ExportRefused",
+    "checked_class",
+    "exporter_problem",
+    "install_exporters",
+    "installed_exporter",
+    "makes_a_script",
+]

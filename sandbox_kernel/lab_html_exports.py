@@ -202,23 +202,4 @@ def confined_class(exporter_class: type) -> type:
     return _CONFINED[exporter_class]
 
 
-def install() -> None:
-    """Make jupyter_server's nbconvert handlers construct confined exporters.
-    The handlers look their exporter up through the module's ``get_exporter``
-    (no setting or hook chooses the class), so that one function is wrapped."""
-    from jupyter_server.nbconvert import handlers
-
-    original: Any = handlers.get_exporter
-    if getattr(original, "sandbox_kernel_confined", False):
-        return
-
-    def get_exporter(format: str, **kwargs: Any) -> Any:
-        exporter = original(format, **kwargs)
-        kind = confined_class(type(exporter))
-        return exporter if kind is type(exporter) else kind(**kwargs)
-
-    get_exporter.sandbox_kernel_confined = True  # type: ignore[attr-defined]
-    handlers.get_exporter = get_exporter
-
-
-__all__ = ["confined_class", "export_policy", "install", "shown_as_in_lab", "with_policy"]
+__all__ = ["confined_class", "export_policy", "shown_as_in_lab", "with_policy"]

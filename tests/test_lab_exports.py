@@ -49,3 +49,21 @@ def test_a_script_exporter_is_known_and_an_unknown_name_passes() -> None:
     assert installed_exporter("Html") is HTMLExporter and not makes_a_script(HTMLExporter)
     # (nbconvert fails on a name nothing installed answers to: nothing is made)
     assert installed_exporter("julia-script") is None
+
+
+def test_the_converted_notebook_itself_is_checked() -> None:
+    # (the server's handler reads the file twice: tests/browser/test_notebook_exports.py races them)
+    import nbformat
+    from nbconvert.exporters import ScriptExporter
+
+    from sandbox_kernel.lab_exports import ExportRefused, checked_class
+
+    kind = checked_class(ScriptExporter)
+    assert kind.__name__ == "ScriptExporter" and issubclass(kind, ScriptExporter)
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")])
+    notebook.metadata["language_info"] = {"name": "python", "nbconvert_exporter": "python"}
+    script, _ = kind().from_notebook_node(notebook)
+    assert "print(1)" in script
+    notebook.metadata["language_info"]["nbconvert_exporter"] = "os.system"
+    with pytest.raises(ExportRefused, match=r"nbconvert_exporter is 'os\.system', not an exporter's name"):
+        kind().from_notebook_node(notebook)

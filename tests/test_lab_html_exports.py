@@ -219,9 +219,9 @@ def test_what_is_shown_is_a_copy() -> None:
 def _get_exporter_in_a_fresh_server_process(environ: dict[str, str]) -> str:
     code = (
         "from sandbox_kernel import lab_exports\n"
-        "print(lab_exports.confine_html_exports())\n"
+        "print(lab_exports.install_exporters())\n"
         "from jupyter_server.nbconvert import handlers\n"
-        "print(type(handlers.get_exporter('html')).__mro__[1].__name__)\n"
+        "print(type(handlers.get_exporter('html')).__mro__[2].__name__)\n"
         "print(type(handlers.get_exporter('script')).__name__)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "SANDBOX_KERNEL_REMOTE_CONTENT"} | environ

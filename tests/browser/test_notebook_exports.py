@@ -21,6 +21,8 @@ browser for its CDN addresses) run.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -92,6 +94,52 @@ def test_an_export_of_a_notebook_naming_an_import_path_is_refused(guarded_server
     # (an HTML error page, as for any failed export: the message escaped)
     assert "metadata.language_info.nbconvert_exporter is &#39;this.x&#39;" in body.decode(), body.decode()[-2000:]
     assert ZEN not in guarded_server.log_bytes()
+
+
+#: a sandbox's loop, left running after its cell: the notebook named the
+#: exporter ipykernel writes on one read and an import path on the next
+_FLIPPER = """
+import json, os, sys, time
+folder, good, bad = sys.argv[1], sys.argv[2], sys.argv[3]
+end = time.monotonic() + 120
+i = 0
+while time.monotonic() < end and os.path.exists(os.path.join(folder, ".flipping")):
+    i += 1
+    with open(os.path.join(folder, ".t"), "w") as out:
+        out.write(bad if i % 2 else good)
+    os.replace(os.path.join(folder, ".t"), os.path.join(folder, "flipped.ipynb"))
+"""
+
+
+def test_a_notebook_swapped_between_the_check_and_the_conversion_is_refused(guarded_server: LabServer) -> None:
+    # the handler's check reads the file and jupyter_server's conversion reads
+    # it again: without the check on the converted notebook itself the server
+    # imported `this` within the first few requests (measured: the second)
+    good = _write(guarded_server, "flipped.ipynb", "python")
+    bad = json.loads(json.dumps(good))
+    bad["metadata"]["language_info"]["nbconvert_exporter"] = "this.x"
+    running = guarded_server.notebooks / ".flipping"
+    running.touch()
+    flipper = subprocess.Popen(
+        [sys.executable, "-c", _FLIPPER, str(guarded_server.notebooks), json.dumps(good), json.dumps(bad)]
+    )
+    statuses: dict[int, int] = {}
+    try:
+        for _ in range(60):
+            status, body = _export(guarded_server, "GET", "/nbconvert/script/flipped.ipynb?download=true")
+            statuses[status] = statuses.get(status, 0) + 1
+            assert status in {200, 400, 500}, body[-2000:]
+            if status == 200:
+                assert b"print('hello')" in body
+            else:  # refused, before or in the conversion, naming the field
+                assert "nbconvert_exporter is &#39;this.x&#39;" in body.decode(), body.decode()[-2000:]
+            assert ZEN not in guarded_server.log_bytes(), statuses
+    finally:
+        running.unlink()
+        flipper.wait(timeout=30)
+    assert flipper.returncode == 0
+    # both reads were raced: some conversions refused a notebook the check had passed
+    assert statuses.get(500, 0) > 0, statuses
 
 
 def test_a_script_export_makes_only_a_script(plain_server: LabServer, guarded_server: LabServer) -> None:

@@ -94,6 +94,8 @@ WORKSPACES_EXTENSION = "sandbox_kernel.lab_workspaces"
 EXPORTS_EXTENSION = "sandbox_kernel.lab_exports"
 #: moves and copies in the file browser keep the ratchet's folder levels
 FOLDER_MOVES_EXTENSION = "sandbox_kernel.lab_folder_moves"
+#: saves and checkpoints write through no link a sandbox could have moved
+SAVES_EXTENSION = "sandbox_kernel.lab_saves"
 
 #: packages whose HTML pages a Jupyter server serves: the server's own (login,
 #: errors), jupyterlab_server's defaults, JupyterLab's, Notebook 7's
@@ -196,8 +198,9 @@ def apply(config: Any) -> None:
     :mod:`sandbox_kernel.lab_file_tabs`; whatever the policy, load
     :mod:`sandbox_kernel.lab_workspaces` (workspace files start host processes,
     not fetches), :mod:`sandbox_kernel.lab_exports` (an export imports what
-    a notebook names) and :mod:`sandbox_kernel.lab_folder_moves` (a moved
-    folder keeps the ratchet's level), and escape the server's log (paths a sandbox named reach the
+    a notebook names), :mod:`sandbox_kernel.lab_folder_moves` (a moved
+    folder keeps the ratchet's level) and :mod:`sandbox_kernel.lab_saves`
+    (a save follows no link a sandbox moved), and escape the server's log (paths a sandbox named reach the
     terminal that runs the server).
     ``ServerApp.tornado_settings`` and ``jpserver_extensions`` are dict traits:
     a config file sets each whole, so this merges into them."""
@@ -205,6 +208,7 @@ def apply(config: Any) -> None:
     _enable_extension(server, WORKSPACES_EXTENSION)
     _enable_extension(server, EXPORTS_EXTENSION)
     _enable_extension(server, FOLDER_MOVES_EXTENSION)
+    _enable_extension(server, SAVES_EXTENSION)
     # the server's log, and each extension's (LabApp's, NotebookApp's): their own handlers
     _escape_the_log(server)
     _escape_the_log(config.ExtensionApp)
@@ -249,6 +253,7 @@ __all__ = [
     "OUTPUT_SCRIPTS_OPTION",
     "PAGE_PACKAGES",
     "REMOTE_CONTENT_ENV",
+    "SAVES_EXTENSION",
     "SERVER_LOG_FORMATTER",
     "WORKSPACES_EXTENSION",
     "apply",

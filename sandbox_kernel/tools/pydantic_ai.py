@@ -21,6 +21,7 @@ pydantic-ai's MCP client (``pip install 'pydantic-ai-slim[mcp]'``).
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -44,7 +45,8 @@ except ImportError:  # pragma: no cover - depends on the pydantic-ai version
     _TOOL_ERRORS = (ModelRetry,)
 
 from ..engine.launch import sandbox_env
-from ..privacy import PrivacyStore, session_has_private_data
+from ..engine.ratchet import Ratchet
+from ..privacy import NetworkMode, PrivacyStore
 from ..privacy.postgres import open_store
 from ..sandbox.base import BindMount, SandboxSpec
 from ..sandbox.bwrap import SYSTEM_DIRS, BubblewrapSandbox, python_roots
@@ -52,6 +54,9 @@ from .catalog import CATALOG, ToolSpec, call_tool
 from .errors import FATAL_PREFIX, ToolRetryError
 from .render import ToolResult
 from .sessions import SessionRegistry, current_identity, get_registry
+from .workspace import workspace_dir
+
+log = logging.getLogger(__name__)
 
 
 def _out(result: ToolResult) -> Any:
@@ -119,6 +124,7 @@ class PrivateDataMCPToolset(WrapperToolset):
     #: ``ToolsConfig(data_dir=...)`` is followed here too
     registry: SessionRegistry | None = None
     _switched: bool = field(default=False, init=False, repr=False)
+    _ratchet: Ratchet = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.isolated is None:
@@ -128,19 +134,37 @@ class PrivateDataMCPToolset(WrapperToolset):
         self.user_id, self.session_id = current_identity(self.user_id or None, self.session_id or None)
         if self.store is not None and self.shared_store_url:
             raise ValueError("PrivateDataMCPToolset: give store or shared_store_url, not both")
+        config = (self.registry or get_registry()).config
         if self.store is None:
             # The store the tools write: one read elsewhere (the default data
             # dir when the tools use another) never saw the rise, and routed
             # a private session's calls to the networked instance.
-            config = (self.registry or get_registry()).config
             self.store = open_store(config.root() / "privacy", self.shared_store_url or config.shared_store_url)
+        # Read as the session's own sandboxes read it: with the level of its
+        # folder, which a private session sharing it (a Lab kernel on the
+        # notebook the agent exported) raises. Read without it, the REPL's
+        # network was cut and data-tool calls still went to the networked
+        # instance (an attack review).
+        workspace = workspace_dir(self.user_id, self.session_id, config.root())
+        self._ratchet = Ratchet(self.user_id, self.session_id, self.store, workspace=workspace)
 
     @property
     def private(self) -> bool:
         """True once the session's ratchet has risen (then forever for this toolset)."""
-        if not self._switched and session_has_private_data(self.user_id, self.session_id, self.store):
+        if not self._switched and self._read_private():
             self._switched = True
         return self._switched
+
+    def _read_private(self) -> bool:
+        try:
+            return self._ratchet.state.network_mode is NetworkMode.NONE
+        except Exception:  # fail closed: an unknown state is a private one
+            log.exception(
+                "cannot read the privacy state of %s/%s; routing to the isolated instance",
+                self.user_id,
+                self.session_id,
+            )
+            return True
 
     def target(self) -> AbstractToolset:
         """The instance the next call goes to."""

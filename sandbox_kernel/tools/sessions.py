@@ -429,13 +429,13 @@ class SessionRegistry:
         live = {}
         for shell in self._docker.sessions():
             key = (shell.user_id, shell.session_id, shell.container_id)
+            workspace = workspace_dir(shell.user_id, shell.session_id, self.config.root())
             record = self._shell_records.get(key) or EnforcementRecord(
-                store_root,
-                shell.user_id,
-                shell.session_id,
-                workspace=workspace_dir(shell.user_id, shell.session_id, self.config.root()),
+                store_root, shell.user_id, shell.session_id, workspace=workspace
             )
-            level = Ratchet(shell.user_id, shell.session_id, self.config.privacy_store()).state.sensitivity
+            # the session's level with its folder's, as the watcher's cut decides it
+            ratchet = Ratchet(shell.user_id, shell.session_id, self.config.privacy_store(), workspace=workspace)
+            level = ratchet.state.sensitivity
             record.report(level, docker_network(shell.network_mode) != "none")
             live[key] = record
         for key, record in self._shell_records.items():

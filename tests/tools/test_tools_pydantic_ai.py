@@ -127,3 +127,30 @@ async def test_private_data_routing_reads_the_store_the_tools_use(tmp_path: Path
     finally:
         set_registry(None)
         await custom.aclose()
+
+
+async def test_private_data_routing_follows_the_level_of_the_sessions_folder(tmp_path: Path) -> None:
+    """Another session made private in the agent's folder (a Lab kernel on the
+    notebook the agent exported) raises the agent's session: its REPL lost its
+    network, and the data tools must go isolated too (an attack review found
+    them still routed to the networked instance)."""
+    from sandbox_kernel.engine.ratchet import Ratchet
+    from sandbox_kernel.tools import ToolsConfig
+    from sandbox_kernel.tools.workspace import workspace_dir
+
+    registry = SessionRegistry(ToolsConfig(backend="bwrap", data_dir=tmp_path / "tools"))
+    try:
+        normal, isolated = FunctionToolset(), FunctionToolset()
+        routed = PrivateDataMCPToolset(normal, isolated=isolated, user_id="pa", session_id="s5", registry=registry)
+        assert not routed.private and routed.target() is normal
+        folder = workspace_dir("pa", "s5", registry.config.root())
+        folder.mkdir(parents=True, exist_ok=True)
+        store = registry.config.privacy_store()
+        other = Ratchet("pa", "lab-kernel-42", store, workspace=folder)
+        other.mark("SECRET", "loaded payroll", "cell")
+        assert other.private  # (its read records the folder's level, as the kernel's poll does)
+        # the agent's own record is untouched: only its folder's level rose
+        assert not PrivateData("pa", "s5", store).state.has_private_data
+        assert routed.private and routed.target() is isolated
+    finally:
+        await registry.aclose()

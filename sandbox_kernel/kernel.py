@@ -499,7 +499,7 @@ class SandboxKernel(Kernel, EngineSettings):
             # ipykernel's (ipyparallel reads it): the engine is this kernel
             reply["engine_info"] = {"engine_uuid": self.ident, "engine_id": -1, "method": "execute"}
             reply.update(
-                ename=plain_text(result.ename, 200),
+                ename=plain_text(result.ename, 200, defang=defang_text if private else lambda t: t),
                 evalue=plain_text(result.evalue, defang=defang_text if private else lambda t: t),
                 traceback=[
                     plain_text(line, defang=defang_text if private else lambda t: t) for line in result.traceback[:1000]

@@ -118,6 +118,10 @@ def test_private_kernel_defangs_streams_errors_and_outputs(fresh_kernel: Sandbox
     assert "https://evil" not in everything and "www.evil" not in everything, everything
     err = k.run(f"raise ValueError({SECRET_URL!r})")
     assert err.errors and "https://evil" not in str(err.errors) and "https://evil" not in str(err.reply), err.errors
+    # an exception's class name is any string a cell chooses: on iopub and in the reply
+    err = k.run(f"raise type({SECRET_URL!r}, (Exception,), {{}})('v')")
+    assert err.errors and "evil.example" in err.errors[0]["ename"], err.errors
+    assert "https://evil" not in str(err.errors) and "https://evil" not in err.reply["ename"], (err.errors, err.reply)
     # reply fields too: user_expressions and the pager
     run = k.run("1", user_expressions={"u": repr(SECRET_URL)})
     assert "https://evil" not in str(run.reply["user_expressions"])

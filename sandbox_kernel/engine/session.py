@@ -1408,6 +1408,8 @@ class Session:
                     if private:
                         content = {
                             **content,
+                            # (a class name is any string: type('https://…', (Exception,), {}))
+                            "ename": defang_text(str(content.get("ename", ""))),
                             "evalue": defang_text(content.get("evalue", "")),
                             "traceback": [defang_text(line) for line in content.get("traceback", [])],
                         }

@@ -114,7 +114,7 @@ def clean_user_expressions(
             )
             out[name] = {
                 "status": "error",
-                "ename": plain_text(value.get("ename", "Error"), 200),
+                "ename": plain_text(value.get("ename", "Error"), 200, defang if private else _identity),
                 "evalue": plain_text(value.get("evalue", ""), MAX_TEXT, defang if private else _identity),
                 "traceback": lines,
             }

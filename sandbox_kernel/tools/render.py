@@ -4,6 +4,13 @@ Long outputs are cut in the middle (head and tail kept) with a note saying how
 to get the full text; the full output stays in the notebook. Images are not
 put in the text: they are listed by a placeholder and returned next to the
 text (MCP image content, PydanticAI binary content).
+
+Once the session is private (``private=True``) every output's text is
+defanged here, whatever the engine already did: the text of an HTML-only
+output is made here (tags stripped, entities decoded), so ``https&#58;//``
+in the sandbox's HTML, harmless in a page, came back as a live
+``https://`` for an agent that follows links (guarantee 8; an attack
+review), and an exception's class name is any string a cell chooses.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..outputs.links import defang_text
 from ..terminal_text import terminal_safe_output
 from .notebook import Cell, CellOutput, CellState, Notebook, OutputType
 
@@ -66,8 +74,13 @@ def bundle_text(data: dict[str, Any] | None) -> str:
     return f"[output of type {kinds}]"
 
 
-def output_text(out: CellOutput, image_counter: list[int]) -> tuple[str, str]:
-    """(label, text) of one output."""
+def output_text(out: CellOutput, image_counter: list[int], private: bool = False) -> tuple[str, str]:
+    """(label, text) of one output, defanged when the session is ``private``."""
+    label, text = _output_text(out, image_counter)
+    return label, defang_text(text) if private else text
+
+
+def _output_text(out: CellOutput, image_counter: list[int]) -> tuple[str, str]:
     if out.output_type == OutputType.STREAM:
         return (out.name or "stdout", strip_ansi(out.text or ""))
     if out.output_type == OutputType.ERROR:
@@ -87,7 +100,13 @@ def output_text(out: CellOutput, image_counter: list[int]) -> tuple[str, str]:
 
 
 def render_cell(
-    cell: Cell, number: int, *, full: bool = False, limit: int = MAX_OUTPUT_CHARS, show_code: bool = True
+    cell: Cell,
+    number: int,
+    *,
+    full: bool = False,
+    limit: int = MAX_OUTPUT_CHARS,
+    show_code: bool = True,
+    private: bool = False,
 ) -> ToolResult:
     count = cell.execution_count if cell.execution_count is not None else " "
     head = f"Cell {number} [{count}] {cell.state.value.upper()}"
@@ -101,7 +120,7 @@ def render_cell(
     counter = [0]
     hint = f"call repl_show_cell({number}, full=True) for the full output"
     for out in cell.outputs:
-        label, text = output_text(out, counter)
+        label, text = output_text(out, counter, private)
         images += out.images
         lines.append(f"--- {label} ---")
         lines.append(truncate(text.rstrip("\n"), budget, "" if full else hint))
@@ -116,7 +135,7 @@ def render_cell(
     return ToolResult("\n".join(lines), images)
 
 
-def render_notebook(nb: Notebook, header: str = "") -> str:
+def render_notebook(nb: Notebook, header: str = "", private: bool = False) -> str:
     if not nb.cells:
         return (header + "\n" if header else "") + "The notebook is empty."
     lines = [header] if header else []
@@ -133,9 +152,10 @@ def render_notebook(nb: Notebook, header: str = "") -> str:
         summary = ""
         if cell.state == CellState.ERROR and cell.error is not None:
             summary = f" -> {cell.error.ename}: {truncate(cell.error.evalue or '', 200)}"
+            summary = defang_text(summary) if private else summary
         elif cell.outputs:
             counter = [0]
-            first = " ".join(output_text(o, counter)[1] for o in cell.outputs).strip().replace("\n", " ")
+            first = " ".join(output_text(o, counter, private)[1] for o in cell.outputs).strip().replace("\n", " ")
             summary = f" -> {truncate(first, 120)}" if first else ""
         lines.append(f"[{i}] ({count}) {cell.state.value.upper()}{summary}\n    {shown}{more}")
     return "\n".join(lines)

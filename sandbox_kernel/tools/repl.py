@@ -35,7 +35,8 @@ async def repl_execute_cell(
     async with session_for(user_id, session_id, registry, engine=True) as (session, notices):
         cell = await session.notebook.add_cell(code, execute=True, timeout=timeout)
         number = session.notebook.index_of(cell)
-    return with_notices(render_cell(cell, number, show_code=False), notices)
+        private = session.ratchet.private
+    return with_notices(render_cell(cell, number, show_code=False, private=private), notices)
 
 
 @tool_errors
@@ -52,7 +53,8 @@ async def repl_rerun_cell(
         session.notebook.get_cell(cell_number)  # a bad number is reported before any sandbox starts
         await session.ensure_engine()
         cell = await session.notebook.rerun_cell(cell_number, timeout=timeout)
-    return with_notices(render_cell(cell, cell_number, show_code=False), notices)
+        private = session.ratchet.private
+    return with_notices(render_cell(cell, cell_number, show_code=False, private=private), notices)
 
 
 @tool_errors
@@ -61,8 +63,8 @@ async def repl_show_notebook(
 ) -> ToolResult:
     """List every cell: number, execution count, state, first lines of code, a summary of its output."""
     async with session_for(user_id, session_id, registry, engine=False) as (session, notices):
-        text = render_notebook(session.notebook)
         p = session.privacy()
+        text = render_notebook(session.notebook, private=bool(p.get("private")))
         if p.get("private"):
             text += f"\nSession privacy: {p['level']} (network: {p['network']})"
     return with_notices(ToolResult(text), notices)
@@ -80,7 +82,7 @@ async def repl_show_cell(
     """Show one cell: code and outputs (``full=True``: without truncation)."""
     async with session_for(user_id, session_id, registry, engine=False) as (session, notices):
         cell = session.notebook.get_cell(cell_number)
-        result = render_cell(cell, cell_number, full=bool(full))
+        result = render_cell(cell, cell_number, full=bool(full), private=session.ratchet.private)
     return with_notices(result, notices)
 
 

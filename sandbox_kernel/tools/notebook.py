@@ -304,7 +304,21 @@ def check_code(code: Any) -> str:
         raise NotebookError(f"code must be a string, got {type(code).__name__}")
     if len(code) > MAX_CODE_CHARS:
         raise NotebookError(f"code is too long ({len(code)} characters, at most {MAX_CODE_CHARS})")
+    problem = unicode_problem(code)
+    if problem:
+        # (a notebook holding it could not be saved again: every later call failed)
+        raise NotebookError(f"code {problem}")
     return code
+
+
+def unicode_problem(text: str) -> str:
+    """Why ``text`` is not valid Unicode (a lone surrogate, which Python's API
+    accepts and no JSON or UTF-8 writer does), or ""."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"holds a lone surrogate ({text[exc.start]!r}) at character {exc.start}: not valid Unicode"
+    return ""
 
 
 class Notebook:

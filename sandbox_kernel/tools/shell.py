@@ -25,6 +25,7 @@ from ..sandbox import SandboxResult
 from ..terminal_text import terminal_safe_output
 from .calls import session_for, tool_errors, with_notices
 from .errors import ToolFatalError
+from .notebook import unicode_problem
 from .render import ToolResult, truncate
 from .sessions import SessionRegistry, ToolSession
 
@@ -113,6 +114,9 @@ async def sandbox_execute(
         raise ValueError(f"command is too long ({len(command)} characters, at most {MAX_COMMAND_CHARS})")
     if "\x00" in command:
         raise ValueError("command contains a NUL byte")
+    problem = unicode_problem(command)
+    if problem:
+        raise ValueError(f"command {problem}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600:
         raise ValueError(f"timeout must be between 0 and 3600 seconds, got {timeout!r}")
     dropped = 0

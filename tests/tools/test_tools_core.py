@@ -123,6 +123,9 @@ async def test_bad_inputs_of_every_tool(registry: SessionRegistry, data_dir: Pat
     await repl_execute_cell("a = 1", **kw)
     cases = [
         (repl_execute_cell(123, **kw), "code must be a string"),
+        # (Python's API takes a lone surrogate; the notebook then could not be saved again)
+        (repl_execute_cell("x = 1  # \ud800", **kw), "code holds a lone surrogate .* at character 9"),
+        (sandbox_execute("echo \udcff", **kw), "command holds a lone surrogate"),
         (repl_execute_cell("1", timeout=-1, **kw), "timeout must be between"),
         (repl_execute_cell("1", timeout="x", **kw), "timeout must be a number"),
         (repl_rerun_cell(5, **kw), "there is no cell 5"),
@@ -141,9 +144,10 @@ async def test_bad_inputs_of_every_tool(registry: SessionRegistry, data_dir: Pat
     for coro, message in cases:
         with pytest.raises(ToolRetryError, match=message):
             await coro
-    # nothing stored was lost
+    # nothing stored was lost, and the notebook is still saved
     nb = await notebook(registry)
     assert len(nb.cells) == 1 and nb.cells[0].code == "a = 1"
+    assert "2" in (await repl_execute_cell("print(a + 1)", **kw)).text
     assert not (data_dir / "escape.ipynb").exists()
 
 

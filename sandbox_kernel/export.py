@@ -25,6 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .terminal_text import terminal_safe_output
+
 #: the formats this command makes, by nbconvert's exporter name
 FORMATS = ("html", "slides", "script")
 
@@ -65,6 +67,13 @@ def export(path: Path, fmt: str, config: Any = None) -> tuple[str, str]:
         raise ExportError(f"{path} is a folder, not a notebook") from None
     except Exception as exc:  # nbformat's reader raises what json and its validator raise
         raise ExportError(f"{path} is not a notebook nbformat can read ({type(exc).__name__}: {exc})") from None
+    try:  # nbformat's reader only warns; the exporter would raise from deep inside
+        nbformat.validate(notebook)
+    except nbformat.ValidationError as exc:
+        where = "".join(f"[{part!r}]" for part in exc.absolute_path)
+        # (what the schema quotes of the file is the sandbox's: no terminal sequence)
+        message = terminal_safe_output(" ".join(str(exc.message).split())[:300], keep_colours=False)
+        raise ExportError(f"{path} is not a valid notebook: {message} (at {where or 'its top level'})") from None
     problem = exporter_problem(notebook)
     if problem:
         raise ExportError(f"{path}: {problem}")

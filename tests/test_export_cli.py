@@ -109,14 +109,22 @@ def test_a_link_at_the_output_is_replaced_not_followed(tmp_path: Path) -> None:
 def test_bad_input_is_named_and_nothing_is_written(tmp_path: Path) -> None:
     (tmp_path / "broken.ipynb").write_text("{not json")
     (tmp_path / "folder.ipynb").mkdir()
+    # JSON nbformat reads, against its schema (it only warns): a cell id a
+    # sandbox wrote, with a terminal sequence in it
+    invalid = v4.new_notebook(cells=[v4.new_code_cell("1")])
+    invalid.cells[0].id = "bad\x1b]0;owned\x07id"
+    (tmp_path / "invalid.ipynb").write_text(json.dumps(invalid))
     cases = {
         ("missing.ipynb",): "missing.ipynb: no such file",
         ("broken.ipynb",): "broken.ipynb is not a notebook nbformat can read",
         ("folder.ipynb",): "folder.ipynb is a folder, not a notebook",
+        ("invalid.ipynb", "--to", "script"): "invalid.ipynb is not a valid notebook: ",
     }
     for args, message in cases.items():
         done = _cli(*args, cwd=tmp_path)
         assert done.returncode == 1 and message in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr and "\x1b" not in done.stderr and "\x07" not in done.stderr
+    assert "(at ['cells'][0]['id'])" in done.stderr, done.stderr
     notebook = _write(tmp_path / "ok.ipynb", v4.new_notebook())
     done = _cli(notebook, "--to", "pdf", cwd=tmp_path)
     assert done.returncode == 2 and "invalid choice: 'pdf'" in done.stderr
@@ -125,7 +133,7 @@ def test_bad_input_is_named_and_nothing_is_written(tmp_path: Path) -> None:
     done = _cli(notebook, "--output", notebook, cwd=tmp_path)
     assert done.returncode == 1 and "is the notebook itself" in done.stderr
     assert json.loads(notebook.read_text())["nbformat"] == 4
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.ipynb", "folder.ipynb", "ok.ipynb"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken.ipynb", "folder.ipynb", "invalid.ipynb", "ok.ipynb"]
 
 
 def test_the_users_nbconvert_configuration_applies(tmp_path: Path) -> None:

@@ -276,7 +276,8 @@ def _dropped_note(max_bytes: int) -> str:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # (a short name: "." + a 250-character name + the random part is too long)
+    fd, tmp = tempfile.mkstemp(prefix=".~sk-", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)

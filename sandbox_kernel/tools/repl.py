@@ -11,11 +11,15 @@ When the session turned private during a call, the text starts with the
 from __future__ import annotations
 
 import asyncio
+import errno
 
 from .calls import session_for, tool_errors, with_notices
 from .render import ToolResult, render_cell, render_notebook
 from .sessions import SessionRegistry
 from .workspace import agent_view, resolve_agent_path
+
+#: what a bad path gives when the export is written: the agent's to fix
+_PATH_ERRORS = {errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES, errno.EPERM}
 
 
 @tool_errors
@@ -131,9 +135,16 @@ async def repl_export_ipynb(
         target = resolve_agent_path(session.workspace, path)
         if target.suffix != ".ipynb":
             raise ValueError(f"path {path!r} must end with .ipynb")
-        if target.is_dir():
-            raise ValueError(f"path {path!r} is a directory")
-        await asyncio.to_thread(session.notebook.save_as_ipynb, target, session.privacy())
+        try:
+            if target.is_dir():
+                raise ValueError(f"path {path!r} is a directory")
+            await asyncio.to_thread(session.notebook.save_as_ipynb, target, session.privacy())
+        except OSError as exc:
+            if exc.errno not in _PATH_ERRORS:
+                raise
+            # the agent's path, not the host's: a file where a folder is
+            # needed, a name too long, a folder it cannot write
+            raise ValueError(f"path {path!r} cannot be written: {exc.strerror}") from None
         shown = agent_view(session.workspace, target)
         n = len(session.notebook.cells)
     return with_notices(ToolResult(f"Saved {n} cell(s) to {shown}"), notices)

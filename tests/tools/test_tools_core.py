@@ -121,6 +121,7 @@ async def test_max_cells(data_dir: Path) -> None:
 async def test_bad_inputs_of_every_tool(registry: SessionRegistry, data_dir: Path) -> None:
     kw = ids(registry)
     await repl_execute_cell("a = 1", **kw)
+    await sandbox_execute("echo x > data.csv", **kw)
     cases = [
         (repl_execute_cell(123, **kw), "code must be a string"),
         # (Python's API takes a lone surrogate; the notebook then could not be saved again)
@@ -136,6 +137,8 @@ async def test_bad_inputs_of_every_tool(registry: SessionRegistry, data_dir: Pat
         (repl_export_ipynb("/etc/x.ipynb", **kw), "outside the workspace"),
         (repl_export_ipynb("out.txt", **kw), "must end with .ipynb"),
         (repl_export_ipynb("", **kw), "path is empty"),
+        (repl_export_ipynb("data.csv/out.ipynb", **kw), "path 'data.csv/out.ipynb' cannot be written: File exists"),
+        (repl_export_ipynb("a" * 300 + ".ipynb", **kw), "cannot be written: File name too long"),
         (sandbox_execute("", **kw), "command must be a non-empty string"),
         (sandbox_execute("ls", timeout=0, **kw), "timeout must be between"),
         (repl_show_notebook(user_id="../x", session_id="s1", registry=registry), "user_id '../x' is invalid"),
@@ -148,6 +151,8 @@ async def test_bad_inputs_of_every_tool(registry: SessionRegistry, data_dir: Pat
     nb = await notebook(registry)
     assert len(nb.cells) == 1 and nb.cells[0].code == "a = 1"
     assert "2" in (await repl_execute_cell("print(a + 1)", **kw)).text
+    # a long name that fits is written (its temporary name no longer repeats it)
+    assert "Saved 2 cell(s)" in (await repl_export_ipynb("a" * 240 + ".ipynb", **kw)).text
     assert not (data_dir / "escape.ipynb").exists()
 
 

@@ -46,11 +46,15 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "HORIZON",
+    "REVIEWED_UP_TO",
     "RULES",
+    "UNIFIED_NUMBERS",
     "Cmp",
     "Rule",
     "SeccompUnavailable",
     "bpf_fd",
+    "build_filter",
     "compile_bpf",
     "container_profile",
     "docker_profile",
@@ -251,6 +255,7 @@ RULES: tuple[Rule, ...] = tuple(
         "fsmount",
         "fspick",
         "open_tree",
+        "open_tree_attr",
         "mount_setattr",
     )
     + _deny("no new namespaces, no joining others", "unshare", "setns")
@@ -337,6 +342,37 @@ RULES: tuple[Rule, ...] = tuple(
 )
 
 
+#: Syscalls of the unified table (x86_64 and aarch64 number every syscall
+#: from 424 on alike) newer than some libseccomp releases: 2.5.4 (Debian 12)
+#: names none of these, and a rule whose syscall it cannot name was skipped,
+#: so ``open_tree_attr`` reached the kernel. Used only when libseccomp cannot
+#: resolve the name, on those two architectures.
+UNIFIED_NUMBERS = {
+    "statmount": 457,
+    "listmount": 458,
+    "lsm_get_self_attr": 459,
+    "lsm_set_self_attr": 460,
+    "lsm_list_modules": 461,
+    "mseal": 462,
+    "setxattrat": 463,
+    "getxattrat": 464,
+    "listxattrat": 465,
+    "removexattrat": 466,
+    "open_tree_attr": 467,
+    "file_getattr": 468,
+    "file_setattr": 469,
+}
+#: the highest syscall number :data:`RULES` were reviewed against (Linux 6.17's
+#: ``file_setattr``). Numbers above it, up to :data:`HORIZON`, get ``ENOSYS``
+#: in the bwrap sandbox: a newer kernel's interfaces (a new mount call, a new
+#: way around a namespace) stay out until reviewed, and libc treats them as a
+#: kernel that is older, as it does for ``clone3``. A deny list alone allowed
+#: every new interface until it was added here.
+REVIEWED_UP_TO = 469
+HORIZON = 1023
+_UNIFIED_ARCHES = ("x86_64", "aarch64")
+
+
 def refused_syscalls() -> list[str]:
     """Every syscall name the table mentions, in table order."""
     return list(dict.fromkeys(rule.syscall for rule in RULES))
@@ -363,6 +399,15 @@ def compile_bpf() -> bytes:
     Raises :class:`SeccompUnavailable` when libseccomp cannot be loaded: a
     sandbox never starts without its filter.
     """
+    with tempfile.TemporaryFile() as out:
+        build_filter().export_bpf(out)
+        out.seek(0)
+        return out.read()
+
+
+def build_filter() -> Any:
+    """libseccomp's filter of :data:`RULES` for the native architecture (its
+    ``export_pfc`` shows what the program does, rule by rule)."""
     sc = _load_pyseccomp()
     ops = {"EQ": sc.EQ, "NE": sc.NE, "LT": sc.LT, "LE": sc.LE, "GT": sc.GT, "GE": sc.GE, "MASKED_EQ": sc.MASKED_EQ}
     flt = sc.SyscallFilter(sc.ALLOW)
@@ -372,8 +417,11 @@ def compile_bpf() -> bytes:
         flt.set_attr(sc.Attr.CTL_OPTIMIZE, 2)  # binary tree: fewer checks per syscall
     except OSError:
         pass  # libseccomp < 2.5: linear, still correct
+    unified = _native_arch_name(sc) in _UNIFIED_ARCHES
     for rule in RULES:
         number = sc.resolve_syscall(sc.Arch.NATIVE, rule.syscall)
+        if number < 0 and unified:
+            number = UNIFIED_NUMBERS.get(rule.syscall, -1)  # newer than this libseccomp
         if number < 0:
             continue  # not a syscall of this architecture
         args = [
@@ -381,10 +429,16 @@ def compile_bpf() -> bytes:
             for c in rule.args
         ]
         flt.add_rule(sc.ERRNO(rule.errno), number, *args)
-    with tempfile.TemporaryFile() as out:
-        flt.export_bpf(out)
-        out.seek(0)
-        return out.read()
+    if unified:
+        for number in range(REVIEWED_UP_TO + 1, HORIZON + 1):
+            flt.add_rule(sc.ERRNO(errno.ENOSYS), number)
+    return flt
+
+
+def _native_arch_name(sc: Any) -> str:
+    """``x86_64`` or ``aarch64`` when the native architecture is one of them, else ""."""
+    native = sc.system_arch()
+    return next((name.lower() for name in ("X86_64", "AARCH64") if getattr(sc.Arch, name, None) == native), "")
 
 
 def bpf_fd() -> int:

@@ -1001,7 +1001,11 @@ class Session:
                 self._recent_emits.popitem(last=False)
         worker.send({**request, "id": rid, "max_output_bytes": budget})
         try:
-            done = await self._await_done(worker, rid, guarded, ask_input=ask_input, timeout=timeout)
+            try:
+                done = await self._await_done(worker, rid, guarded, ask_input=ask_input, timeout=timeout)
+            except asyncio.CancelledError:
+                await self._end_abandoned(worker, rid)
+                raise
         finally:
             self._running = None
             if not silent:  # a silent request's output is nobody's: the last one's goes on
@@ -1018,6 +1022,34 @@ class Session:
         for hit in hits:
             guarded("stream", {"name": "stderr", "text": f"{NOTICE} {hit[0].upper()}{hit[1:]}.\n"})
         return done, hits
+
+    async def _end_abandoned(self, worker: WorkerHandle, rid: str) -> None:
+        """The caller stopped waiting for a request (an agent's tool call
+        cancelled by its MCP client): the request is interrupted, as by the
+        stop button, and its end awaited, with the session's lock still held.
+        Left running, it answered the next request with its own output, that
+        one hung until its timeout, and the sandbox was replaced, losing the
+        state without a checkpoint. Its output goes nowhere. Cancelled again
+        meanwhile (a server shutting down cancels until its tasks leave), it
+        waits no more: the sandbox is killed, and the next request starts
+        another."""
+        self.interrupt()
+        wait_at_most = self.config.interrupt_grace + 2.0  # then killed, as a timeout is
+        ending = asyncio.ensure_future(self._await_done(worker, rid, None, timeout=wait_at_most))
+        try:
+            await asyncio.shield(ending)
+        except asyncio.CancelledError:
+            ending.cancel()
+            worker.dead_reason = worker.dead_reason or "its request was abandoned and it did not stop in time"
+            kill = asyncio.ensure_future(worker.kill())
+            self._background.add(kill)
+            kill.add_done_callback(self._background.discard)
+            raise
+        except Exception:
+            pass
+        if not ending.cancelled() and ending.exception() is not None:
+            # the next request finds the sandbox as it is (a dead one is replaced then)
+            self.log.error("waiting for an abandoned request to end failed: %r", ending.exception())
 
     async def _after_death(self, done: dict[str, Any], hits: list[str], guarded: Emit, whose: str) -> str:
         """Why a request's process died (for its error), after the sandbox the

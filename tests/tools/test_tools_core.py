@@ -237,6 +237,25 @@ async def test_event_loop_not_blocked(registry: SessionRegistry) -> None:
     assert max(lags) < 0.25, max(lags)
 
 
+async def test_a_cancelled_cell_is_stopped_before_the_next_one_runs(registry: SessionRegistry) -> None:
+    """An MCP client cancels a running repl_execute_cell (notifications/cancelled
+    cancels the handler's task). The cell ran on in the sandbox: the next call
+    got its output, hung until its own timeout, and the sandbox was replaced
+    (state without a checkpoint lost). Found by an attack review."""
+    kw = ids(registry, "cancel")
+    # a file in the sandbox's own /tmp: gone if the sandbox is replaced
+    await repl_execute_cell("a = 41\nopen('/tmp/same-sandbox', 'w').write('yes')", **kw)
+    long = "import time\nfor i in range(60):\n    time.sleep(0.5)\nprint('the cancelled cell ended')"
+    task = asyncio.create_task(repl_execute_cell(long, timeout=120, **kw))
+    await asyncio.sleep(2.0)  # running in the sandbox
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    r = await repl_execute_cell("print(a + 1, open('/tmp/same-sandbox').read())", timeout=20, **kw)
+    assert "42 yes" in r.text and "cancelled cell ended" not in r.text, r.text
+    assert "COMPLETED" in r.text.splitlines()[0], r.text
+
+
 async def test_calls_on_one_session_are_serialised(registry: SessionRegistry) -> None:
     kw = ids(registry)
     await repl_execute_cell("log = []", **kw)

@@ -250,3 +250,21 @@ def test_a_file_with_other_names_does_not_go_into_a_more_private_folder(
     guard_move(results, root / "projects" / "results.csv", [store])  # as public there: nothing to show
     os.unlink(root / "public" / ".results.csv.swp")
     guard_move(results, root / "Untitled Folder" / "results.csv", [store])  # one name: it may go
+
+
+def test_a_folder_holding_files_with_other_names_does_not_go_into_a_more_private_folder(
+    levels: WorkspaceLevels, store: Path, root: Path
+) -> None:
+    """The same through a folder: a public sandbox hard-links a file of a
+    subfolder to a name outside it, and the user drags the subfolder into a
+    private one (an attack review found the folder move unchecked)."""
+    _private(levels, root / "Untitled Folder")
+    (root / "public" / "run" / "deep").mkdir(parents=True)
+    rows = root / "public" / "run" / "deep" / "rows.csv"
+    rows.write_text("a,b\n")
+    os.link(rows, root / "public" / ".rows.csv.swp")
+    with pytest.raises(MoveRefused, match=r"holds files with other names \(hard links: .*rows\.csv\)"):
+        guard_move(root / "public" / "run", root / "Untitled Folder" / "run", [store])
+    guard_move(root / "public" / "run", root / "projects" / "run", [store])  # as public there
+    os.unlink(root / "public" / ".rows.csv.swp")
+    guard_move(root / "public" / "run", root / "Untitled Folder" / "run", [store])

@@ -235,6 +235,47 @@ def _other_names(source: Path, target: Path, shown: Shown) -> str | None:
     )
 
 
+#: entries of a folder looked at for hard links before it goes into a more
+#: private one (a move of a larger one is refused: it cannot be checked)
+MAX_CHECKED_ENTRIES = 100_000
+
+
+def _linked_inside(source: Path, target: Path, shown: Shown) -> str | None:
+    """Why the folder ``source`` must not go into the more private folder of
+    ``target``: files in it have other names (:func:`_other_names`), or it is
+    too large to look."""
+    linked: list[str] = []
+    seen = 0
+    folders = [source]
+    while folders and len(linked) < 3:
+        try:
+            entries = list(os.scandir(folders.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > MAX_CHECKED_ENTRIES:
+                return (
+                    f"Not moved: {shown(source)} holds more than {MAX_CHECKED_ENTRIES} entries and "
+                    f"{shown(target.parent)} is more private than where it is: its files could not all be "
+                    "checked for other names (hard links). Move it with a host shell if you mean to."
+                )
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(Path(entry.path))
+                elif entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_nlink > 1:
+                    linked.append(shown(Path(entry.path)))
+            except OSError:
+                continue
+    if not linked:
+        return None
+    return (
+        f"Not moved: {shown(source)} holds files with other names (hard links: {', '.join(linked[:3])}), and "
+        f"{shown(target.parent)} is more private than where it is: what a private session writes into them "
+        "there would be readable through those names. Copy the folder instead (copies are new files)."
+    )
+
+
 _IMPERATIVE = {"moved": "Move", "copied": "Copy"}
 
 
@@ -283,6 +324,11 @@ def guard_move(
     if (live := _live_sandbox(source, target, holders, stores, shown)) is not None:
         raise MoveRefused(live)
     plans = _plans(source, stores, kind, shown)
+    for plan in plans:
+        if _around(plan.levels, target.parent, shown).level > plan.around.level and (
+            linked := _linked_inside(source, target, shown)
+        ):
+            raise MoveRefused(linked)
     data = max((plan.highest for plan in plans), key=lambda x: x.level, default=_Level(Sensitivity.PUBLIC))
     for workspace, pid in holders if data.level > Sensitivity.PUBLIC else []:
         if target.is_relative_to(workspace):

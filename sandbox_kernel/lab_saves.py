@@ -11,7 +11,21 @@ contents manager's and its checkpoints' (the methods every save, upload,
 new file and checkpoint goes through): a save replaces the file by a new one
 (so ``.~<name>`` is no longer made, and ``use_atomic_writing=False`` no
 longer writes in place), and a path through a link below the server's root
-is refused with a 403 that names the link, which Lab shows. Reading and
+is refused with a 403 that names the link, which Lab shows.
+
+The file browser's other operations write too, and an attack review made
+each of them cross a link the sandbox had moved: a move or rename
+(``shutil.move``) put a file, or a private session's folder, into a linked
+host folder (and raced a rename within one folder); a new folder was made
+there (``os.mkdir``); duplicating a folder (``shutil.copytree``) copied
+linked host files into the workspace and wrote through a linked
+destination; renaming a notebook moved its checkpoint, the sandbox's bytes,
+into a host folder; a checkpoint's delete unlinked through a link. Those
+calls of jupyter_server's contents and checkpoint modules are their
+no-link equivalents here (:func:`install_calls`: the modules' ``shutil`` and
+``os`` names, for the server's root). Duplicating a file read the source
+through a link at its name, copying a host file the sandbox cannot see into
+the workspace: a copy's read follows no link either. Other reads and
 browsing through links stay as they are: they show the user what the user
 linked, and give the sandbox nothing.
 
@@ -24,7 +38,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import contextvars
+import functools
 import inspect
+import io
+import os
+import shutil
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
@@ -37,8 +56,59 @@ from . import no_follow
 def _refused_as_403() -> Iterator[None]:
     try:
         yield
-    except no_follow.LinkRefused as exc:
-        raise HTTPError(403, str(exc)) from None
+    except no_follow.Refused as exc:
+        raise HTTPError(exc.status, str(exc)) from None
+
+
+#: set while the contents manager copies a file: its read of the source follows no link
+_COPYING: contextvars.ContextVar[bool] = contextvars.ContextVar("sandbox_kernel_lab_copying", default=False)
+
+
+class _Calls:
+    """One of jupyter_server's module names (``os``, ``shutil``) with the
+    calls that write replaced by no-link ones below ``root``; everything
+    else is the real module's."""
+
+    def __init__(self, real: Any, root: str, replaced: dict[str, Callable[..., Any]]) -> None:
+        self._real, self._root, self._replaced = real, root, replaced
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._replaced:
+            return functools.partial(self._replaced[name], self._root)
+        return getattr(self._real, name)
+
+
+def _move(root: str, source: str, destination: str, *args: Any, **kwargs: Any) -> str:
+    with _refused_as_403():
+        no_follow.rename(root, os.fspath(source), os.fspath(destination))
+    return os.fspath(destination)
+
+
+def _copytree(root: str, source: str, destination: str, *args: Any, **kwargs: Any) -> str:
+    with _refused_as_403():
+        no_follow.copy_tree(root, os.fspath(source), os.fspath(destination))
+    return os.fspath(destination)
+
+
+def _mkdir(root: str, path: str, mode: int = 0o777, *args: Any, **kwargs: Any) -> None:
+    with _refused_as_403():
+        no_follow.make_folder(root, os.fspath(path), mode)
+
+
+def _unlink(root: str, path: str, *args: Any, **kwargs: Any) -> None:
+    with _refused_as_403():
+        no_follow.remove(root, os.fspath(path))
+
+
+def install_calls(root: str) -> None:
+    """Make jupyter_server's file contents and checkpoint modules move,
+    copy folders, make folders and unlink through no link below ``root``
+    (their calls name the modules ``shutil`` and ``os``)."""
+    from jupyter_server.services.contents import filecheckpoints, filemanager
+
+    for module in (filemanager, filecheckpoints):
+        module.shutil = _Calls(shutil, root, {"move": _move, "copytree": _copytree})  # type: ignore[attr-defined]
+        module.os = _Calls(os, root, {"mkdir": _mkdir, "unlink": _unlink})  # type: ignore[attr-defined]
 
 
 def _atomic_writing(cm: Any) -> Callable[..., Any]:
@@ -80,6 +150,35 @@ def guard(cm: Any) -> bool:
     if callable(getattr(cm, "_save_large_file", None)):
         cm._save_large_file = _maybe_async(append, asynchronous)
 
+    opening, copy_file = cm.open, cm.copy
+
+    @contextlib.contextmanager
+    def open_(os_path: str, *args: Any, **kwargs: Any) -> Iterator[IO[Any]]:
+        if not _COPYING.get():
+            with opening(os_path, *args, **kwargs) as f:
+                yield f
+            return
+        mode = args[0] if args else kwargs.get("mode", "r")
+        with cm.perm_to_403(os_path), _refused_as_403(), no_follow.reading(cm.root_dir, os_path) as raw:
+            yield raw if "b" in mode else io.TextIOWrapper(raw, encoding=kwargs.get("encoding") or "utf-8")
+
+    async def copy_async(from_path: str, to_path: str | None = None) -> Any:
+        token = _COPYING.set(True)
+        try:
+            return await copy_file(from_path, to_path)
+        finally:
+            _COPYING.reset(token)
+
+    def copy_sync(from_path: str, to_path: str | None = None) -> Any:
+        token = _COPYING.set(True)
+        try:
+            return copy_file(from_path, to_path)
+        finally:
+            _COPYING.reset(token)
+
+    cm.open = open_
+    cm.copy = copy_async if inspect.iscoroutinefunction(copy_file) else copy_sync
+
     checkpoints = getattr(cm, "checkpoints", None)
     if checkpoints is not None and callable(getattr(checkpoints, "_copy", None)):
         root = getattr(checkpoints, "root_dir", None) or cm.root_dir
@@ -105,7 +204,9 @@ def _maybe_async(function: Callable[..., None], asynchronous: bool) -> Callable[
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
-    if not guard(serverapp.contents_manager):
+    if guard(serverapp.contents_manager):
+        install_calls(serverapp.contents_manager.root_dir)
+    else:
         serverapp.log.warning(
             "sandbox_kernel.lab_saves: %s keeps no host files; saves are not checked for links",
             type(serverapp.contents_manager).__name__,
@@ -116,4 +217,4 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "sandbox_kernel.lab_saves"}]
 
 
-__all__ = ["guard"]
+__all__ = ["guard", "install_calls"]

@@ -23,7 +23,9 @@ user's choice and are followed.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import functools
 import os
 import secrets
 import shutil
@@ -34,8 +36,14 @@ from typing import IO, Any
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-class LinkRefused(Exception):
-    """A write that would go through a symbolic link below the root."""
+class Refused(Exception):
+    """What the server must not do to a path below the root; ``status`` is its HTTP answer."""
+
+    status = 403
+
+
+class LinkRefused(Refused):
+    """A write (or a copy's read) that would go through a symbolic link below the root."""
 
     def __init__(self, link: str) -> None:
         self.link = link
@@ -43,6 +51,24 @@ class LinkRefused(Exception):
             f"{link} is a symbolic link: the server writes nothing through a link inside the folders it serves, "
             "since a sandbox can give a link there a new name. Open the file at the place the link points to."
         )
+
+
+class NotAFile(Refused):
+    """A file expected where something else is (a folder a sandbox put there)."""
+
+    status = 400
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path} is not a file")
+
+
+class Exists(Refused):
+    """A move or copy onto a name that is taken."""
+
+    status = 409
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path} already exists")
 
 
 def _is_link(name: str, folder: int) -> bool:
@@ -128,19 +154,150 @@ def replacing(
 
 @contextlib.contextmanager
 def reading(root: str, path: str) -> Iterator[IO[bytes]]:
-    """``path`` opened for reading, reached through no link below ``root``."""
+    """``path``, a regular file, opened for reading through no link below ``root``."""
     folder, name = open_folder(root, path)
     try:
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise LinkRefused(path) from None
-            raise
+        fd = _open_file(folder, name, path, os.O_RDONLY)
     finally:
         os.close(folder)
     with os.fdopen(fd, "rb") as source:
         yield source
+
+
+def _open_file(folder: int, name: str, path: str, flags: int) -> int:
+    """``name`` in ``folder`` opened (not followed: a link is refused), which must be a regular file."""
+    try:
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkRefused(path) from None
+        if exc.errno == errno.EISDIR:
+            raise NotAFile(path) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotAFile(path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def rename(root: str, source: str, destination: str) -> None:
+    """Move ``source`` to ``destination`` (a name that must be free), both
+    reached through no link below ``root``; what is at either name is moved
+    or refused, never followed (``renameat2`` with ``RENAME_NOREPLACE``)."""
+    old_folder, old_name = open_folder(root, source)
+    try:
+        new_folder, new_name = open_folder(root, destination)
+        try:
+            _renameat2(old_folder, old_name, new_folder, new_name, destination)
+        finally:
+            os.close(new_folder)
+    finally:
+        os.close(old_folder)
+
+
+_RENAME_NOREPLACE = 1
+
+
+def _renameat2(old_folder: int, old_name: str, new_folder: int, new_name: str, destination: str) -> None:
+    libc = _libc()
+    done = libc.renameat2(old_folder, os.fsencode(old_name), new_folder, os.fsencode(new_name), _RENAME_NOREPLACE)
+    if done != 0:
+        code = ctypes.get_errno()
+        if code == errno.EEXIST:
+            raise Exists(destination)
+        raise OSError(code, os.strerror(code), destination)
+
+
+@functools.cache
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def make_folder(root: str, path: str, mode: int = 0o777) -> None:
+    """``mkdir`` of ``path``, reached through no link below ``root``."""
+    folder, name = open_folder(root, path)
+    try:
+        os.mkdir(name, mode, dir_fd=folder)
+    finally:
+        os.close(folder)
+
+
+def remove(root: str, path: str) -> None:
+    """``unlink`` of ``path`` (a link there is removed itself), reached through no link below ``root``."""
+    folder, name = open_folder(root, path)
+    try:
+        os.unlink(name, dir_fd=folder)
+    finally:
+        os.close(folder)
+
+
+def copy_tree(root: str, source: str, destination: str) -> None:
+    """Copy the folder ``source`` to the new folder ``destination`` with its
+    files' permissions and times, through no link below ``root``: a link
+    inside it is refused (the copy stops there, what was copied stays)."""
+    source_folder, source_name = open_folder(root, source)
+    try:
+        top = _open_dir(source_folder, source_name, source)
+    finally:
+        os.close(source_folder)
+    try:
+        target_folder, target_name = open_folder(root, destination)
+        try:
+            _copy_dir(top, source, target_folder, target_name, destination)
+        finally:
+            os.close(target_folder)
+    finally:
+        os.close(top)
+
+
+def _open_dir(folder: int, name: str, path: str) -> int:
+    try:
+        return os.open(name, _FOLDER, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno in {errno.ELOOP, errno.ENOTDIR} and _is_link(name, folder):
+            raise LinkRefused(path) from None
+        raise
+
+
+def _copy_dir(source: int, source_path: str, parent: int, name: str, path: str) -> None:
+    info = os.fstat(source)
+    os.mkdir(name, stat.S_IMODE(info.st_mode) | 0o700, dir_fd=parent)
+    target = _open_dir(parent, name, path)
+    try:
+        for entry in sorted(os.listdir(source)):
+            entry_path, target_path = os.path.join(source_path, entry), os.path.join(path, entry)
+            kind = os.stat(entry, dir_fd=source, follow_symlinks=False).st_mode
+            if stat.S_ISDIR(kind):
+                below = _open_dir(source, entry, entry_path)
+                try:
+                    _copy_dir(below, entry_path, target, entry, target_path)
+                finally:
+                    os.close(below)
+            elif stat.S_ISREG(kind):
+                _copy_file(source, entry, entry_path, target, entry)
+            else:  # a link, or a node a host program would follow
+                raise LinkRefused(entry_path) if stat.S_ISLNK(kind) else NotAFile(entry_path)
+        os.chmod(target, stat.S_IMODE(info.st_mode))
+    finally:
+        os.close(target)
+
+
+def _copy_file(source: int, name: str, path: str, target: int, new_name: str) -> None:
+    fd = _open_file(source, name, path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as inp:
+        info = os.fstat(inp.fileno())
+        out_fd = os.open(
+            new_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=target
+        )
+        with os.fdopen(out_fd, "wb") as out:
+            shutil.copyfileobj(inp, out)
+            out.flush()
+            os.fchmod(out.fileno(), stat.S_IMODE(info.st_mode))
+            os.utime(out.fileno(), ns=(info.st_atime_ns, info.st_mtime_ns))
 
 
 def copy(root: str, source: str, destination: str) -> None:
@@ -156,16 +313,25 @@ def append(root: str, path: str, data: bytes) -> None:
     """Append ``data`` to the file at ``path``, reached through no link below ``root``."""
     folder, name = open_folder(root, path)
     try:
-        try:
-            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise LinkRefused(path) from None
-            raise
+        fd = _open_file(folder, name, path, os.O_WRONLY | os.O_APPEND)
     finally:
         os.close(folder)
     with os.fdopen(fd, "ab") as out:
         out.write(data)
 
 
-__all__ = ["LinkRefused", "append", "copy", "open_folder", "reading", "replacing"]
+__all__ = [
+    "Exists",
+    "LinkRefused",
+    "NotAFile",
+    "Refused",
+    "append",
+    "copy",
+    "copy_tree",
+    "make_folder",
+    "open_folder",
+    "reading",
+    "remove",
+    "rename",
+    "replacing",
+]

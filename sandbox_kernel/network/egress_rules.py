@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -118,13 +119,33 @@ def matches(pattern: str, name: str) -> bool:
 
 
 def parse_address(host: str) -> IPAddress | None:
-    """The address a host string is, if it is an IP literal (``[::1]`` included)."""
+    """The address a host string is, if it is an IP literal (``[::1]`` included),
+    or an IPv4 address in a spelling the C library's resolver also reads as
+    one (:func:`_c_ipv4`)."""
     text = host.strip()
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]
     try:
         return ipaddress.ip_address(text.split("%", 1)[0])
     except ValueError:
+        return _c_ipv4(text)
+
+
+#: what an IPv4 address in ``inet_aton``'s spellings is made of
+_C_IPV4 = re.compile(r"[0-9a-fA-FxX.]{1,64}\Z")
+
+
+def _c_ipv4(text: str) -> ipaddress.IPv4Address | None:
+    """``2130706433``, ``0x7f000001``, ``0177.0.0.1``, ``127.1``: not
+    addresses to Python's ``ipaddress``, but to ``getaddrinfo`` (glibc's
+    ``inet_aton``), which the proxy would have resolved them with. Taken for
+    names, they passed a deny list that names the address (an attack review
+    reached a denied 127.0.0.1 as ``127.1``)."""
+    if not _C_IPV4.match(text) or not text[0].isdigit():
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(text))
+    except OSError:
         return None
 
 
@@ -189,26 +210,41 @@ class EgressPolicy:
         return Decision(False, f"not in the allow list ({', '.join(self._allow) or 'empty'})")
 
     def check_address(self, address: IPAddress) -> Decision:
-        """The address rules for one address a connection would go to."""
+        """The address rules for one address a connection would go to.
+
+        The host's own addresses (``extra_refused``) are lifted only by an
+        exact address in ``allow_addresses``, never by a network holding one
+        (``127.0.0.0/30`` for a mirror on ``.2`` admitted the Jupyter server's
+        ``127.0.0.1``). The reason given for them is their class's, as for
+        any refused address: a particular one told a cell which addresses
+        are the host's."""
+        exact = any(net.num_addresses == 1 and address in net for net in self._allowed_nets)
+        for candidate in (address, *_embedded(address)):
+            if not exact and any(candidate in net for net in self._extra_nets):
+                return Decision(False, f"{_class_of(candidate)} {address} is never reached from a sandbox")
         if any(address in net for net in self._allowed_nets):
             return Decision(True, f"address {address} allowed explicitly")
         for candidate in (address, *_embedded(address)):
-            if any(candidate in net for net in self._extra_nets):
-                return Decision(
-                    False, f"address {address} is this host's own or protected (the Jupyter server listens there)"
-                )
             for net, why in _REFUSED:
                 if candidate.version == net.version and candidate in net:
                     return Decision(False, f"{why} {address} is never reached from a sandbox")
         return Decision(True, "public address")
+
+    def denied_address(self, address: IPAddress) -> str | None:
+        """The deny-list entry naming ``address`` or an IPv4 address it stands for, if any."""
+        for candidate in (address, *_embedded(address)):
+            if str(candidate) in self._deny:
+                return str(candidate)
+        return None
 
     def check_literal(self, address: IPAddress) -> Decision:
         """The rules for an IP literal: deny list, address classes, then the allow list,
         which must be ``*`` or name this exact address (a literal is a destination
         the allow list has to grant like any name, not a way around it)."""
         key = str(address)
-        if key in self._deny:
-            return Decision(False, f"deny list: {key}")
+        denied = self.denied_address(address)
+        if denied is not None:
+            return Decision(False, f"deny list: {denied}")
         verdict = self.check_address(address)
         if not verdict.allowed:
             return verdict
@@ -234,6 +270,9 @@ class EgressPolicy:
         if not checked:
             return Decision(False, f"{host} has no address")
         for address in checked:
+            denied = self.denied_address(address)
+            if denied is not None:  # a name for a denied address is that address
+                return Decision(False, f"{host} resolves to a denied address: deny list: {denied}")
             verdict = self.check_address(address)
             if not verdict.allowed:
                 return Decision(False, f"{host} resolves to a refused address: {verdict.rule}")
@@ -246,6 +285,11 @@ class EgressPolicy:
             "deny": list(self._deny),
             "allow_addresses": [str(n) for n in self._allowed_nets],
         }
+
+
+def _class_of(address: IPAddress) -> str:
+    """The refused class an address is in ("private address"...), or "address"."""
+    return next((why for net, why in _REFUSED if address.version == net.version and address in net), "address")
 
 
 def _strings(values: Sequence[str] | str, what: str) -> list[str]:

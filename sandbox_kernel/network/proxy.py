@@ -230,6 +230,10 @@ class EgressProxy:
         if not decision.allowed:
             await self._respond(writer, 403, f"connection to {host}:{port} refused: {decision.rule}", decision.rule)
             return
+        if self._cut:  # the ratchet rose while the name resolved: no connection is even opened
+            entry.allowed, entry.rule = False, CUT_RULE
+            await self._respond(writer, 403, CUT_RULE, CUT_RULE)
+            return
         upstream_reader, upstream_writer = await self._connect(addresses, port, entry)
         if self._cut:  # the ratchet rose while we connected
             upstream_writer.transport.abort()
@@ -406,6 +410,11 @@ def _parse_head(head: bytes) -> tuple[str, str, str, list[tuple[str, str]]]:
     for line in lines[1:]:
         if not line:
             continue
+        if "\n" in line or "\r" in line or "\x00" in line:
+            # an origin reading a bare LF as a line end saw headers this proxy
+            # did not (a second "Connection: keep-alive" kept the connection
+            # open for an unlogged second request: an attack review)
+            raise _BadRequest(400, f"bare line break or NUL in header line {_shown(line)}")
         name, sep, value = line.partition(":")
         if not sep or not name or name != name.strip():
             raise _BadRequest(400, f"malformed header line {_shown(line)}")
@@ -469,9 +478,15 @@ def _origin_request(method: str, target: str, version: str, headers: list[tuple[
     path = url.path or "/"
     if url.query:
         path += "?" + url.query
-    kept = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP and not k.lower().startswith("proxy-")]
-    if not any(k.lower() == "host" for k, _ in kept):
-        kept.insert(0, ("Host", url.netloc))
+    # The Host the origin gets is the one checked and logged: the client's own
+    # (``GET http://files.example/`` with ``Host: blocked.test``) reached a
+    # denied site on a shared host, logged as the allowed one.
+    kept = [
+        (k, v)
+        for k, v in headers
+        if k.lower() not in HOP_BY_HOP and not k.lower().startswith("proxy-") and k.lower() != "host"
+    ]
+    kept.insert(0, ("Host", url.netloc.rsplit("@", 1)[-1]))
     lines = [f"{method} {path} {version}", *(f"{k}: {v}" for k, v in kept), "Connection: close", "", ""]
     return "\r\n".join(lines).encode("latin-1")
 

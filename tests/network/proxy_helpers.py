@@ -37,6 +37,12 @@ class Origin(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+        elif self.path.startswith("/host"):
+            body = str(self.headers.get("Host")).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
         elif self.path.startswith("/big"):
             size = int(self.path.split("=", 1)[1]) if "=" in self.path else BIG
             self.send_response(200)

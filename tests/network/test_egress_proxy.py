@@ -390,3 +390,72 @@ def test_the_log_escapes_and_bounds_what_it_is_given(tmp_path: Path) -> None:
     assert (
         entry["rule"] == "x\\n2099 allowed GET pypi.org\\x1b]0;pwned\\x07\\u202e\\x85" and entry["method"] == "GET\\n"
     )
+
+
+def test_the_origin_gets_the_host_that_was_checked_and_one_request_only(setup: Setup) -> None:
+    """``GET http://files.example/`` with ``Host: blocked.test`` reached the
+    denied name on a shared host, logged as the allowed one; a bare LF in a
+    header kept the origin's connection open for an unlogged second request
+    (an attack review)."""
+    origin, _, fwd = setup
+    fronted = raw_request(
+        fwd.port, f"GET http://files.example:{origin.port}/host HTTP/1.1\r\nHost: blocked.test\r\n\r\n".encode()
+    )
+    assert fronted.startswith(b"HTTP/1.1 200") and fronted.endswith(f"files.example:{origin.port}".encode()), fronted
+    smuggled = raw_request(
+        fwd.port,
+        f"GET http://files.example:{origin.port}/small HTTP/1.1\r\nX: a\nConnection: keep-alive\r\n\r\n"
+        f"GET /host HTTP/1.1\r\nHost: blocked.test\r\n\r\n".encode(),
+    )
+    assert smuggled.startswith(b"HTTP/1.1 400") and b"bare line break" in smuggled, smuggled
+    assert b"hello from the origin" not in smuggled
+
+
+def test_a_cut_while_a_name_resolves_opens_no_connection(tmp_path: Path) -> None:
+    """The rise came while the proxy resolved a name: it then connected
+    anyway (the connection was aborted at once, but the origin heard it)."""
+    import asyncio
+    import socket as sockets
+
+    heard: list[float] = []
+    listener = sockets.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+
+    def accept() -> None:
+        listener.settimeout(5)
+        try:
+            conn, _ = listener.accept()
+            heard.append(time.monotonic())
+            conn.close()
+        except OSError:
+            pass
+
+    threading.Thread(target=accept, daemon=True).start()
+    proxy = ProxyThread(tmp_path / "egress.sock", EgressPolicy(allow=["slow.test"], allow_addresses=["127.0.0.1"]), {})
+    fwd = Forwarder(tmp_path / "egress.sock")
+
+    async def slow_dns(host: str, port: int) -> list[IPAddress]:
+        await asyncio.sleep(1.0)
+        return [ipaddress.ip_address("127.0.0.1")]
+
+    proxy.proxy._resolver = slow_dns  # (the resolver is the proxy's hook for names; the helper's resolves none)
+    try:
+        answer: list[bytes] = []
+        asking = threading.Thread(
+            target=lambda: answer.append(
+                raw_request(fwd.port, f"GET http://slow.test:{port}/ HTTP/1.1\r\n\r\n".encode())
+            )
+        )
+        asking.start()
+        time.sleep(0.4)  # resolving
+        proxy.cut()
+        asking.join(10)
+        time.sleep(1.5)  # the name has resolved: the proxy has decided what to do next
+        assert answer and not answer[0].startswith(b"HTTP/1.1 200"), answer  # (the cut closed the client)
+        assert heard == [], "the origin was connected to after the cut"
+    finally:
+        fwd.close()
+        proxy.close()
+        listener.close()

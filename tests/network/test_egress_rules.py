@@ -77,7 +77,52 @@ def test_explicit_addresses_and_extra_refused() -> None:
     assert policy.check("mirror.local", [A("127.0.0.1")]).allowed
     assert not policy.check("mirror.local", [A("127.0.0.2")]).allowed
     verdict = policy.check("jupyter.example", [A("93.184.216.34")])
-    assert not verdict.allowed and "protected" in verdict.rule
+    assert not verdict.allowed and "address 93.184.216.34 is never reached from a sandbox" in verdict.rule
+
+
+@pytest.mark.parametrize(
+    "spelling", ["127.1", "2130706433", "0x7f000001", "0177.0.0.1", "127.000.000.001", "[::ffff:127.0.0.1]"]
+)
+def test_every_spelling_of_a_denied_address_is_denied(spelling: str) -> None:
+    """The C library's resolver reads these as 127.0.0.1; taken for names, they
+    passed a deny list naming the address (an attack review: 200 OK)."""
+    policy = EgressPolicy(deny=["127.0.0.1"], allow_addresses=["127.0.0.1"])
+    verdict = policy.check(spelling, [])
+    assert not verdict.allowed and verdict.rule == "deny list: 127.0.0.1", verdict
+
+
+@pytest.mark.parametrize(
+    "spelling", ["1572395042", "0x5db8d822", "93.184.55330", "[::ffff:93.184.216.34]", "[::ffff:5db8:d822]"]
+)
+def test_a_denied_public_address_is_denied_however_it_is_reached(spelling: str) -> None:
+    policy = EgressPolicy(deny=["93.184.216.34"])
+    assert policy.check(spelling, []).rule == "deny list: 93.184.216.34"
+    verdict = policy.check("www.example.com", [A("93.184.216.34")])  # a name pointing at it
+    assert not verdict.allowed and "deny list: 93.184.216.34" in verdict.rule
+    assert policy.check("www.example.com", [A("93.184.216.35")]).allowed
+
+
+def test_a_network_in_allow_addresses_does_not_admit_the_hosts_own_addresses() -> None:
+    """``127.0.0.0/30`` for a mirror on ``.2`` admitted the Jupyter server's 127.0.0.1."""
+    policy = EgressPolicy(allow_addresses=["127.0.0.0/30"], extra_refused=["127.0.0.1", "192.0.2.2"])
+    assert policy.check("mirror.local", [A("127.0.0.2")]).allowed
+    assert not policy.check("mirror.local", [A("127.0.0.1")]).allowed
+    assert (
+        not EgressPolicy(allow_addresses=["192.0.2.0/24"], extra_refused=["192.0.2.2"])
+        .check_address(A("192.0.2.2"))
+        .allowed
+    )
+    # the exact address lifts it: the tests' stand-in for a public origin
+    assert (
+        EgressPolicy(allow_addresses=["127.0.0.1"], extra_refused=["127.0.0.1"]).check_address(A("127.0.0.1")).allowed
+    )
+
+
+def test_a_refusal_does_not_tell_which_addresses_are_the_hosts() -> None:
+    policy = EgressPolicy(extra_refused=["172.17.0.1", "192.0.2.2"])
+    for own, neighbour in (("172.17.0.1", "172.17.0.9"), ("192.0.2.2", "192.0.2.3")):
+        rule, other = policy.check_address(A(own)).rule, policy.check_address(A(neighbour)).rule
+        assert rule.replace(own, "X") == other.replace(neighbour, "X"), (rule, other)
 
 
 def test_no_address_is_refused() -> None:
@@ -110,7 +155,7 @@ def test_the_hosts_own_addresses_are_found_and_refused(tmp_path: Path) -> None:
     assert found == ["93.184.216.34", "127.0.0.1", "2001:db8::1"]
     policy = EgressPolicy(extra_refused=found)
     verdict = policy.check("www.example", [A("93.184.216.34")])
-    assert not verdict.allowed and "this host's own" in verdict.rule
+    assert not verdict.allowed and "address 93.184.216.34 is never reached" in verdict.rule
     assert local_addresses(tmp_path / "missing") == []  # no /proc: nothing extra, the classes still hold
 
 

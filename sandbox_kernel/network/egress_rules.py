@@ -33,6 +33,8 @@ import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import idna
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -77,14 +79,21 @@ class Decision:
 
 
 def normalise_name(name: str) -> str:
-    """Lower case, no trailing dot, IDNA (ASCII) form; ValueError naming a bad name."""
+    """Lower case, no trailing dot, IDNA (ASCII) form; ValueError naming a bad name.
+
+    A name that is not ASCII is encoded as DNS resolves it today (IDNA 2008,
+    UTS #46 without the transitional mappings, by the ``idna`` package):
+    Python's own ``idna`` codec (IDNA 2003) maps ``faß.de`` to ``fass.de``,
+    another domain than ``xn--fa-hia.de``, so a deny rule written either way
+    missed the real name (an attack review)."""
     text = name.strip().rstrip(".").lower()
     if not text or len(text) > 253:
         raise ValueError(f"{name!r} is not a host name")
-    try:
-        text = text.encode("idna").decode("ascii")
-    except UnicodeError:
-        raise ValueError(f"{name!r} is not a valid host name") from None
+    if not text.isascii():
+        try:
+            text = idna.encode(text, uts46=True, transitional=False).decode("ascii")
+        except (idna.IDNAError, UnicodeError):
+            raise ValueError(f"{name!r} is not a valid host name") from None
     if any(not _LABEL.match(label) for label in text.split(".")):
         raise ValueError(f"{name!r} is not a valid host name")
     return text

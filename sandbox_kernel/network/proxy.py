@@ -285,8 +285,8 @@ class EgressProxy:
                 raise _BadRequest(400, str(exc)) from None
             if not by_name.allowed:
                 return by_name, []
-            try:
-                addresses = await self._resolve(host, port)
+            try:  # the name checked is the name resolved (its IDNA 2008 form)
+                addresses = await self._resolve(normalise_name(host), port)
             except (OSError, UnicodeError, ValueError) as exc:
                 raise _BadRequest(502, f"cannot resolve {host}: {exc}") from None
         try:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_kernel.network import EgressPolicy
+from sandbox_kernel.network.egress_rules import normalise_name
 
 A = ipaddress.ip_address
 PUBLIC = [A("93.184.216.34")]
@@ -200,3 +201,16 @@ def test_a_listed_private_literal_still_needs_its_address_allowed() -> None:
     assert both.check("10.0.0.5", [A("10.0.0.5")]).allowed
     # loopback is refused by class with the allow list at '*', as before
     assert "loopback address 127.0.0.1" in EgressPolicy().check("127.0.0.1", [A("127.0.0.1")]).rule
+
+
+def test_international_names_are_encoded_as_dns_resolves_them() -> None:
+    """IDNA 2003 (Python's codec) made ``faß.de`` into ``fass.de``, another
+    domain: a deny of either spelling missed ``xn--fa-hia.de`` (an attack review)."""
+    for pattern in ("faß.de", "xn--fa-hia.de"):
+        policy = EgressPolicy(deny=[pattern])
+        for name in ("faß.de", "FASS.de".replace("SS", "ß"), "xn--fa-hia.de"):
+            assert not policy.check_name(normalise_name(name)).allowed, (pattern, name)
+        assert policy.check_name(normalise_name("fass.de")).allowed
+    assert normalise_name("ςσ.gr") == "xn--3xac.gr"
+    with pytest.raises(ValueError, match="is not a valid host name"):
+        normalise_name("a\u200db.com" + "\u0300" * 3)

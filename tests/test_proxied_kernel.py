@@ -91,6 +91,15 @@ def test_web_through_the_proxy_and_nothing_else(tmp_path: Path, origin: OriginSe
         )
         result = eval(run.stdout.strip())
         assert "connected" not in result and result[0] == "gaierror", result
+        # the proxy's socket folder is the host's: a cell reaches the socket and writes nothing there
+        run = k.run(
+            "import os\n"
+            "try:\n"
+            "    open('/.sandbox_kernel/egress/planted', 'w'); print('written')\n"
+            "except OSError as e:\n"
+            "    print(e.errno == 30)"
+        )
+        assert run.stdout.strip() == "True", (run.stdout, run.stderr)
     finally:
         k.shutdown()
 

@@ -299,7 +299,7 @@ class Session:
             if seed is not None:
                 extra.append(BindMount(seed, completer_seed.IN_COMPLETER_SEED, readonly=True))
             if self.sandbox_proxied and self.proxy is not None:
-                extra.append(BindMount(self.proxy.socket_path.parent, IN_EGRESS))
+                extra.append(BindMount(self.proxy.socket_path.parent, IN_EGRESS, readonly=True))
             if self.config.packages_dir is not None:
                 self.config.packages_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
                 extra.append(BindMount(self.config.packages_dir, IN_PACKAGES))
@@ -407,7 +407,7 @@ class Session:
         if proxied:
             proxy = await self._ensure_proxy()
             extra = [
-                BindMount(proxy.socket_path.parent, IN_EGRESS),
+                BindMount(proxy.socket_path.parent, IN_EGRESS, readonly=True),
                 BindMount(WORKER_SOURCE, f"{IN_LIB}/{WORKER_PACKAGE}", readonly=True),
             ]
             # a one-off command has no worker to run the forwarder: a small launcher does

@@ -299,7 +299,10 @@ class Session:
             if seed is not None:
                 extra.append(BindMount(seed, completer_seed.IN_COMPLETER_SEED, readonly=True))
             if self.sandbox_proxied and self.proxy is not None:
-                extra.append(BindMount(self.proxy.socket_path.parent, IN_EGRESS, readonly=True))
+                # read-only: a cell reaches the socket and writes nothing in the
+                # host's folder; Docker hands only writable mounts to its
+                # container user (docker_backend), who must reach the socket
+                extra.append(BindMount(self.proxy.socket_path.parent, IN_EGRESS, readonly=self.backend != "docker"))
             if self.config.packages_dir is not None:
                 self.config.packages_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
                 extra.append(BindMount(self.config.packages_dir, IN_PACKAGES))

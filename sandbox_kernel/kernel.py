@@ -498,12 +498,11 @@ class SandboxKernel(Kernel, EngineSettings):
             reply["user_expressions"] = {}
             # ipykernel's (ipyparallel reads it): the engine is this kernel
             reply["engine_info"] = {"engine_uuid": self.ident, "engine_id": -1, "method": "execute"}
+            defang = defang_text if private else (lambda t: t)
             reply.update(
-                ename=plain_text(result.ename, 200, defang=defang_text if private else lambda t: t),
-                evalue=plain_text(result.evalue, defang=defang_text if private else lambda t: t),
-                traceback=[
-                    plain_text(line, defang=defang_text if private else lambda t: t) for line in result.traceback[:1000]
-                ],
+                ename=plain_text(result.ename, 200, defang=defang),
+                evalue=plain_text(result.evalue, defang=defang),
+                traceback=[plain_text(line, defang=defang) for line in result.traceback[:1000]],
             )
         return reply
 

@@ -91,18 +91,31 @@ def open_folder(root: str, path: str) -> tuple[int, str]:
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for depth, folder in enumerate(folders):
-            try:
-                below = os.open(folder, _FOLDER, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno in {errno.ELOOP, errno.ENOTDIR} and _is_link(folder, fd):
-                    raise LinkRefused(os.path.join(root, *folders[: depth + 1])) from None
-                raise
+            below = _open_dir(fd, folder, os.path.join(root, *folders[: depth + 1]))
             os.close(fd)
             fd = below
     except BaseException:
         os.close(fd)
         raise
     return fd, name
+
+
+@contextlib.contextmanager
+def _in_folder(root: str, path: str) -> Iterator[tuple[int, str]]:
+    """:func:`open_folder`, closed at the end of the block."""
+    folder, name = open_folder(root, path)
+    try:
+        yield folder, name
+    finally:
+        os.close(folder)
+
+
+@contextlib.contextmanager
+def _closing(fd: int) -> Iterator[int]:
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -119,8 +132,7 @@ def replacing(
     The new file keeps the old one's permissions, or ``like``'s permissions
     and times. An existing link at ``path`` is refused rather than replaced
     by a file (it is the user's, or the user put it there)."""
-    folder, name = open_folder(root, path)
-    try:
+    with _in_folder(root, path) as (folder, name):
         try:
             old: os.stat_result | None = os.stat(name, dir_fd=folder, follow_symlinks=False)
         except FileNotFoundError:
@@ -148,18 +160,13 @@ def replacing(
             with contextlib.suppress(OSError):
                 os.unlink(temporary, dir_fd=folder)
             raise
-    finally:
-        os.close(folder)
 
 
 @contextlib.contextmanager
 def reading(root: str, path: str) -> Iterator[IO[bytes]]:
     """``path``, a regular file, opened for reading through no link below ``root``."""
-    folder, name = open_folder(root, path)
-    try:
+    with _in_folder(root, path) as (folder, name):
         fd = _open_file(folder, name, path, os.O_RDONLY)
-    finally:
-        os.close(folder)
     with os.fdopen(fd, "rb") as source:
         yield source
 
@@ -188,15 +195,8 @@ def rename(root: str, source: str, destination: str) -> None:
     """Move ``source`` to ``destination`` (a name that must be free), both
     reached through no link below ``root``; what is at either name is moved
     or refused, never followed (``renameat2`` with ``RENAME_NOREPLACE``)."""
-    old_folder, old_name = open_folder(root, source)
-    try:
-        new_folder, new_name = open_folder(root, destination)
-        try:
-            _renameat2(old_folder, old_name, new_folder, new_name, destination)
-        finally:
-            os.close(new_folder)
-    finally:
-        os.close(old_folder)
+    with _in_folder(root, source) as (old_folder, old_name), _in_folder(root, destination) as (new_folder, new_name):
+        _renameat2(old_folder, old_name, new_folder, new_name, destination)
 
 
 _RENAME_NOREPLACE = 1
@@ -219,39 +219,24 @@ def _libc() -> Any:
 
 def make_folder(root: str, path: str, mode: int = 0o777) -> None:
     """``mkdir`` of ``path``, reached through no link below ``root``."""
-    folder, name = open_folder(root, path)
-    try:
+    with _in_folder(root, path) as (folder, name):
         os.mkdir(name, mode, dir_fd=folder)
-    finally:
-        os.close(folder)
 
 
 def remove(root: str, path: str) -> None:
     """``unlink`` of ``path`` (a link there is removed itself), reached through no link below ``root``."""
-    folder, name = open_folder(root, path)
-    try:
+    with _in_folder(root, path) as (folder, name):
         os.unlink(name, dir_fd=folder)
-    finally:
-        os.close(folder)
 
 
 def copy_tree(root: str, source: str, destination: str) -> None:
     """Copy the folder ``source`` to the new folder ``destination`` with its
     files' permissions and times, through no link below ``root``: a link
     inside it is refused (the copy stops there, what was copied stays)."""
-    source_folder, source_name = open_folder(root, source)
-    try:
+    with _in_folder(root, source) as (source_folder, source_name):
         top = _open_dir(source_folder, source_name, source)
-    finally:
-        os.close(source_folder)
-    try:
-        target_folder, target_name = open_folder(root, destination)
-        try:
-            _copy_dir(top, source, target_folder, target_name, destination)
-        finally:
-            os.close(target_folder)
-    finally:
-        os.close(top)
+    with _closing(top), _in_folder(root, destination) as (target_folder, target_name):
+        _copy_dir(top, source, target_folder, target_name, destination)
 
 
 def _open_dir(folder: int, name: str, path: str) -> int:
@@ -266,24 +251,18 @@ def _open_dir(folder: int, name: str, path: str) -> int:
 def _copy_dir(source: int, source_path: str, parent: int, name: str, path: str) -> None:
     info = os.fstat(source)
     os.mkdir(name, stat.S_IMODE(info.st_mode) | 0o700, dir_fd=parent)
-    target = _open_dir(parent, name, path)
-    try:
+    with _closing(_open_dir(parent, name, path)) as target:
         for entry in sorted(os.listdir(source)):
             entry_path, target_path = os.path.join(source_path, entry), os.path.join(path, entry)
             kind = os.stat(entry, dir_fd=source, follow_symlinks=False).st_mode
             if stat.S_ISDIR(kind):
-                below = _open_dir(source, entry, entry_path)
-                try:
+                with _closing(_open_dir(source, entry, entry_path)) as below:
                     _copy_dir(below, entry_path, target, entry, target_path)
-                finally:
-                    os.close(below)
             elif stat.S_ISREG(kind):
                 _copy_file(source, entry, entry_path, target, entry)
             else:  # a link, or a node a host program would follow
                 raise LinkRefused(entry_path) if stat.S_ISLNK(kind) else NotAFile(entry_path)
         os.chmod(target, stat.S_IMODE(info.st_mode))
-    finally:
-        os.close(target)
 
 
 def _copy_file(source: int, name: str, path: str, target: int, new_name: str) -> None:
@@ -311,11 +290,8 @@ def copy(root: str, source: str, destination: str) -> None:
 
 def append(root: str, path: str, data: bytes) -> None:
     """Append ``data`` to the file at ``path``, reached through no link below ``root``."""
-    folder, name = open_folder(root, path)
-    try:
+    with _in_folder(root, path) as (folder, name):
         fd = _open_file(folder, name, path, os.O_WRONLY | os.O_APPEND)
-    finally:
-        os.close(folder)
     with os.fdopen(fd, "ab") as out:
         out.write(data)
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from browser.lab_helpers import LabServer, serving
+from browser.lab_helpers import LabServer, guarded_and_control
 from kernel_helpers import SandboxKernelHandle, require_bwrap, shared_data_kernel, status_of
 
 from sandbox_kernel.privacy import PrivacyStore
@@ -32,12 +32,8 @@ ROWS = "ada,42\n"
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LabServer]]:
     require_bwrap()
-    root = tmp_path_factory.mktemp("folder-moves")
-    with (
-        serving(root / "guarded", root / "guarded.log") as guarded,
-        serving(root / "control", root / "control.log", protected=False) as control,
-    ):
-        yield {"guarded": guarded, "control": control}
+    with guarded_and_control(tmp_path_factory.mktemp("folder-moves")) as servers:
+        yield servers
 
 
 def _kernel(server: LabServer, folder: str) -> SandboxKernelHandle:

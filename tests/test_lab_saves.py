@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from browser.lab_helpers import LabServer, notebook_json, serving
+from browser.lab_helpers import LabServer, guarded_and_control, notebook_json
 from kernel_helpers import SandboxKernelHandle, require_bwrap, shared_data_kernel
 
 pytestmark = pytest.mark.timeout(300)
@@ -68,12 +68,8 @@ print('moved')
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LabServer]]:
     require_bwrap()
-    root = tmp_path_factory.mktemp("lab-saves")
-    with (
-        serving(root / "guarded", root / "guarded.log") as guarded,
-        serving(root / "control", root / "control.log", protected=False) as control,
-    ):
-        yield {"guarded": guarded, "control": control}
+    with guarded_and_control(tmp_path_factory.mktemp("lab-saves")) as servers:
+        yield servers
 
 
 def _api(server: LabServer, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:

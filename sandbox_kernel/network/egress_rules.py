@@ -230,13 +230,14 @@ class EgressPolicy:
         exact = any(net.num_addresses == 1 and address in net for net in self._allowed_nets)
         for candidate in (address, *_embedded(address)):
             if not exact and any(candidate in net for net in self._extra_nets):
-                return Decision(False, f"{_class_of(candidate)} {address} is never reached from a sandbox")
+                own = _refused_class(candidate) or "address"
+                return Decision(False, f"{own} {address} is never reached from a sandbox")
         if any(address in net for net in self._allowed_nets):
             return Decision(True, f"address {address} allowed explicitly")
         for candidate in (address, *_embedded(address)):
-            for net, why in _REFUSED:
-                if candidate.version == net.version and candidate in net:
-                    return Decision(False, f"{why} {address} is never reached from a sandbox")
+            refused = _refused_class(candidate)
+            if refused is not None:
+                return Decision(False, f"{refused} {address} is never reached from a sandbox")
         return Decision(True, "public address")
 
     def denied_address(self, address: IPAddress) -> str | None:
@@ -296,9 +297,9 @@ class EgressPolicy:
         }
 
 
-def _class_of(address: IPAddress) -> str:
-    """The refused class an address is in ("private address"...), or "address"."""
-    return next((why for net, why in _REFUSED if address.version == net.version and address in net), "address")
+def _refused_class(address: IPAddress) -> str | None:
+    """The refused class an address is in ("private address"...), if any."""
+    return next((why for net, why in _REFUSED if address.version == net.version and address in net), None)
 
 
 def _strings(values: Sequence[str] | str, what: str) -> list[str]:

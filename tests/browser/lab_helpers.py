@@ -361,3 +361,15 @@ def serving(
             "processes started by the server (kernels, bwrap sandboxes, pasta network helpers) were still "
             f"alive after every kernel was shut down and the server stopped; killed now: {leftovers}"
         )
+
+
+@contextmanager
+def guarded_and_control(root: Path) -> Iterator[dict[str, LabServer]]:
+    """Two servers for an attack on what ``lab_content_policy.apply`` guards:
+    ``guarded`` with it, ``control`` with jupyter_server's and Lab's own
+    behaviour (:func:`serving`'s ``protected=False``)."""
+    with (
+        serving(root / "guarded", root / "guarded.log") as guarded,
+        serving(root / "control", root / "control.log", protected=False) as control,
+    ):
+        yield {"guarded": guarded, "control": control}

@@ -25,9 +25,17 @@ calls of jupyter_server's contents and checkpoint modules are their
 no-link equivalents here (:func:`install_calls`: the modules' ``shutil`` and
 ``os`` names, for the server's root). Duplicating a file read the source
 through a link at its name, copying a host file the sandbox cannot see into
-the workspace: a copy's read follows no link either. Other reads and
+the workspace: a copy's read follows no link either. Deleting (to the trash,
+or a folder for good) and the checkpoints folder's making follow none too. Other reads and
 browsing through links stay as they are: they show the user what the user
 linked, and give the sandbox nothing.
+
+A sandbox also chooses a file's size: a sparse file of gigabytes costs it no
+disk, and jupyter_server read it whole into memory when the user opened it
+(or Lab reopened its tab) and wrote every zero when it copied it. Files larger
+than :attr:`SandboxContents.max_open_bytes` are not opened (a 403 saying why;
+downloads are streamed and stay as they are), and copies keep holes as holes
+(:func:`sandbox_kernel.no_follow.copy_data`).
 
 Contents managers that keep no files on the host (no ``_get_os_path``) are
 left alone: nothing they store is mounted into a sandbox.
@@ -48,8 +56,13 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from tornado.web import HTTPError
+from traitlets import Integer
+from traitlets.config import Configurable
 
 from . import no_follow
+
+#: 100 MiB: a CSV or a notebook with many images opens; the server's peak stays near 1.5 GiB
+DEFAULT_MAX_OPEN_BYTES = 100 * 2**20
 
 
 @contextlib.contextmanager
@@ -100,15 +113,33 @@ def _unlink(root: str, path: str, *args: Any, **kwargs: Any) -> None:
         no_follow.remove(root, os.fspath(path))
 
 
+def _rmtree(root: str, path: str, *args: Any, **kwargs: Any) -> None:
+    with _refused_as_403():
+        no_follow.remove_tree(root, os.fspath(path))
+
+
+def _send2trash(root: str, path: str) -> None:
+    with _refused_as_403():
+        no_follow.trash(root, os.fspath(path))
+
+
+def _ensure_dir_exists(root: str, path: str, mode: int = 0o777) -> None:
+    with _refused_as_403():
+        no_follow.make_folders(root, os.fspath(path), mode)
+
+
 def install_calls(root: str) -> None:
     """Make jupyter_server's file contents and checkpoint modules move,
-    copy folders, make folders and unlink through no link below ``root``
-    (their calls name the modules ``shutil`` and ``os``)."""
+    copy folders, make folders, delete and trash through no link below
+    ``root`` (their calls name the modules ``shutil`` and ``os``, and the
+    functions ``send2trash`` and ``ensure_dir_exists``)."""
     from jupyter_server.services.contents import filecheckpoints, filemanager
 
     for module in (filemanager, filecheckpoints):
-        module.shutil = _Calls(shutil, root, {"move": _move, "copytree": _copytree})  # type: ignore[attr-defined]
+        module.shutil = _Calls(shutil, root, {"move": _move, "copytree": _copytree, "rmtree": _rmtree})  # type: ignore[attr-defined]
         module.os = _Calls(os, root, {"mkdir": _mkdir, "unlink": _unlink})  # type: ignore[attr-defined]
+    filemanager.send2trash = functools.partial(_send2trash, root)  # type: ignore[attr-defined]
+    filecheckpoints.ensure_dir_exists = functools.partial(_ensure_dir_exists, root)  # type: ignore[attr-defined]
 
 
 def _atomic_writing(cm: Any) -> Callable[..., Any]:
@@ -134,9 +165,59 @@ def _decoded(os_path: str, content: str, format: str) -> bytes:
         raise HTTPError(400, f"Encoding error saving {os_path}: {exc}") from exc
 
 
-def guard(cm: Any) -> bool:
+class _Capped:
+    """A file opened for reading that refuses to hand out more than
+    ``limit`` bytes: the server reads a file whole into one JSON reply (a
+    file of NULs costs it fifteen times its size), so a file a sandbox made
+    large, or sparse (a terabyte costs the sandbox nothing), would exhaust
+    the host's memory when the user opens it, or when Lab reopens its
+    tabs. The size is checked when the file is opened and the reads are
+    counted, so a file grown after the check is refused too."""
+
+    def __init__(self, f: IO[Any], limit: int, path: str) -> None:
+        self._f, self._limit, self._path, self._count = f, limit, path, 0
+        size = os.fstat(f.fileno()).st_size
+        if size > limit:
+            raise self._too_large(f"is {size:,} bytes")
+
+    def _too_large(self, what: str) -> HTTPError:
+        return HTTPError(
+            403,
+            f"{self._path} {what}: the server reads files of up to {self._limit:,} bytes whole, "
+            "to open or copy them (SandboxContents.max_open_bytes). Download it instead "
+            "(downloads are streamed), or raise the limit if you trust its content",
+        )
+
+    def read(self, size: int | None = -1) -> Any:
+        room = self._limit + 1 - self._count
+        data = self._f.read(room if size is None or size < 0 else min(size, room))
+        self._count += len(data)
+        if self._count > self._limit:
+            raise self._too_large("has grown past the limit")
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+
+class SandboxContents(Configurable):
+    """What the Lab server reads of the files in sandboxes' workspaces."""
+
+    max_open_bytes = Integer(
+        DEFAULT_MAX_OPEN_BYTES,
+        config=True,
+        help="""The largest file (or notebook) the contents API opens, in bytes; 0 for
+        no limit. A sandbox can make a file of any size (a sparse file costs it no
+        disk), and jupyter_server reads a file whole into memory to send it (up to
+        fifteen times its size); a larger file gets a 403 saying so. Downloads
+        (``/files/``) are streamed and not limited.""",
+    )
+
+
+def guard(cm: Any, max_open_bytes: int = DEFAULT_MAX_OPEN_BYTES) -> bool:
     """Put no-link writes in place of ``cm``'s (sync or async managers) and
-    its checkpoints'; False when ``cm`` keeps no host files."""
+    its checkpoints', and refuse to open files larger than ``max_open_bytes``
+    (0: any size); False when ``cm`` keeps no host files."""
     if not callable(getattr(cm, "_get_os_path", None)) or not callable(getattr(cm, "atomic_writing", None)):
         return False
     cm.atomic_writing = _atomic_writing(cm)
@@ -154,13 +235,18 @@ def guard(cm: Any) -> bool:
 
     @contextlib.contextmanager
     def open_(os_path: str, *args: Any, **kwargs: Any) -> Iterator[IO[Any]]:
-        if not _COPYING.get():
-            with opening(os_path, *args, **kwargs) as f:
-                yield f
-            return
         mode = args[0] if args else kwargs.get("mode", "r")
-        with cm.perm_to_403(os_path), _refused_as_403(), no_follow.reading(cm.root_dir, os_path) as raw:
-            yield raw if "b" in mode else io.TextIOWrapper(raw, encoding=kwargs.get("encoding") or "utf-8")
+        with contextlib.ExitStack() as stack:
+            if _COPYING.get():
+                stack.enter_context(cm.perm_to_403(os_path))
+                stack.enter_context(_refused_as_403())
+                raw = stack.enter_context(no_follow.reading(cm.root_dir, os_path))
+                f: Any = raw if "b" in mode else io.TextIOWrapper(raw, encoding=kwargs.get("encoding") or "utf-8")
+            else:
+                f = stack.enter_context(opening(os_path, *args, **kwargs))
+            if max_open_bytes and not set(mode) & set("wax+"):
+                f = _Capped(f, max_open_bytes, os.path.relpath(os_path, cm.root_dir))
+            yield f
 
     async def copy_async(from_path: str, to_path: str | None = None) -> Any:
         token = _COPYING.set(True)
@@ -204,7 +290,8 @@ def _maybe_async(function: Callable[..., None], asynchronous: bool) -> Callable[
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
-    if guard(serverapp.contents_manager):
+    settings = SandboxContents(parent=serverapp)
+    if guard(serverapp.contents_manager, settings.max_open_bytes):
         install_calls(serverapp.contents_manager.root_dir)
     else:
         serverapp.log.warning(
@@ -217,4 +304,4 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "sandbox_kernel.lab_saves"}]
 
 
-__all__ = ["guard", "install_calls"]
+__all__ = ["DEFAULT_MAX_OPEN_BYTES", "SandboxContents", "guard", "install_calls"]

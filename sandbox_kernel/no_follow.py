@@ -28,7 +28,6 @@ import errno
 import functools
 import os
 import secrets
-import shutil
 import stat
 from collections.abc import Iterator
 from typing import IO, Any
@@ -229,6 +228,106 @@ def remove(root: str, path: str) -> None:
         os.unlink(name, dir_fd=folder)
 
 
+def make_folders(root: str, path: str, mode: int = 0o777) -> None:
+    """``os.makedirs(path, mode, exist_ok=True)`` through no link below
+    ``root``: each folder is made if missing and opened without following.
+    A path outside ``root`` (checkpoints kept elsewhere) is made as usual."""
+    root, path = os.path.abspath(root), os.path.abspath(path)
+    relative = os.path.relpath(path, root)
+    if relative == os.curdir:
+        return
+    names = relative.split(os.sep)
+    if names[0] == os.pardir:
+        os.makedirs(path, mode, exist_ok=True)
+        return
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for depth, name in enumerate(names):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, mode, dir_fd=fd)
+            below = _open_dir(fd, name, os.path.join(root, *names[: depth + 1]))
+            os.close(fd)
+            fd = below
+    finally:
+        os.close(fd)
+
+
+def remove_tree(root: str, path: str) -> None:
+    """``shutil.rmtree`` of the folder ``path``, by descriptor, through no
+    link below ``root``: a link inside is removed itself, and a folder
+    swapped for a link meanwhile is refused (what was removed stays removed)."""
+    with _in_folder(root, path) as (folder, name):
+        _remove_dir(folder, name, path)
+
+
+def _remove_dir(parent: int, name: str, path: str) -> None:
+    with _closing(_open_dir(parent, name, path)) as folder:
+        for entry in os.listdir(folder):
+            if stat.S_ISDIR(os.stat(entry, dir_fd=folder, follow_symlinks=False).st_mode):
+                _remove_dir(folder, entry, os.path.join(path, entry))
+            else:
+                os.unlink(entry, dir_fd=folder)
+    os.rmdir(name, dir_fd=parent)
+
+
+def trash(root: str, path: str) -> None:
+    """Move ``path`` into the FreeDesktop.org trash that ``send2trash`` picks
+    (the home trash on the home's file system, else the volume's
+    ``.Trash-<uid>``), with its ``.trashinfo``, as send2trash does, but by
+    descriptor: ``path`` is reached through no link below ``root``, and the
+    trash's folders through none either when they are below ``root`` (a
+    volume's trash in the workspace). send2trash itself renames by path, so a
+    sandbox swapping a folder of ``path`` for the user's link meanwhile
+    would have the user's host file trashed instead."""
+    from send2trash import plat_other as freedesktop
+
+    with _in_folder(root, path) as (folder, name):
+        entry = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        where = os.fsencode(os.readlink(f"/proc/self/fd/{folder}"))
+        if entry.st_dev == freedesktop.get_dev(os.path.realpath(os.path.expanduser(b"~"))):
+            topdir, trash_dir = freedesktop.XDG_DATA_HOME, freedesktop.HOMETRASH_B
+        else:
+            topdir = freedesktop.find_mount_point(where)
+            trash_dir = freedesktop.find_ext_volume_trash(topdir)
+        files, info = (os.fsdecode(os.path.join(trash_dir, part)) for part in (b"files", b"info"))
+        make_folders(root, files, 0o700)
+        make_folders(root, info, 0o700)
+        with _folder_itself(root, files) as files_fd, _folder_itself(root, info) as info_fd:
+            base, extension = os.path.splitext(name)
+            counter, kept = 0, name
+            while _exists(kept, files_fd) or _exists(kept + ".trashinfo", info_fd):
+                counter += 1
+                kept = f"{base} {counter}{extension}"
+            record = os.open(
+                kept + ".trashinfo",
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=info_fd,
+            )
+            with os.fdopen(record, "w", encoding="utf-8") as out:
+                out.write(freedesktop.info_for(os.path.join(where, os.fsencode(name)), topdir))
+            try:
+                _renameat2(folder, name, files_fd, kept, path)
+            except BaseException:
+                os.unlink(kept + ".trashinfo", dir_fd=info_fd)
+                raise
+
+
+@contextlib.contextmanager
+def _folder_itself(root: str, path: str) -> Iterator[int]:
+    """A descriptor of the folder ``path``, reached through no link below ``root``."""
+    with _in_folder(root, path) as (folder, name), _closing(_open_dir(folder, name, path)) as fd:
+        yield fd
+
+
+def _exists(name: str, folder: int) -> bool:
+    try:
+        os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def copy_tree(root: str, source: str, destination: str) -> None:
     """Copy the folder ``source`` to the new folder ``destination`` with its
     files' permissions and times, through no link below ``root``: a link
@@ -273,8 +372,7 @@ def _copy_file(source: int, name: str, path: str, target: int, new_name: str) ->
             new_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=target
         )
         with os.fdopen(out_fd, "wb") as out:
-            shutil.copyfileobj(inp, out)
-            out.flush()
+            copy_data(inp.fileno(), out.fileno())
             os.fchmod(out.fileno(), stat.S_IMODE(info.st_mode))
             os.utime(out.fileno(), ns=(info.st_atime_ns, info.st_mtime_ns))
 
@@ -285,7 +383,43 @@ def copy(root: str, source: str, destination: str) -> None:
         reading(root, source) as inp,
         replacing(root, destination, text=False, like=os.fstat(inp.fileno())) as out,
     ):
-        shutil.copyfileobj(inp, out)
+        copy_data(inp.fileno(), out.fileno())
+
+
+#: how much of a file :func:`copy_data` reads at a time
+_CHUNK = 1 << 20
+
+
+def copy_data(source: int, target: int) -> None:
+    """Copy the open file ``source`` into the empty file ``target``, holes
+    as holes, up to the size ``source`` had when the copy began.
+
+    Why: a sandbox makes a terabyte file in no time and no disk by seeking
+    past its end; a plain copy (``shutil.copyfileobj``, ``copy2``) writes
+    every zero, so duplicating its folder or checkpointing it in Lab would
+    fill the host's disk. Only the data extents are copied here
+    (``SEEK_DATA``/``SEEK_HOLE``), so a copy costs the disk its source
+    costs; a file the sandbox grows meanwhile is copied to its first size."""
+    size = os.fstat(source).st_size
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(source, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: nothing but a hole up to the end
+                raise
+            break
+        offset = min(os.lseek(source, start, os.SEEK_HOLE), size)
+        while start < offset:
+            chunk = os.pread(source, min(_CHUNK, offset - start), start)
+            if not chunk:  # the file shrank meanwhile
+                offset = size
+                break
+            written = 0
+            while written < len(chunk):
+                written += os.pwrite(target, chunk[written:], start + written)
+            start += len(chunk)
+    os.ftruncate(target, size)
 
 
 def append(root: str, path: str, data: bytes) -> None:
@@ -303,11 +437,15 @@ __all__ = [
     "Refused",
     "append",
     "copy",
+    "copy_data",
     "copy_tree",
     "make_folder",
+    "make_folders",
     "open_folder",
     "reading",
     "remove",
+    "remove_tree",
     "rename",
     "replacing",
+    "trash",
 ]

@@ -61,6 +61,9 @@ open('i/.ipynb_checkpoints/nb-checkpoint.ipynb', 'w').write({PLANTED.decode()!r}
 os.rename('i/data', 'i/.ipynb_checkpoints/analysis-checkpoint.ipynb')
 # j: a folder where the checkpoint Lab restores is
 os.makedirs('j/.ipynb_checkpoints/nb-checkpoint.ipynb')
+# k: the user's link to a host folder, named as the folder whose old.csv the user deletes
+os.rename('k/results', 'k/results-moved')
+os.rename('k/data', 'k/results')
 print('moved')
 """
 
@@ -96,9 +99,11 @@ class Layout:
         for script in ("a.sh", "b.sh"):
             (self.outside / script).write_text(USERS)
         (self.outside / "notes.md").write_text(SECRET)
-        for name in ("g-folder", "i-folder"):
+        for name in ("g-folder", "i-folder", "k-folder", "l-folder"):
             (self.outside / name).mkdir()
-        for folder in "abcdefghij":
+        (self.outside / "k-folder" / "old.csv").write_text(SECRET)
+        (self.outside / "l-folder" / "nb.ipynb").write_text(json.dumps(notebook_json(["1"])))
+        for folder in "abcdefghijkl":
             (self.workspace / folder).mkdir(parents=True)
             if folder in "abcdij":
                 (self.workspace / folder / "nb.ipynb").write_text(json.dumps(notebook_json(["1"])))
@@ -113,6 +118,10 @@ class Layout:
         (self.workspace / "h" / "proj" / "table.csv").write_text("a,b\n")
         (self.workspace / "h" / "notes.md").symlink_to(self.outside / "notes.md")
         (self.workspace / "i" / "data").symlink_to(self.outside / "i-folder", target_is_directory=True)
+        (self.workspace / "k" / "results").mkdir()
+        (self.workspace / "k" / "results" / "old.csv").write_text("the sandbox's old results\n")
+        (self.workspace / "k" / "data").symlink_to(self.outside / "k-folder", target_is_directory=True)
+        (self.workspace / "l" / "data").symlink_to(self.outside / "l-folder", target_is_directory=True)
 
     def kernel(self, server: LabServer) -> SandboxKernelHandle:
         return shared_data_kernel(self.workspace, server.root / "kernels" / self.workspace.name, server.data_dir)
@@ -342,3 +351,43 @@ def test_a_folder_where_a_checkpoint_is_gets_a_clear_answer_and_keeps_nothing_op
         status, message = _api(server, "POST", "work/j/nb.ipynb/checkpoints/checkpoint")
         assert status == 400 and "nb-checkpoint.ipynb is not a file" in message, (status, message)
     assert fds() < before + 10, (before, fds())
+
+
+@pytest.mark.parametrize("which", ["guarded", "control"])
+def test_a_delete_goes_to_the_trash_through_no_linked_folder(
+    servers: dict[str, LabServer], attacked: dict[str, tuple[Layout, SandboxKernelHandle]], which: str
+) -> None:
+    server, (layout, _) = servers[which], attacked[which]
+    trashed = server.root / "xdg-data" / "Trash" / "files"
+    status, message = _api(server, "DELETE", "work/k/results/old.csv")
+    if which == "control":  # jupyter_server's send2trash took the user's host file
+        assert status == 200 and not (layout.outside / "k-folder" / "old.csv").exists()
+        assert (trashed / "old.csv").read_text() == SECRET
+        return
+    assert status == 403 and "work/k/results is a symbolic link" in message, message
+    assert (layout.outside / "k-folder" / "old.csv").read_text() == SECRET
+    # a delete through no link goes to the trash as before, restorable from its record
+    status, _ = _api(server, "DELETE", "work/k/results-moved/old.csv")
+    assert status == 200 and not (layout.workspace / "k" / "results-moved" / "old.csv").exists()
+    assert (trashed / "old.csv").read_text() == "the sandbox's old results\n"
+    record = (server.root / "xdg-data" / "Trash" / "info" / "old.csv.trashinfo").read_text()
+    assert f"Path={layout.workspace.resolve()}/k/results-moved/old.csv" in record, record
+    # and a folder, with the link in it (the link goes, not its target)
+    status, _ = _api(server, "DELETE", "work/k")
+    assert status == 200 and not (layout.workspace / "k").exists()
+    assert (trashed / "k" / "results").is_symlink()
+    assert (layout.outside / "k-folder" / "old.csv").read_text() == SECRET
+
+
+@pytest.mark.parametrize("which", ["guarded", "control"])
+def test_a_checkpoint_makes_no_folder_through_a_linked_folder(
+    servers: dict[str, LabServer], attacked: dict[str, tuple[Layout, SandboxKernelHandle]], which: str
+) -> None:
+    server, (layout, _) = servers[which], attacked[which]
+    status, message = _api(server, "POST", "work/l/data/nb.ipynb/checkpoints")
+    made = sorted(p.name for p in (layout.outside / "l-folder").iterdir())
+    if which == "control":
+        assert status == 200 and made == [".ipynb_checkpoints", "nb.ipynb"], (status, made)
+        return
+    assert status == 403 and "work/l/data is a symbolic link" in message, message
+    assert made == ["nb.ipynb"]

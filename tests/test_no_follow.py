@@ -5,6 +5,7 @@ tests/test_lab_saves.py attacks them with a real sandbox)."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,13 +16,17 @@ from sandbox_kernel.no_follow import (
     NotAFile,
     append,
     copy,
+    copy_data,
     copy_tree,
     make_folder,
+    make_folders,
     open_folder,
     reading,
     remove,
+    remove_tree,
     rename,
     replacing,
+    trash,
 )
 
 
@@ -165,3 +170,122 @@ def test_a_folder_where_a_file_is_read_is_named_and_nothing_stays_open(tree: tup
     (root / "folder" / "gone.txt").symlink_to(root / "folder" / "new")
     remove(str(root), str(root / "folder" / "gone.txt"))  # the link itself
     assert not (root / "folder" / "gone.txt").is_symlink() and (root / "folder" / "new").is_dir()
+
+
+def test_make_folders_makes_what_is_missing_and_refuses_a_link_on_the_way(tree: tuple[Path, Path]) -> None:
+    root, outside = tree
+    make_folders(str(root), str(root / "folder" / "a" / "b"), 0o700)
+    assert (root / "folder" / "a" / "b").is_dir() and oct((root / "folder" / "a").stat().st_mode & 0o777) == "0o700"
+    make_folders(str(root), str(root / "folder" / "a" / "b"))  # exists: nothing to do
+    (root / "folder" / "data").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(LinkRefused, match="data is a symbolic link"):
+        make_folders(str(root), str(root / "folder" / "data" / ".ipynb_checkpoints"))
+    assert sorted(p.name for p in outside.iterdir()) == ["host.txt"]
+
+
+def test_remove_tree_removes_links_themselves_and_refuses_a_linked_path(tree: tuple[Path, Path]) -> None:
+    root, outside = tree
+    (root / "folder" / "old" / "sub").mkdir(parents=True)
+    (root / "folder" / "old" / "sub" / "x.txt").write_text("x")
+    (root / "folder" / "old" / "link").symlink_to(outside, target_is_directory=True)
+    remove_tree(str(root), str(root / "folder" / "old"))
+    assert not (root / "folder" / "old").exists() and (outside / "host.txt").read_text() == "host"
+    (root / "folder" / "data").symlink_to(outside, target_is_directory=True)
+    (outside / "sub").mkdir()
+    with pytest.raises(LinkRefused, match="data is a symbolic link"):
+        remove_tree(str(root), str(root / "folder" / "data" / "sub"))
+    with pytest.raises(LinkRefused, match="data is a symbolic link"):
+        remove_tree(str(root), str(root / "folder" / "data"))
+    assert (outside / "sub").is_dir() and (root / "folder" / "data").is_symlink()
+
+
+def test_trash_moves_by_descriptor_with_send2trashs_record_and_refuses_a_linked_path(
+    tree: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from send2trash import plat_other
+
+    root, outside = tree
+    home = tmp_path / "share"
+    monkeypatch.setattr(plat_other, "XDG_DATA_HOME", os.fsencode(home))
+    monkeypatch.setattr(plat_other, "HOMETRASH_B", os.fsencode(home / "Trash"))
+    for _ in range(2):
+        (root / "folder" / "old.csv").write_text("mine")
+        trash(str(root), str(root / "folder" / "old.csv"))
+    assert not (root / "folder" / "old.csv").exists()
+    assert sorted(p.name for p in (home / "Trash" / "files").iterdir()) == ["old 1.csv", "old.csv"]
+    record = (home / "Trash" / "info" / "old.csv.trashinfo").read_text()
+    assert f"Path={root}/folder/old.csv\n" in record and record.startswith("[Trash Info]\n")
+    (root / "folder" / "data").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(LinkRefused, match="data is a symbolic link"):
+        trash(str(root), str(root / "folder" / "data" / "host.txt"))
+    assert (outside / "host.txt").read_text() == "host"
+    trash(str(root), str(root / "folder" / "data"))  # the link itself goes, as with send2trash
+    assert (home / "Trash" / "files" / "data").is_symlink() and (outside / "host.txt").exists()
+
+
+def test_copy_data_keeps_holes_and_copies_the_data_between_them(tmp_path: Path) -> None:
+    source, target = tmp_path / "sparse.bin", tmp_path / "copy.bin"
+    with open(source, "wb") as f:
+        f.truncate(2**32)
+        f.seek(2**31)
+        f.write(b"middle")
+        f.seek(2**32 - 3)
+        f.write(b"end")
+    with open(source, "rb") as inp, open(target, "wb") as out:
+        copy_data(inp.fileno(), out.fileno())
+    assert target.stat().st_size == 2**32 and target.stat().st_blocks * 512 < 2**20
+    with open(target, "rb") as f:
+        f.seek(2**31 - 2)
+        assert f.read(10) == b"\0\0middle\0\0"
+        f.seek(2**32 - 4)
+        assert f.read() == b"\0end"
+    empty = tmp_path / "empty.bin"
+    empty.write_bytes(b"")
+    with open(empty, "rb") as inp, open(tmp_path / "empty-copy.bin", "wb") as out:
+        copy_data(inp.fileno(), out.fileno())
+    assert (tmp_path / "empty-copy.bin").stat().st_size == 0
+
+
+def _flip(stop: threading.Event, folder: Path, outside: Path) -> None:
+    """What a sandbox does in a loop: the user's link and the real folder swap names."""
+    real, link, spare = folder / "res", folder / "link", folder / "spare"
+    while not stop.is_set():
+        os.rename(real, spare)
+        os.rename(link, real)
+        os.rename(real, link)
+        os.rename(spare, real)
+
+
+def test_trash_never_takes_the_linked_host_file_while_a_folder_flips_with_a_link(
+    tree: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from send2trash import plat_other
+
+    root, outside = tree
+    home = tmp_path / "share"
+    monkeypatch.setattr(plat_other, "XDG_DATA_HOME", os.fsencode(home))
+    monkeypatch.setattr(plat_other, "HOMETRASH_B", os.fsencode(home / "Trash"))
+    folder = root / "folder"
+    (folder / "res").mkdir()
+    (folder / "link").symlink_to(outside, target_is_directory=True)
+    (outside / "old.csv").write_text("the user's host file")
+    real = os.open(folder / "res", os.O_RDONLY | os.O_DIRECTORY)
+    stop = threading.Event()
+    flipper = threading.Thread(target=_flip, args=(stop, folder, outside))
+    flipper.start()
+    trashed = refused = 0
+    try:
+        for _ in range(300):
+            # the sandbox's own old.csv, in the real folder whatever its name now
+            os.close(os.open("old.csv", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=real))
+            try:
+                trash(str(root), str(folder / "res" / "old.csv"))
+                trashed += 1
+            except (LinkRefused, OSError):  # a link, or a name gone or changed meanwhile
+                refused += 1
+    finally:
+        stop.set()
+        flipper.join()
+        os.close(real)
+    assert (outside / "old.csv").read_text() == "the user's host file", (trashed, refused)
+    assert trashed and refused, (trashed, refused)  # the race was run both ways

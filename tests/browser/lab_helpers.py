@@ -136,6 +136,8 @@ class LabServer:
             "JUPYTERLAB_SETTINGS_DIR": str(jupyter_dir / "settings"),
             "JUPYTERLAB_WORKSPACES_DIR": str(jupyter_dir / "workspaces"),
             "TMPDIR": str(root / "tmp"),
+            # the trash of the server's deletes (send2trash): not the user's
+            "XDG_DATA_HOME": str(root / "xdg-data"),
             "PYTHONUNBUFFERED": "1",
             **(extra_env or {}),
         }

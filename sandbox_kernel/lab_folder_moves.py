@@ -13,15 +13,17 @@ left alone: nothing they store is mounted into a sandbox.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from tornado.web import HTTPError
 
+from . import no_follow
 from .privacy.folder_moves import MoveRefused, guard_copy, guard_move
 
 
@@ -37,66 +39,105 @@ def _shown(root: str) -> Callable[[Path], str]:
 
 
 def _copy_destination(cm: Any, from_path: str, to_path: str | None) -> str:
-    """The folder a copy lands in, as the contents manager decides it: the
-    source's own folder without a ``to_path``, ``to_path`` when it is a folder,
-    else the folder of ``to_path``."""
+    """The real path of the folder a copy lands in, as the contents manager
+    decides it (the source's own folder without a ``to_path``, ``to_path``
+    when it is a folder, else the folder of ``to_path``), reached through no
+    link below the root: the copy's write follows none either."""
+    root = cm.root_dir
     if to_path is None:
-        return str(Path(cm._get_os_path(from_path.strip("/"))).parent)
+        return no_follow.judge(root, cm._get_os_path(from_path.strip("/"))).folder
     target = cm._get_os_path(to_path.strip("/"))
-    return target if os.path.isdir(target) else str(Path(target).parent)
+    try:
+        return no_follow.real_folder(root, target)
+    except (NotADirectoryError, FileNotFoundError):  # a file's new name: its folder
+        return no_follow.real_folder(root, os.path.dirname(target))
 
 
-def _refused(exc: MoveRefused) -> HTTPError:
+def _refused(exc: Exception) -> HTTPError:
+    if isinstance(exc, no_follow.Refused):
+        return HTTPError(exc.status, str(exc))
+    if isinstance(exc, FileNotFoundError):
+        return HTTPError(404, f"File or directory does not exist: {exc.filename or ''}")
     return HTTPError(403, str(exc))
 
 
 def guard(cm: Any) -> bool:
     """Wrap ``cm``'s ``rename_file`` and ``copy`` (sync or async managers);
-    False when ``cm`` keeps no host files."""
+    False when ``cm`` keeps no host files.
+
+    The guard judges the entry it finds at the source (through no link
+    below the root, by its real place) and the move or copy runs only on
+    that entry (:data:`sandbox_kernel.no_follow.JUDGED`): a sandbox renaming
+    entries meanwhile gets a 409, not an unchecked move."""
     if not callable(getattr(cm, "_get_os_path", None)):
         return False
     shown = _shown(cm.root_dir)
     rename_file, copy = cm.rename_file, cm.copy
 
-    def check_rename(old_path: str, new_path: str) -> None:
+    def check_rename(old_path: str, new_path: str) -> no_follow.Judged:
         old, new = cm._get_os_path(old_path.strip("/")), cm._get_os_path(new_path.strip("/"))
         try:
-            guard_move(old, new, shown=shown)
-        except MoveRefused as exc:
+            judged = no_follow.judge(cm.root_dir, old, new)
+            guard_move(
+                os.path.join(judged.folder, os.path.basename(old)),
+                os.path.join(judged.destination_folder, os.path.basename(new)),
+                shown=shown,
+                is_folder=judged.is_folder,
+            )
+        except (MoveRefused, no_follow.Refused, OSError) as exc:
             raise _refused(exc) from None
+        return judged
 
-    def check_copy(from_path: str, to_path: str | None) -> None:
+    def check_copy(from_path: str, to_path: str | None) -> no_follow.Judged:
+        source = cm._get_os_path(from_path.strip("/"))
         try:
-            guard_copy(cm._get_os_path(from_path.strip("/")), _copy_destination(cm, from_path, to_path), shown=shown)
-        except MoveRefused as exc:
+            judged = no_follow.judge(cm.root_dir, source)
+            guard_copy(
+                os.path.join(judged.folder, os.path.basename(source)),
+                _copy_destination(cm, from_path, to_path),
+                shown=shown,
+                is_folder=judged.is_folder,
+            )
+        except (MoveRefused, no_follow.Refused, OSError) as exc:
             raise _refused(exc) from None
+        return judged
 
     if inspect.iscoroutinefunction(rename_file):
         # the checks read the ratchet's records and list folders: off the server's event loop
         @functools.wraps(rename_file)
         async def guarded_rename(old_path: str, new_path: str) -> Any:
-            await asyncio.to_thread(check_rename, old_path, new_path)
-            return await rename_file(old_path, new_path)
+            with _judged(await asyncio.to_thread(check_rename, old_path, new_path)):
+                return await rename_file(old_path, new_path)
 
         @functools.wraps(copy)
         async def guarded_copy(from_path: str, to_path: str | None = None) -> Any:
-            await asyncio.to_thread(check_copy, from_path, to_path)
-            return await copy(from_path, to_path)
+            with _judged(await asyncio.to_thread(check_copy, from_path, to_path)):
+                return await copy(from_path, to_path)
 
     else:
 
         @functools.wraps(rename_file)
         def guarded_rename(old_path: str, new_path: str) -> Any:
-            check_rename(old_path, new_path)
-            return rename_file(old_path, new_path)
+            with _judged(check_rename(old_path, new_path)):
+                return rename_file(old_path, new_path)
 
         @functools.wraps(copy)
         def guarded_copy(from_path: str, to_path: str | None = None) -> Any:
-            check_copy(from_path, to_path)
-            return copy(from_path, to_path)
+            with _judged(check_copy(from_path, to_path)):
+                return copy(from_path, to_path)
 
     cm.rename_file, cm.copy = guarded_rename, guarded_copy
     return True
+
+
+@contextlib.contextmanager
+def _judged(judged: no_follow.Judged) -> Iterator[None]:
+    """The move or copy in the block acts only on the entry ``judged``."""
+    token = no_follow.JUDGED.set(judged)
+    try:
+        yield
+    finally:
+        no_follow.JUDGED.reset(token)
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:

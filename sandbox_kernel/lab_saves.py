@@ -97,9 +97,9 @@ def _move(root: str, source: str, destination: str, *args: Any, **kwargs: Any) -
     return os.fspath(destination)
 
 
-def _copytree(root: str, source: str, destination: str, *args: Any, **kwargs: Any) -> str:
+def _copytree(root: str, source: str, destination: str, *args: Any, max_bytes: int = 0, **kwargs: Any) -> str:
     with _refused_as_403():
-        no_follow.copy_tree(root, os.fspath(source), os.fspath(destination))
+        no_follow.copy_tree(root, os.fspath(source), os.fspath(destination), max_bytes)
     return os.fspath(destination)
 
 
@@ -128,15 +128,18 @@ def _ensure_dir_exists(root: str, path: str, mode: int = 0o777) -> None:
         no_follow.make_folders(root, os.fspath(path), mode)
 
 
-def install_calls(root: str) -> None:
+def install_calls(root: str, max_copy_bytes: int = 0) -> None:
     """Make jupyter_server's file contents and checkpoint modules move,
     copy folders, make folders, delete and trash through no link below
     ``root`` (their calls name the modules ``shutil`` and ``os``, and the
-    functions ``send2trash`` and ``ensure_dir_exists``)."""
+    functions ``send2trash`` and ``ensure_dir_exists``). ``max_copy_bytes``
+    (0: none) bounds a folder copy as it runs (jupyter_server's own check,
+    with ``du``, lets a folder through when ``du`` fails)."""
     from jupyter_server.services.contents import filecheckpoints, filemanager
 
     for module in (filemanager, filecheckpoints):
-        module.shutil = _Calls(shutil, root, {"move": _move, "copytree": _copytree, "rmtree": _rmtree})  # type: ignore[attr-defined]
+        copytree = functools.partial(_copytree, max_bytes=max_copy_bytes)
+        module.shutil = _Calls(shutil, root, {"move": _move, "copytree": copytree, "rmtree": _rmtree})  # type: ignore[attr-defined]
         module.os = _Calls(os, root, {"mkdir": _mkdir, "unlink": _unlink})  # type: ignore[attr-defined]
     filemanager.send2trash = functools.partial(_send2trash, root)  # type: ignore[attr-defined]
     filecheckpoints.ensure_dir_exists = functools.partial(_ensure_dir_exists, root)  # type: ignore[attr-defined]
@@ -291,8 +294,9 @@ def _maybe_async(function: Callable[..., None], asynchronous: bool) -> Callable[
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     settings = SandboxContents(parent=serverapp)
-    if guard(serverapp.contents_manager, settings.max_open_bytes):
-        install_calls(serverapp.contents_manager.root_dir)
+    cm = serverapp.contents_manager
+    if guard(cm, settings.max_open_bytes):
+        install_calls(cm.root_dir, int(getattr(cm, "max_copy_folder_size_mb", 0) or 0) * 2**20)
     else:
         serverapp.log.warning(
             "sandbox_kernel.lab_saves: %s keeps no host files; saves are not checked for links",

@@ -23,6 +23,7 @@ user's choice and are followed.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
 import errno
 import functools
@@ -30,6 +31,7 @@ import os
 import secrets
 import stat
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import IO, Any
 
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -68,6 +70,77 @@ class Exists(Refused):
 
     def __init__(self, path: str) -> None:
         super().__init__(f"{path} already exists")
+
+
+class Changed(Refused):
+    """The entry a guard judged is no longer the one at its name, or its
+    folder moved (a sandbox renamed something meanwhile)."""
+
+    status = 409
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"{path} changed while the server was checking it (something renamed it meanwhile), so nothing "
+            "was moved or copied. Look at the folder again, and retry."
+        )
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What a guard judged before a move or copy: the entry then at ``path``
+    (its device and inode, whether a folder) in the folder whose real path
+    was ``folder``, and for a move the real path of the destination's folder
+    (else empty).
+
+    Why: the guard decides by levels kept per path, and a sandbox renames
+    entries of its workspace at will; while :data:`JUDGED` holds this,
+    :func:`rename`, :func:`reading` and :func:`copy_tree` act on ``path``
+    only if they find the very entry judged where it was, and a move found
+    to have taken another one (a swap between their look and the move) is
+    put back."""
+
+    path: str
+    identity: tuple[int, int]
+    folder: str
+    is_folder: bool
+    destination_folder: str = ""
+
+
+#: the judgement of the move or copy running in this context (set by the guard)
+JUDGED: contextvars.ContextVar[Judged | None] = contextvars.ContextVar("sandbox_kernel_judged", default=None)
+
+
+def judge(root: str, path: str, destination: str | None = None) -> Judged:
+    """Look at ``path`` (and the folder of ``destination``) through no link
+    below ``root``: FileNotFoundError when nothing is there."""
+    with _in_folder(root, path) as (folder, name):
+        info = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        where = _real_path(folder)
+    target = ""
+    if destination is not None:
+        with _in_folder(root, destination) as (folder, _):
+            target = _real_path(folder)
+    return Judged(os.path.abspath(path), (info.st_dev, info.st_ino), where, stat.S_ISDIR(info.st_mode), target)
+
+
+def real_folder(root: str, path: str) -> str:
+    """The real path of the folder ``path``, reached through no link below ``root``."""
+    with _in_folder(root, path) as (folder, name), _closing(_open_dir(folder, name, path)) as itself:
+        return _real_path(itself)
+
+
+def _real_path(folder: int) -> str:
+    return os.readlink(f"/proc/self/fd/{folder}")
+
+
+def _judged(path: str) -> Judged | None:
+    judged = JUDGED.get()
+    return judged if judged is not None and judged.path == os.path.abspath(path) else None
+
+
+def _check_judged(judged: Judged | None, folder: int, info: os.stat_result, path: str) -> None:
+    if judged is not None and ((info.st_dev, info.st_ino) != judged.identity or _real_path(folder) != judged.folder):
+        raise Changed(path)
 
 
 def _is_link(name: str, folder: int) -> bool:
@@ -164,8 +237,14 @@ def replacing(
 @contextlib.contextmanager
 def reading(root: str, path: str) -> Iterator[IO[bytes]]:
     """``path``, a regular file, opened for reading through no link below ``root``."""
+    judged = _judged(path)
     with _in_folder(root, path) as (folder, name):
         fd = _open_file(folder, name, path, os.O_RDONLY)
+        try:
+            _check_judged(judged, folder, os.fstat(fd), path)
+        except BaseException:
+            os.close(fd)
+            raise
     with os.fdopen(fd, "rb") as source:
         yield source
 
@@ -194,8 +273,34 @@ def rename(root: str, source: str, destination: str) -> None:
     """Move ``source`` to ``destination`` (a name that must be free), both
     reached through no link below ``root``; what is at either name is moved
     or refused, never followed (``renameat2`` with ``RENAME_NOREPLACE``)."""
+    judged = _judged(source)
     with _in_folder(root, source) as (old_folder, old_name), _in_folder(root, destination) as (new_folder, new_name):
+        if judged is None:
+            _renameat2(old_folder, old_name, new_folder, new_name, destination)
+            return
+
+        def as_judged(folder: int, name: str) -> bool:
+            try:
+                _check_judged(judged, old_folder, os.stat(name, dir_fd=folder, follow_symlinks=False), source)
+            except (Changed, FileNotFoundError):
+                return False
+            return _real_path(new_folder) == judged.destination_folder
+
+        if not as_judged(old_folder, old_name):
+            raise Changed(source)
         _renameat2(old_folder, old_name, new_folder, new_name, destination)
+        if not as_judged(new_folder, new_name):
+            # swapped between the look and the move: what moved goes back
+            _put_back(new_folder, new_name, old_folder, old_name, source)
+            raise Changed(source)
+
+
+def _put_back(folder: int, name: str, old_folder: int, old_name: str, source: str) -> None:
+    """Move ``name`` back to ``old_name`` (or, taken meanwhile, to a new hidden name beside it)."""
+    try:
+        _renameat2(folder, name, old_folder, old_name, source)
+    except Exists:
+        _renameat2(folder, name, old_folder, f".~moved-back-{secrets.token_hex(6)}", source)
 
 
 _RENAME_NOREPLACE = 1
@@ -328,14 +433,46 @@ def _exists(name: str, folder: int) -> bool:
     return True
 
 
-def copy_tree(root: str, source: str, destination: str) -> None:
+class TooLarge(Refused):
+    """A folder copy past its limit (what was copied is removed)."""
+
+    status = 400
+
+    def __init__(self, path: str, limit: int) -> None:
+        super().__init__(
+            f"{path} takes more than {limit:,} bytes of disk, the most a folder copy may "
+            "(FileContentsManager.max_copy_folder_size_mb): nothing was copied"
+        )
+
+
+def copy_tree(root: str, source: str, destination: str, max_bytes: int = 0) -> None:
     """Copy the folder ``source`` to the new folder ``destination`` with its
     files' permissions and times, through no link below ``root``: a link
-    inside it is refused (the copy stops there, what was copied stays)."""
+    inside it is refused (the copy stops there, what was copied stays).
+
+    ``max_bytes`` (0: none) bounds the disk its files take (what ``du``
+    counts), as it is copied: jupyter_server measures the folder with ``du``
+    first, and takes a ``du`` that fails (a subfolder a sandbox made
+    unreadable) for an empty folder. Past it, the copy is removed."""
+    judged = _judged(source)
     with _in_folder(root, source) as (source_folder, source_name):
         top = _open_dir(source_folder, source_name, source)
+        try:
+            _check_judged(judged, source_folder, os.fstat(top), source)
+        except BaseException:
+            os.close(top)
+            raise
+    budget = [max_bytes or -1]
     with _closing(top), _in_folder(root, destination) as (target_folder, target_name):
-        _copy_dir(top, source, target_folder, target_name, destination)
+        try:
+            _copy_dir(top, source, target_folder, target_name, destination, budget)
+        except _OverBudget:
+            _remove_dir(target_folder, target_name, destination)
+            raise TooLarge(source, max_bytes) from None
+
+
+class _OverBudget(Exception):
+    pass
 
 
 def _open_dir(folder: int, name: str, path: str) -> int:
@@ -347,7 +484,8 @@ def _open_dir(folder: int, name: str, path: str) -> int:
         raise
 
 
-def _copy_dir(source: int, source_path: str, parent: int, name: str, path: str) -> None:
+def _copy_dir(source: int, source_path: str, parent: int, name: str, path: str, budget: list[int]) -> None:
+    """``budget``: the bytes of disk its files may still take (negative: no limit)."""
     info = os.fstat(source)
     os.mkdir(name, stat.S_IMODE(info.st_mode) | 0o700, dir_fd=parent)
     with _closing(_open_dir(parent, name, path)) as target:
@@ -356,18 +494,22 @@ def _copy_dir(source: int, source_path: str, parent: int, name: str, path: str) 
             kind = os.stat(entry, dir_fd=source, follow_symlinks=False).st_mode
             if stat.S_ISDIR(kind):
                 with _closing(_open_dir(source, entry, entry_path)) as below:
-                    _copy_dir(below, entry_path, target, entry, target_path)
+                    _copy_dir(below, entry_path, target, entry, target_path, budget)
             elif stat.S_ISREG(kind):
-                _copy_file(source, entry, entry_path, target, entry)
+                _copy_file(source, entry, entry_path, target, entry, budget)
             else:  # a link, or a node a host program would follow
                 raise LinkRefused(entry_path) if stat.S_ISLNK(kind) else NotAFile(entry_path)
         os.chmod(target, stat.S_IMODE(info.st_mode))
 
 
-def _copy_file(source: int, name: str, path: str, target: int, new_name: str) -> None:
+def _copy_file(source: int, name: str, path: str, target: int, new_name: str, budget: list[int]) -> None:
     fd = _open_file(source, name, path, os.O_RDONLY)
     with os.fdopen(fd, "rb") as inp:
         info = os.fstat(inp.fileno())
+        if budget[0] >= 0:
+            budget[0] -= info.st_blocks * 512
+            if budget[0] < 0:
+                raise _OverBudget
         out_fd = os.open(
             new_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=target
         )
@@ -431,18 +573,24 @@ def append(root: str, path: str, data: bytes) -> None:
 
 
 __all__ = [
+    "JUDGED",
+    "Changed",
     "Exists",
+    "Judged",
     "LinkRefused",
     "NotAFile",
     "Refused",
+    "TooLarge",
     "append",
     "copy",
     "copy_data",
     "copy_tree",
+    "judge",
     "make_folder",
     "make_folders",
     "open_folder",
     "reading",
+    "real_folder",
     "remove",
     "remove_tree",
     "rename",

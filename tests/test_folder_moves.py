@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +27,10 @@ from sandbox_kernel.privacy.folder_moves import MoveRefused, guard_copy, guard_m
 from sandbox_kernel.privacy.workspace_levels import EXACT, WorkspaceLevels, _key
 
 CONF, SECRET, PUBLIC = Sensitivity.CONFIDENTIAL, Sensitivity.SECRET, Sensitivity.PUBLIC
+
+
+#: the unprivileged user a check runs as when the tests run as root
+NOBODY = 65534
 
 
 @pytest.fixture
@@ -268,3 +276,65 @@ def test_a_folder_holding_files_with_other_names_does_not_go_into_a_more_private
     guard_move(root / "public" / "run", root / "projects" / "run", [store])  # as public there
     os.unlink(root / "public" / ".rows.csv.swp")
     guard_move(root / "public" / "run", root / "Untitled Folder" / "run", [store])
+
+
+def test_a_folder_that_cannot_be_looked_through_does_not_go_into_a_more_private_folder(tmp_path: Path) -> None:
+    """A public sandbox hard-links a file of a subfolder to a name outside
+    it, then takes the subfolder's read bit (mode 0o300: its files stay
+    usable by their known names): the look for hard links skipped folders it
+    could not list (an attack review). Run as an ordinary user: root reads
+    any folder."""
+    if os.geteuid() != 0 and os.geteuid() != NOBODY:
+        pytest.skip("needs root (to run the check as another user) or that user")
+    # a folder the other user can reach (pytest's own are its owner's only)
+    tree = Path(tempfile.mkdtemp(prefix="sandbox-kernel-test-"))
+    tree.chmod(0o777)
+    script = f"""
+import os, sys
+from pathlib import Path
+from sandbox_kernel.privacy import PrivacyStore, Sensitivity
+from sandbox_kernel.privacy.folder_moves import MoveRefused, guard_move
+from sandbox_kernel.privacy.workspace_levels import WorkspaceLevels
+root = Path({str(tree)!r})
+store = root / "store"
+levels = WorkspaceLevels.beside(PrivacyStore(store))
+(root / "private").mkdir(parents=True)
+levels.record(root / "private", Sensitivity.CONFIDENTIAL, "a private session's folder")
+(root / "public" / "run" / "locked").mkdir(parents=True)
+rows = root / "public" / "run" / "locked" / "rows.csv"
+rows.write_text("a,b\\n")
+os.link(rows, root / "public" / ".cache")
+os.chmod(root / "public" / "run" / "locked", 0o300)
+try:
+    guard_move(root / "public" / "run", root / "private" / "run", [store])
+except MoveRefused as exc:
+    print(exc)
+else:
+    print("moved")
+"""
+    try:
+        run = subprocess.run(
+            [
+                *(
+                    []
+                    if os.geteuid() == NOBODY
+                    else ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+                ),
+                sys.executable,
+                "-c",
+                script,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "HOME": str(tree)},
+        )
+    finally:
+        if os.geteuid() == 0:
+            shutil.rmtree(tree)
+        else:
+            (tree / "public" / "run" / "locked").chmod(0o700)
+            shutil.rmtree(tree)
+    assert run.returncode == 0, run.stderr
+    assert "public/run/locked cannot be looked at (Permission denied)" in run.stdout, run.stdout
+    assert "could not all be checked for other names" in run.stdout

@@ -11,13 +11,17 @@ from pathlib import Path
 import pytest
 
 from sandbox_kernel.no_follow import (
+    JUDGED,
+    Changed,
     Exists,
     LinkRefused,
     NotAFile,
+    TooLarge,
     append,
     copy,
     copy_data,
     copy_tree,
+    judge,
     make_folder,
     make_folders,
     open_folder,
@@ -289,3 +293,48 @@ def test_trash_never_takes_the_linked_host_file_while_a_folder_flips_with_a_link
         os.close(real)
     assert (outside / "old.csv").read_text() == "the user's host file", (trashed, refused)
     assert trashed and refused, (trashed, refused)  # the race was run both ways
+
+
+def test_a_judged_move_or_copy_acts_only_on_the_entry_judged(tree: tuple[Path, Path]) -> None:
+    root, _ = tree
+    folder = root / "folder"
+    (folder / "a.csv").write_text("judged")
+    (folder / "dest").mkdir()
+    judged = judge(str(root), str(folder / "a.csv"), str(folder / "dest" / "a.csv"))
+    assert not judged.is_folder and judged.folder == str(folder) and judged.destination_folder == str(folder / "dest")
+    # what a sandbox does between the guard's look and the move: another file takes the name
+    os.rename(folder / "a.csv", folder / "judged.csv")
+    (folder / "a.csv").write_text("swapped in")
+    token = JUDGED.set(judged)
+    try:
+        with pytest.raises(Changed, match="changed while the server was checking it"):
+            rename(str(root), str(folder / "a.csv"), str(folder / "dest" / "a.csv"))
+        with pytest.raises(Changed), reading(str(root), str(folder / "a.csv")):
+            pass
+    finally:
+        JUDGED.reset(token)
+    assert not (folder / "dest" / "a.csv").exists()
+    # the judged entry back at its name moves
+    os.replace(folder / "judged.csv", folder / "a.csv")
+    token = JUDGED.set(judged)
+    try:
+        rename(str(root), str(folder / "a.csv"), str(folder / "dest" / "a.csv"))
+    finally:
+        JUDGED.reset(token)
+    assert (folder / "dest" / "a.csv").read_text() == "judged"
+
+
+def test_a_folder_copy_past_its_limit_stops_and_leaves_nothing(tree: tuple[Path, Path]) -> None:
+    root, _ = tree
+    heavy = root / "folder" / "heavy"
+    (heavy / "sub").mkdir(parents=True)
+    (heavy / "a.bin").write_bytes(os.urandom(600_000))
+    (heavy / "sub" / "b.bin").write_bytes(os.urandom(600_000))
+    with open(heavy / "sparse.bin", "wb") as f:  # holes take no disk, and copy as holes
+        f.truncate(2**32)
+    with pytest.raises(TooLarge, match=r"heavy takes more than 1,000,000 bytes of disk"):
+        copy_tree(str(root), str(heavy), str(root / "folder" / "copy"), max_bytes=1_000_000)
+    assert not (root / "folder" / "copy").exists()
+    copy_tree(str(root), str(heavy), str(root / "folder" / "copy"), max_bytes=2_000_000)
+    assert (root / "folder" / "copy" / "sub" / "b.bin").read_bytes() == (heavy / "sub" / "b.bin").read_bytes()
+    assert (root / "folder" / "copy" / "sparse.bin").stat().st_blocks == 0

@@ -101,12 +101,14 @@ def _read(levels: WorkspaceLevels, state: PrivacyState, folder: Path, shown: Sho
     return _Level(state.sensitivity, folder, reason)
 
 
-def _around(levels: WorkspaceLevels, folder: Path, shown: Shown) -> _Level:
+def _around(levels: WorkspaceLevels, folder: Path, shown: Shown, by_path: bool = False) -> _Level:
     """The highest record of ``folder`` and the folders holding it: every
-    session that can read a file in ``folder`` is at least that private."""
+    session that can read a file in ``folder`` is at least that private.
+    ``by_path``: the records kept under the paths only, which no swap of
+    names can raise (a lower bound, for refusals of a place less private)."""
     best = _Level(Sensitivity.PUBLIC)
     for place in (folder, *folder.parents):
-        found = _read(levels, levels.exact(place), place, shown)
+        found = _read(levels, levels.recorded(place) if by_path else levels.exact(place), place, shown)
         if found.level > best.level:
             best = found
     return best
@@ -144,15 +146,18 @@ def _place(path: str | os.PathLike[str]) -> Path:
     return folder_of(path.parent) / path.name
 
 
-def _is_folder(path: Path) -> bool | None:
-    """True for a folder, False for a file, None for a link or nothing (no data moves)."""
+def _is_folder(path: Path, shown: Shown) -> bool:
+    """True for a folder, False for a file or a link: a link is judged as a
+    file (it moves itself, not what it names), since a sandbox may put a file
+    or a folder at its name before the move runs. Nothing there is refused:
+    a guard that passed over an absent name would let whatever a sandbox
+    puts there a moment later go unchecked."""
     try:
-        mode = os.lstat(path).st_mode
-    except OSError:
-        return None
-    if stat.S_ISLNK(mode):
-        return None
-    return stat.S_ISDIR(mode)
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError as exc:
+        raise MoveRefused(
+            f"{shown(path)} cannot be looked at ({exc.strerror}), so nothing was moved or copied"
+        ) from None
 
 
 def _plans(source: Path, stores: Iterable[Path], folder: bool, shown: Shown) -> list[_Plan]:
@@ -248,10 +253,11 @@ def _linked_inside(source: Path, target: Path, shown: Shown) -> str | None:
     seen = 0
     folders = [source]
     while folders and len(linked) < 3:
+        folder = folders.pop()
         try:
-            entries = list(os.scandir(folders.pop()))
-        except OSError:
-            continue
+            entries = list(os.scandir(folder))
+        except OSError as exc:
+            return _unchecked(folder, source, target, exc, shown)
         for entry in entries:
             seen += 1
             if seen > MAX_CHECKED_ENTRIES:
@@ -265,14 +271,25 @@ def _linked_inside(source: Path, target: Path, shown: Shown) -> str | None:
                     folders.append(Path(entry.path))
                 elif entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_nlink > 1:
                     linked.append(shown(Path(entry.path)))
-            except OSError:
-                continue
+            except OSError as exc:
+                return _unchecked(Path(entry.path), source, target, exc, shown)
     if not linked:
         return None
     return (
         f"Not moved: {shown(source)} holds files with other names (hard links: {', '.join(linked[:3])}), and "
         f"{shown(target.parent)} is more private than where it is: what a private session writes into them "
         "there would be readable through those names. Copy the folder instead (copies are new files)."
+    )
+
+
+def _unchecked(path: Path, source: Path, target: Path, exc: OSError, shown: Shown) -> str:
+    """Why a folder that cannot be looked through must not go into a more
+    private one: a sandbox can make a folder it holds a hard link in
+    unreadable (mode 0o300 keeps it usable by known names)."""
+    return (
+        f"Not moved: {shown(path)} cannot be looked at ({exc.strerror}), and {shown(target.parent)} is more "
+        f"private than where {shown(source)} is: its files could not all be checked for other names (hard "
+        "links). Make it readable, or copy the folder instead (copies are new files)."
     )
 
 
@@ -294,14 +311,26 @@ def guard_move(
     target: str | os.PathLike[str],
     stores: Iterable[Path] | None = None,
     shown: Shown = str,
+    is_folder: bool | None = None,
 ) -> None:
     """Call before moving ``source`` to ``target`` (which must not exist yet):
     raises :class:`MoveRefused` for a file that must stay where it is, and
     records a folder's levels at ``target``. ``stores``: the ratchet stores'
-    roots (default: :func:`every_store`)."""
-    source, target = _place(source), _place(target)
-    kind = _is_folder(source)
-    if kind is None or source == target:
+    roots (default: :func:`every_store`).
+
+    ``is_folder``: what the caller found at ``source``, through no link, and
+    will move only if it finds it again (the Lab server's moves,
+    :mod:`sandbox_kernel.no_follow`); ``source`` and ``target`` are then the
+    real paths it found, not resolved again (a sandbox may put a link at
+    their place meanwhile, which would send every check elsewhere), and a
+    place is judged less private by the records under its path alone."""
+    real = is_folder is not None
+    if is_folder is None:
+        source, target = _place(source), _place(target)
+        kind = _is_folder(source, shown)
+    else:
+        source, target, kind = Path(os.path.abspath(source)), Path(os.path.abspath(target)), is_folder
+    if source == target:
         return  # nothing to carry
     # A taken name is refused by the contents manager itself, but only at its
     # own later look: a sandbox flipping the name between the two looks must
@@ -310,8 +339,9 @@ def guard_move(
     if not kind:
         for plan in _plans(source, stores, kind, shown):
             there = _around(plan.levels, target.parent, shown)
-            if plan.around.level > there.level:
-                raise MoveRefused(_refusal("moved", source, plan.around, target.parent, there.level, shown))
+            low = _around(plan.levels, target.parent, shown, by_path=real)
+            if plan.around.level > low.level:
+                raise MoveRefused(_refusal("moved", source, plan.around, target.parent, low.level, shown))
             if there.level > plan.around.level and (linked := _other_names(source, target, shown)):
                 raise MoveRefused(linked)
             # the holders' reports are read only for a file going into a private folder
@@ -342,15 +372,16 @@ def guard_move(
     if os.path.lexists(target):
         return  # taken: the manager refuses the move, so nothing is recorded (a folder that did move is still known by its identity)
     for plan in plans:
+        record = plan.levels.record_resolved if real else plan.levels.record
         if plan.around.level > Sensitivity.PUBLIC:
-            plan.levels.record(
+            record(
                 target,
                 plan.around.level,
                 f"{target} was moved out of {plan.around.folder}: {plan.around.reason}",
             )
         for relative, level in plan.inside:
             place = target / relative
-            plan.levels.record(place, level.level, f"{place} was moved here from {level.folder}: {level.reason}")
+            record(place, level.level, f"{place} was moved here from {level.folder}: {level.reason}")
 
 
 def guard_copy(
@@ -358,17 +389,21 @@ def guard_copy(
     destination: str | os.PathLike[str],
     stores: Iterable[Path] | None = None,
     shown: Shown = str,
+    is_folder: bool | None = None,
 ) -> None:
     """Call before copying ``source`` into the folder ``destination``: raises
     :class:`MoveRefused` when the copy would hold data more private than
-    every session that can read it there."""
-    source, destination = _place(source), folder_of(destination)
-    kind = _is_folder(source)
-    if kind is None:
-        return
+    every session that can read it there (``is_folder`` as for :func:`guard_move`:
+    given, ``source`` and ``destination`` are real paths, not resolved again)."""
+    real = is_folder is not None
+    if is_folder is None:
+        source, destination = _place(source), folder_of(destination)
+        kind = _is_folder(source, shown)
+    else:
+        source, destination, kind = Path(os.path.abspath(source)), Path(os.path.abspath(destination)), is_folder
     for plan in _plans(source, list(stores) if stores is not None else every_store(), kind, shown):
         data = plan.highest
-        there = _around(plan.levels, destination, shown).level
+        there = _around(plan.levels, destination, shown, by_path=real).level
         if data.level > there:
             raise MoveRefused(_refusal("copied", source, data, destination, there, shown))
 

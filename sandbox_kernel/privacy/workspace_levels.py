@@ -129,6 +129,19 @@ class WorkspaceLevels:
         folder at that level), unless its own records are that high already."""
         self._record(folder_of(workspace), level, reason)
 
+    def record_resolved(self, folder: Path, level: Sensitivity, reason: str) -> None:
+        """:meth:`record` of a path the caller found through no link: not
+        resolved again, since a link a sandbox put at its place meanwhile
+        would send the record elsewhere."""
+        self._record(folder, level, reason)
+
+    def recorded(self, folder: Path) -> PrivacyState:
+        """The record kept under the path ``folder`` (found through no link),
+        without its identity's: for a check that must not look at the folder,
+        where a sandbox may be swapping names. It can only be lower than
+        :meth:`exact`."""
+        return self.store.read(EXACT, _key(folder))
+
     def _record(self, folder: Path, level: Sensitivity, reason: str) -> None:
         """:meth:`record` of a folder already resolved: a private session's
         every state read comes through :meth:`rise`, so it is resolved once.

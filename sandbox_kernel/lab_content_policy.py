@@ -96,6 +96,12 @@ EXPORTS_EXTENSION = "sandbox_kernel.lab_exports"
 FOLDER_MOVES_EXTENSION = "sandbox_kernel.lab_folder_moves"
 #: saves and checkpoints write through no link a sandbox could have moved
 SAVES_EXTENSION = "sandbox_kernel.lab_saves"
+#: JupyterLab's language-server bridge: it starts, on the host, any language
+#: server installed (pylsp, pyright...) on the folders sandboxes write, which
+#: read their configuration there and may run what it names (pylint's
+#: ``load-plugins``, jedi importing a compiled module to inspect it). Off;
+#: ``--ServerApp.jpserver_extensions jupyter_lsp=True`` turns it back on.
+LSP_EXTENSION = "jupyter_lsp"
 
 #: packages whose HTML pages a Jupyter server serves: the server's own (login,
 #: errors), jupyterlab_server's defaults, JupyterLab's, Notebook 7's
@@ -200,7 +206,8 @@ def apply(config: Any) -> None:
     not fetches), :mod:`sandbox_kernel.lab_exports` (an export imports what
     a notebook names), :mod:`sandbox_kernel.lab_folder_moves` (a moved
     folder keeps the ratchet's level) and :mod:`sandbox_kernel.lab_saves`
-    (a save follows no link a sandbox moved), and escape the server's log (paths a sandbox named reach the
+    (a save follows no link a sandbox moved), turn off ``jupyter_lsp``
+    (language servers on the host read what sandboxes wrote), and escape the server's log (paths a sandbox named reach the
     terminal that runs the server).
     ``ServerApp.tornado_settings`` and ``jpserver_extensions`` are dict traits:
     a config file sets each whole, so this merges into them."""
@@ -209,6 +216,7 @@ def apply(config: Any) -> None:
     _enable_extension(server, EXPORTS_EXTENSION)
     _enable_extension(server, FOLDER_MOVES_EXTENSION)
     _enable_extension(server, SAVES_EXTENSION)
+    _enable_extension(server, LSP_EXTENSION, False)
     # the server's log, and each extension's (LabApp's, NotebookApp's): their own handlers
     _escape_the_log(server)
     _escape_the_log(config.ExtensionApp)
@@ -240,9 +248,9 @@ def _escape_the_log(app: Any) -> None:
     app.logging_config = logging_config
 
 
-def _enable_extension(server: Any, name: str) -> None:
+def _enable_extension(server: Any, name: str, enabled: bool = True) -> None:
     extensions = dict(server.jpserver_extensions) if "jpserver_extensions" in server else {}
-    extensions[name] = True
+    extensions[name] = enabled
     server.jpserver_extensions = extensions
 
 
@@ -250,6 +258,7 @@ __all__ = [
     "EXPORTS_EXTENSION",
     "FILE_TABS_EXTENSION",
     "FOLDER_MOVES_EXTENSION",
+    "LSP_EXTENSION",
     "OUTPUT_SCRIPTS_OPTION",
     "PAGE_PACKAGES",
     "REMOTE_CONTENT_ENV",

@@ -391,3 +391,17 @@ def test_a_checkpoint_makes_no_folder_through_a_linked_folder(
         return
     assert status == 403 and "work/l/data is a symbolic link" in message, message
     assert made == ["nb.ipynb"]
+
+
+@pytest.mark.parametrize("which", ["guarded", "control"])
+def test_no_language_server_bridge_runs_over_the_workspace(servers: dict[str, LabServer], which: str) -> None:
+    """jupyter_lsp starts any installed language server on the host, over
+    the folders sandboxes write, and those read their configuration there
+    (pylint's ``load-plugins`` imports what it names): it is off."""
+    server = servers[which]
+    try:
+        server.request("GET", "/lsp/status")
+        status = 200
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    assert status == (200 if which == "control" else 404)

@@ -99,9 +99,10 @@ SAVES_EXTENSION = "sandbox_kernel.lab_saves"
 #: JupyterLab's language-server bridge: it starts, on the host, any language
 #: server installed (pylsp, pyright...) on the folders sandboxes write, which
 #: read their configuration there and may run what it names (pylint's
-#: ``load-plugins``, jedi importing a compiled module to inspect it). Off;
-#: ``--ServerApp.jpserver_extensions jupyter_lsp=True`` turns it back on.
+#: ``load-plugins``, jedi importing a compiled module to inspect it). Off,
+#: unless :data:`LANGUAGE_SERVERS_ENV` is set (``1``).
 LSP_EXTENSION = "jupyter_lsp"
+LANGUAGE_SERVERS_ENV = "SANDBOX_KERNEL_LANGUAGE_SERVERS"
 
 #: packages whose HTML pages a Jupyter server serves: the server's own (login,
 #: errors), jupyterlab_server's defaults, JupyterLab's, Notebook 7's
@@ -193,8 +194,11 @@ def content_security_policy(base_url: str = "/") -> str:
 
 def remote_content_allowed(environ: dict[str, str] | None = None) -> bool:
     """Whether the user turned the policy off (see the module's docstring)."""
-    value = (os.environ if environ is None else environ).get(REMOTE_CONTENT_ENV, "")
-    return value.strip().lower() in {"1", "true", "yes", "on"}
+    return _switched_on(REMOTE_CONTENT_ENV, environ)
+
+
+def _switched_on(name: str, environ: dict[str, str] | None = None) -> bool:
+    return (os.environ if environ is None else environ).get(name, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def apply(config: Any) -> None:
@@ -216,7 +220,8 @@ def apply(config: Any) -> None:
     _enable_extension(server, EXPORTS_EXTENSION)
     _enable_extension(server, FOLDER_MOVES_EXTENSION)
     _enable_extension(server, SAVES_EXTENSION)
-    _enable_extension(server, LSP_EXTENSION, False)
+    if not _switched_on(LANGUAGE_SERVERS_ENV):
+        _enable_extension(server, LSP_EXTENSION, False)
     # the server's log, and each extension's (LabApp's, NotebookApp's): their own handlers
     _escape_the_log(server)
     _escape_the_log(config.ExtensionApp)
@@ -258,6 +263,7 @@ __all__ = [
     "EXPORTS_EXTENSION",
     "FILE_TABS_EXTENSION",
     "FOLDER_MOVES_EXTENSION",
+    "LANGUAGE_SERVERS_ENV",
     "LSP_EXTENSION",
     "OUTPUT_SCRIPTS_OPTION",
     "PAGE_PACKAGES",

@@ -13,6 +13,12 @@ root_given=0
 for arg in "$@"; do
     if [ "$arg" = --with-stock-kernel ]; then
         export SANDBOX_KERNEL_STOCK_KERNEL=1
+    elif [[ "$arg" == --ServerApp.jpserver_extensions* ]]; then
+        # on the command line it replaces the whole list, with the server
+        # extensions that guard what sandboxes wrote (docs/security.md)
+        echo "lab: $arg would drop the sandbox's server extensions; add an extension in a config file instead:" >&2
+        echo "     c.ServerApp.jpserver_extensions['name'] = True  (jupyter lab --config=FILE, or ~/.jupyter)" >&2
+        exit 2
     else
         case "$arg" in --notebook-dir*|--ServerApp.root_dir*|--root-dir*) root_given=1 ;; esac
         args+=("$arg")

@@ -464,3 +464,21 @@ class TestStockKernelAskedBack:
         cell = run_cell(page, HOSTNAME_CELL)
         assert stdout_of(cell) == "sandbox", stdout_of(cell)
         shot(page, "nb7-switched")
+
+
+def test_lab_sh_refuses_a_server_extension_list_that_would_drop_the_guards(tmp_path: Path) -> None:
+    """On the command line, ``--ServerApp.jpserver_extensions`` replaces the
+    whole list that ``lab_content_policy.apply`` set: no guard would load.
+    lab.sh says so before it starts anything."""
+    run = subprocess.run(
+        ["bash", str(REPO / "scripts" / "lab.sh"), "--ServerApp.jpserver_extensions", "jupyter_lsp=True"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "HOME": str(tmp_path)},
+    )
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    assert "would drop the sandbox's server extensions" in run.stderr
+    assert "c.ServerApp.jpserver_extensions['name'] = True" in run.stderr
+    assert not (tmp_path / "notebooks").exists()  # nothing was started or made

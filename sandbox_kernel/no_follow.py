@@ -388,7 +388,7 @@ def trash(root: str, path: str) -> None:
 
     with _in_folder(root, path) as (folder, name):
         entry = os.stat(name, dir_fd=folder, follow_symlinks=False)
-        where = os.fsencode(os.readlink(f"/proc/self/fd/{folder}"))
+        where = os.fsencode(_real_path(folder))
         if entry.st_dev == freedesktop.get_dev(os.path.realpath(os.path.expanduser(b"~"))):
             topdir, trash_dir = freedesktop.XDG_DATA_HOME, freedesktop.HOMETRASH_B
         else:

@@ -24,7 +24,7 @@ from typing import Any
 from tornado.web import HTTPError
 
 from . import no_follow
-from .privacy.folder_moves import MoveRefused, guard_copy, guard_move
+from .privacy.folder_moves import MoveRefused, TargetTaken, guard_copy, guard_move
 
 
 def _shown(root: str) -> Callable[[Path], str]:
@@ -54,6 +54,8 @@ def _copy_destination(cm: Any, from_path: str, to_path: str | None) -> str:
 
 
 def _refused(exc: Exception) -> HTTPError:
+    if isinstance(exc, TargetTaken):
+        return HTTPError(409, str(exc))
     if isinstance(exc, no_follow.Refused):
         return HTTPError(exc.status, str(exc))
     if isinstance(exc, FileNotFoundError):

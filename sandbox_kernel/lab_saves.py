@@ -135,7 +135,7 @@ def install_calls(root: str, max_copy_bytes: int = 0) -> None:
     functions ``send2trash`` and ``ensure_dir_exists``). ``max_copy_bytes``
     (0: none) bounds a folder copy as it runs (jupyter_server's own check,
     with ``du``, lets a folder through when ``du`` fails)."""
-    from jupyter_server.services.contents import filecheckpoints, filemanager
+    from jupyter_server.services.contents import filecheckpoints, fileio, filemanager
 
     for module in (filemanager, filecheckpoints):
         copytree = functools.partial(_copytree, max_bytes=max_copy_bytes)
@@ -143,6 +143,25 @@ def install_calls(root: str, max_copy_bytes: int = 0) -> None:
         module.os = _Calls(os, root, {"mkdir": _mkdir, "unlink": _unlink})  # type: ignore[attr-defined]
     filemanager.send2trash = functools.partial(_send2trash, root)  # type: ignore[attr-defined]
     filecheckpoints.ensure_dir_exists = functools.partial(_ensure_dir_exists, root)  # type: ignore[attr-defined]
+    fileio.replace_file = _no_recovery
+    fileio.async_replace_file = _no_recovery_async
+
+
+def _no_recovery(source: str, destination: str) -> None:
+    """jupyter_server's only path-based renames left: an unreadable notebook
+    opened with ``.~<name>`` beside it is renamed away and ``.~<name>``
+    renamed in its place, by path. The saves here never make ``.~<name>``,
+    so only a sandbox can have put it there: the notebook is reported
+    unreadable instead."""
+    raise HTTPError(
+        400,
+        f"Unreadable Notebook: {source} (its .~ backup is not restored: "
+        "the server's saves make none, so a sandbox wrote it)",
+    )
+
+
+async def _no_recovery_async(source: str, destination: str) -> None:
+    _no_recovery(source, destination)
 
 
 def _atomic_writing(cm: Any) -> Callable[..., Any]:

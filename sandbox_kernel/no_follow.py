@@ -296,11 +296,16 @@ def rename(root: str, source: str, destination: str) -> None:
 
 
 def _put_back(folder: int, name: str, old_folder: int, old_name: str, source: str) -> None:
-    """Move ``name`` back to ``old_name`` (or, taken meanwhile, to a new hidden name beside it)."""
+    """Move ``name`` back to ``old_name`` (or, taken meanwhile, to a new
+    hidden name beside it); gone meanwhile (a sandbox there moved it), it
+    stays where that sandbox put it: the caller refuses either way."""
     try:
-        _renameat2(folder, name, old_folder, old_name, source)
-    except Exists:
-        _renameat2(folder, name, old_folder, f".~moved-back-{secrets.token_hex(6)}", source)
+        try:
+            _renameat2(folder, name, old_folder, old_name, source)
+        except Exists:
+            _renameat2(folder, name, old_folder, f".~moved-back-{secrets.token_hex(6)}", source)
+    except OSError:
+        pass
 
 
 _RENAME_NOREPLACE = 1
@@ -448,7 +453,7 @@ class TooLarge(Refused):
 def copy_tree(root: str, source: str, destination: str, max_bytes: int = 0) -> None:
     """Copy the folder ``source`` to the new folder ``destination`` with its
     files' permissions and times, through no link below ``root``: a link
-    inside it is refused (the copy stops there, what was copied stays).
+    inside it is refused (the copy stops, and what was copied is removed).
 
     ``max_bytes`` (0: none) bounds the disk its files take (what ``du``
     counts), as it is copied: jupyter_server measures the folder with ``du``
@@ -464,11 +469,15 @@ def copy_tree(root: str, source: str, destination: str, max_bytes: int = 0) -> N
             raise
     budget = [max_bytes or -1]
     with _closing(top), _in_folder(root, destination) as (target_folder, target_name):
+        os.mkdir(target_name, stat.S_IMODE(os.fstat(top).st_mode) | 0o700, dir_fd=target_folder)
         try:
-            _copy_dir(top, source, target_folder, target_name, destination, budget)
-        except _OverBudget:
-            _remove_dir(target_folder, target_name, destination)
-            raise TooLarge(source, max_bytes) from None
+            _fill_dir(top, source, target_folder, target_name, destination, budget)
+        except BaseException as exc:
+            with contextlib.suppress(OSError, Refused):  # the partial copy
+                _remove_dir(target_folder, target_name, destination)
+            if isinstance(exc, _OverBudget):
+                raise TooLarge(source, max_bytes) from None
+            raise
 
 
 class _OverBudget(Exception):
@@ -486,8 +495,13 @@ def _open_dir(folder: int, name: str, path: str) -> int:
 
 def _copy_dir(source: int, source_path: str, parent: int, name: str, path: str, budget: list[int]) -> None:
     """``budget``: the bytes of disk its files may still take (negative: no limit)."""
+    os.mkdir(name, stat.S_IMODE(os.fstat(source).st_mode) | 0o700, dir_fd=parent)
+    _fill_dir(source, source_path, parent, name, path, budget)
+
+
+def _fill_dir(source: int, source_path: str, parent: int, name: str, path: str, budget: list[int]) -> None:
+    """Copy what the folder ``source`` holds into the new folder ``name`` of ``parent``."""
     info = os.fstat(source)
-    os.mkdir(name, stat.S_IMODE(info.st_mode) | 0o700, dir_fd=parent)
     with _closing(_open_dir(parent, name, path)) as target:
         for entry in sorted(os.listdir(source)):
             entry_path, target_path = os.path.join(source_path, entry), os.path.join(path, entry)

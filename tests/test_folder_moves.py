@@ -23,7 +23,7 @@ from tornado.web import HTTPError
 from sandbox_kernel.lab_folder_moves import guard
 from sandbox_kernel.privacy import PrivacyStore, Sensitivity
 from sandbox_kernel.privacy.enforcement import EnforcementRecord
-from sandbox_kernel.privacy.folder_moves import MoveRefused, guard_copy, guard_move
+from sandbox_kernel.privacy.folder_moves import MoveRefused, TargetTaken, guard_copy, guard_move
 from sandbox_kernel.privacy.workspace_levels import EXACT, WorkspaceLevels, _key
 
 CONF, SECRET, PUBLIC = Sensitivity.CONFIDENTIAL, Sensitivity.SECRET, Sensitivity.PUBLIC
@@ -147,7 +147,8 @@ def test_links_and_taken_names_carry_nothing(levels: WorkspaceLevels, store: Pat
     _private(levels, root / "Untitled Folder")
     (root / "link").symlink_to(root / "Untitled Folder")
     guard_move(root / "link", root / "public" / "link", [store])  # the link moves, not the folder
-    guard_move(root / "Untitled Folder", root / "public", [store])  # taken: the manager refuses it
+    with pytest.raises(TargetTaken, match="already exists"):  # nothing may be recorded there
+        guard_move(root / "Untitled Folder", root / "public", [store])
     assert _level(levels, root / "public" / "link") == PUBLIC
     assert levels.exact(root / "public").sensitivity == PUBLIC
 

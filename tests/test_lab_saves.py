@@ -405,3 +405,25 @@ def test_no_language_server_bridge_runs_over_the_workspace(servers: dict[str, La
     except urllib.error.HTTPError as exc:
         status = exc.code
     assert status == (200 if which == "control" else 404)
+
+
+@pytest.mark.parametrize("which", ["guarded", "control"])
+def test_an_unreadable_notebook_is_not_replaced_by_a_backup_a_sandbox_wrote(
+    servers: dict[str, LabServer], which: str
+) -> None:
+    """jupyter_server renames, by path, an unreadable notebook aside and its
+    ``.~`` backup into its place when it opens it; the saves here make no
+    such backup, so only a sandbox wrote one (and a path-based rename
+    crosses a link a sandbox moves meanwhile): the notebook is reported
+    unreadable instead."""
+    server = servers[which]
+    folder = server.notebooks / f"recover-{which}"
+    folder.mkdir()
+    (folder / "nb.ipynb").write_text("{not json")
+    (folder / ".~nb.ipynb").write_text(json.dumps(notebook_json(["print('the sandbox')"])))
+    status, message = _api(server, "GET", f"recover-{which}/nb.ipynb")
+    if which == "control":
+        assert status == 200 and "the sandbox" in (folder / "nb.ipynb").read_text()
+        return
+    assert status == 400 and "its .~ backup is not restored" in message, message
+    assert (folder / "nb.ipynb").read_text() == "{not json" and (folder / ".~nb.ipynb").exists()

@@ -154,7 +154,10 @@ def test_copy_tree_copies_files_and_folders_and_refuses_a_link_inside(tree: tupl
     (root / "folder" / "notes.md").symlink_to(outside / "host.txt")
     with pytest.raises(LinkRefused, match=r"notes\.md is a symbolic link"):
         copy_tree(str(root), str(root / "folder"), str(root / "copy2"))
-    assert not (root / "copy2" / "notes.md").exists()
+    assert not (root / "copy2").exists()  # a partial copy is removed
+    with pytest.raises(FileExistsError):  # a taken name: what is there stays
+        copy_tree(str(root), str(root / "folder"), str(root / "copy"))
+    assert (root / "copy" / "sub" / "x.csv").read_text() == "x"
     (root / "target").symlink_to(outside, target_is_directory=True)
     with pytest.raises(LinkRefused):
         copy_tree(str(root), str(root / "copy"), str(root / "target" / "copy"))

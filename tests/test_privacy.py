@@ -798,3 +798,32 @@ def test_the_default_user_is_the_hub_user_under_jupyterhub(monkeypatch: pytest.M
     assert default_user_id() == "bob_example.org_.._x"
     monkeypatch.setenv("JUPYTERHUB_USER", "")
     assert default_user_id() == os_user
+
+
+def _rise_each(root: str, count: int) -> None:
+    """Another process's rises, one new session after another."""
+    writer = PrivacyStore(Path(root))
+    for number in range(count):
+        writer.mark("u", f"s{number}", SessionMark.create(Sensitivity.CONFIDENTIAL, "api", "rows"))
+
+
+def test_a_read_during_another_process_rise_is_not_taken_for_a_lowered_record(tmp_path: Path) -> None:
+    """A rise leaves its high-water marker before its record: a read in
+    between found the marker above the record and failed closed at SECRET,
+    naming a store file as lowered (seen from a notebook whose folder
+    another session was raising)."""
+    store = PrivacyStore(tmp_path)
+    count = 300
+    writer = multiprocessing.get_context("spawn").Process(target=_rise_each, args=(str(tmp_path), count))
+    writer.start()
+    seen: dict[int, PrivacyState] = {}
+    try:
+        while writer.is_alive():  # each session's first private read, as its rise is being made
+            for number in range(count):
+                if number not in seen and (state := store.read("u", f"s{number}")).has_private_data:
+                    seen[number] = state
+    finally:
+        writer.join(60)
+    assert len(seen) > count // 10, len(seen)  # the reads did meet the rises
+    wrong = {n: s.sensitivity.name for n, s in seen.items() if s.sensitivity != Sensitivity.CONFIDENTIAL or s.error}
+    assert not wrong, wrong

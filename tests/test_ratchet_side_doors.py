@@ -155,7 +155,9 @@ def _wait_for_lo(k: SandboxKernelHandle, timeout: float = 15) -> str | None:
 
 def test_a_private_notebook_raises_every_notebook_sharing_its_folder(tmp_path: Path) -> None:
     """Notebook A (private) copies rows into its folder; notebook B in the same
-    folder, public with network, must not read them with network."""
+    folder, public with network, must not read them with network; nor a
+    notebook beside A's folder once a notebook in the folder holding both is
+    private (its cells can copy the rows there)."""
     folder = tmp_path / "project"
     a = _kernel_in(folder, tmp_path / "a-tmp")
     b = _kernel_in(folder, tmp_path / "b-tmp")
@@ -172,7 +174,16 @@ def test_a_private_notebook_raises_every_notebook_sharing_its_folder(tmp_path: P
         # B's user is told why: another session sharing the folder became private
         assert "[SYSTEM]" in notices and "with this folder" in notices and "project" in notices, notices
         assert _wait_for_lo(parent) is not None, "a notebook whose folder contains A's folder kept its network"
-        assert len(eval(sibling.run(IFACES).stdout)) > 1, "a sibling folder must not rise"
+        # The parent's cells reach both folders: they copy A's rows beside the
+        # sibling, so the sibling rises too (an attack review: it kept its
+        # network and could send them). Without a session in a folder holding
+        # both, a sibling keeps its network:
+        # test_a_private_folder_renamed_by_a_host_shell_stays_private.
+        run = parent.run("import shutil\nshutil.copy('/workspace/project/rows.csv', '/workspace/other/rows.csv')")
+        assert run.status == "ok", (run.stderr, run.errors)
+        notices = _wait_for_lo(sibling)
+        assert notices is not None, "a sibling with network beside the rows the parent's session copied there"
+        assert "whose folder holds private data" in notices, notices
         # B's own cells say why, and the level never comes back down
         run = b.run("import sandbox_kernel.private as p\nprint(p.mark_private('INTERNAL'))")
         assert run.stdout.strip() == "CONFIDENTIAL", (run.stdout, run.stderr, run.errors)

@@ -62,6 +62,10 @@ class MoveRefused(Exception):
     sandbox with network, or a record it depends on cannot be read (the message says which)."""
 
 
+class TargetTaken(MoveRefused):
+    """A folder's move onto a name that is taken (its levels cannot be recorded there)."""
+
+
 @dataclass(frozen=True)
 class _Level:
     level: Sensitivity
@@ -76,10 +80,14 @@ class _Plan:
     levels: WorkspaceLevels
     around: _Level  # the highest private folder the source lies in
     inside: tuple[tuple[PurePath, _Level], ...]  # records of the source folder and the folders in it
+    #: the record of the private folders anywhere inside a source folder: it
+    #: counts even where the walk of :func:`_inside` does not find them (a
+    #: sandbox moved one into a new folder of its own, which has no record)
+    below: _Level = _Level(Sensitivity.PUBLIC)
 
     @property
     def highest(self) -> _Level:
-        return max([self.around, *(level for _, level in self.inside)], key=lambda x: x.level)
+        return max([self.around, self.below, *(level for _, level in self.inside)], key=lambda x: x.level)
 
 
 def every_store() -> list[Path]:
@@ -162,7 +170,12 @@ def _is_folder(path: Path, shown: Shown) -> bool:
 
 def _plans(source: Path, stores: Iterable[Path], folder: bool, shown: Shown) -> list[_Plan]:
     return [
-        _Plan(levels, _around(levels, source.parent, shown), _inside(levels, source, shown) if folder else ())
+        _Plan(
+            levels,
+            _around(levels, source.parent, shown),
+            _inside(levels, source, shown) if folder else (),
+            _read(levels, levels.below(source), source, shown) if folder else _Level(Sensitivity.PUBLIC),
+        )
         for _, levels in _levels(stores)
     ]
 
@@ -370,7 +383,10 @@ def guard_move(
                 "folder elsewhere."
             )
     if os.path.lexists(target):
-        return  # taken: the manager refuses the move, so nothing is recorded (a folder that did move is still known by its identity)
+        # taken: the manager would refuse the move, and nothing may be
+        # recorded there; refused here, so that a name freed by a sandbox
+        # before the move runs does not let the folder go unrecorded
+        raise TargetTaken(f"Not moved: {shown(target)} already exists")
     for plan in plans:
         record = plan.levels.record_resolved if real else plan.levels.record
         if plan.around.level > Sensitivity.PUBLIC:
@@ -408,4 +424,4 @@ def guard_copy(
             raise MoveRefused(_refusal("copied", source, data, destination, there, shown))
 
 
-__all__ = ["MoveRefused", "every_store", "guard_copy", "guard_move"]
+__all__ = ["MoveRefused", "TargetTaken", "every_store", "guard_copy", "guard_move"]

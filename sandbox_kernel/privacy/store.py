@@ -37,6 +37,7 @@ times are coarse, so a younger one is always re-read).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import functools
@@ -307,6 +308,13 @@ class PrivacyStore:
         """
         state = self._read(user_id, session_id)
         known = self.highwater(user_id, session_id)
+        if known > state.sensitivity:
+            # A rise leaves its marker before its record, under the lock: a
+            # read between the two waits for the lock and looks again, not to
+            # take another session's rise in progress for a lowered record.
+            with contextlib.suppress(PrivacyStoreError, OSError), self._locked(user_id, session_id):
+                state = self._read(user_id, session_id)
+                known = self.highwater(user_id, session_id)
         if known > state.sensitivity:
             path = self.path_for(user_id, session_id)
             message = (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -261,6 +262,7 @@ def _flip(stop: threading.Event, folder: Path, outside: Path) -> None:
         os.rename(link, real)
         os.rename(real, link)
         os.rename(spare, real)
+        time.sleep(0.0002)  # a while as the real folder too, however loaded the machine
 
 
 def test_trash_never_takes_the_linked_host_file_while_a_folder_flips_with_a_link(
@@ -282,7 +284,9 @@ def test_trash_never_takes_the_linked_host_file_while_a_folder_flips_with_a_link
     flipper.start()
     trashed = refused = 0
     try:
-        for _ in range(300):
+        tries = 0
+        while tries < 300 or (not (trashed and refused) and tries < 5000):
+            tries += 1
             # the sandbox's own old.csv, in the real folder whatever its name now
             os.close(os.open("old.csv", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=real))
             try:

@@ -62,6 +62,9 @@ log = logging.getLogger("sandbox_kernel.privacy")
 
 MAX_FILE_BYTES = 1 << 20
 LOCK_TIMEOUT = 30.0
+#: how long a read that finds a marker above the record waits for a rise in
+#: progress (a rise holds the lock for two small writes) before failing closed
+RISE_WAIT = 2.0
 _SETTLE_NS = 1_000_000_000
 DATA_DIR_ENV = "SANDBOX_KERNEL_DATA_DIR"
 
@@ -312,7 +315,7 @@ class PrivacyStore:
             # A rise leaves its marker before its record, under the lock: a
             # read between the two waits for the lock and looks again, not to
             # take another session's rise in progress for a lowered record.
-            with contextlib.suppress(PrivacyStoreError, OSError), self._locked(user_id, session_id):
+            with contextlib.suppress(PrivacyStoreError, OSError), self._locked(user_id, session_id, RISE_WAIT):
                 state = self._read(user_id, session_id)
                 known = self.highwater(user_id, session_id)
         if known > state.sensitivity:
@@ -609,8 +612,8 @@ class PrivacyStore:
             os.fchmod(fd, 0o700)
 
     @contextmanager
-    def _locked(self, user_id: str, session_id: str) -> Iterator[int]:
-        """Hold the session's exclusive lock; yields the user directory's fd."""
+    def _locked(self, user_id: str, session_id: str, timeout: float = LOCK_TIMEOUT) -> Iterator[int]:
+        """Hold the session's exclusive lock (waiting up to ``timeout`` s); yields the user directory's fd."""
         root_fd = self._ensure_root()
         user_fd = lock_fd = -1
         try:
@@ -639,7 +642,7 @@ class PrivacyStore:
                 ) from None
             if not stat.S_ISREG(os.fstat(lock_fd).st_mode):
                 raise PrivacyStoreError(f"the lock file {lock_path} is not a regular file")
-            deadline = time.monotonic() + LOCK_TIMEOUT
+            deadline = time.monotonic() + timeout
             delay = 0.001
             while True:
                 try:
@@ -648,7 +651,7 @@ class PrivacyStore:
                 except BlockingIOError:
                     if time.monotonic() > deadline:
                         raise PrivacyStoreError(
-                            f"timed out after {LOCK_TIMEOUT:.0f} s waiting for the lock {lock_path}"
+                            f"timed out after {timeout:.0f} s waiting for the lock {lock_path}"
                         ) from None
                     time.sleep(delay)
                     delay = min(delay * 2, 0.05)

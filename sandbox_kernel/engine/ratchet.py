@@ -177,13 +177,14 @@ class Ratchet:
         folder = self.folders.read(workspace)
         if folder.sensitivity <= own.sensitivity and folder.error is None:
             return own  # nothing the session does not already have (its own rise is recorded there too)
-        if folder.has_private_data and folder.error is None and folder.sensitivity > own.sensitivity:
+        if folder.has_private_data and folder.sensitivity > own.sensitivity:
             # Private because its folder holds (or lies in) a private one: its
             # cells can copy that data anywhere in the folder, so the folder
             # is recorded at that level, and every session in a folder inside
             # it rises too (a sibling of the private folder with network
             # would otherwise receive the copy and send it out). A read that
-            # failed closed is not recorded: it may pass.
+            # failed closed (a record lost, a full disk) is recorded at the
+            # level it answered: the siblings must not stay public meanwhile.
             try:
                 self.folders.rise(
                     workspace, folder, f"session {self.session_id} of {self.user_id}, whose folder holds private data,"

@@ -133,6 +133,10 @@ def networked_workspaces(store_root: Path) -> list[tuple[str, int]]:
     ]
 
 
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip("/") + "/")
+
+
 def _overlap(a: str, b: str) -> bool:
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
@@ -146,6 +150,17 @@ def pending_holders(store_root: Path, user_id: str, session_id: str, level: Sens
     holders = _holders(store_root)
     own = [h for h in holders if h[0] == user_id and h[1] == session_id]
     folders = {str(h[3]["workspace"]) for h in own if isinstance(h[3].get("workspace"), str)}
+    # A live holder whose folder contains one of these rises with it and
+    # records its own folder (engine/ratchet.py): the sessions in that folder
+    # rise too (a sibling of the private folder), so they are waited for.
+    grown = True
+    while grown:
+        grown = False
+        for _, _, _, entry in holders:
+            around = entry.get("workspace")
+            if isinstance(around, str) and around not in folders and any(_inside(f, around) for f in folders):
+                folders.add(around)
+                grown = True
     pending = []
     for user, session, path, entry in holders:
         mine = user == user_id and session == session_id

@@ -25,17 +25,20 @@ calls of jupyter_server's contents and checkpoint modules are their
 no-link equivalents here (:func:`install_calls`: the modules' ``shutil`` and
 ``os`` names, for the server's root). Duplicating a file read the source
 through a link at its name, copying a host file the sandbox cannot see into
-the workspace: a copy's read follows no link either. Deleting (to the trash,
-or a folder for good) and the checkpoints folder's making follow none too. Other reads and
-browsing through links stay as they are: they show the user what the user
-linked, and give the sandbox nothing.
+the workspace: a copy's read follows no link either. Deleting (to the
+trash, or a folder for good) and making the checkpoints folder follow none
+too, and the restore of a ``.~<name>`` backup when a notebook is unreadable
+(a rename by path, of a file only a sandbox can have written) is off. Other
+reads and browsing through links stay as they are: they show the user what
+the user linked, and give the sandbox nothing.
 
 A sandbox also chooses a file's size: a sparse file of gigabytes costs it no
 disk, and jupyter_server read it whole into memory when the user opened it
 (or Lab reopened its tab) and wrote every zero when it copied it. Files larger
 than :attr:`SandboxContents.max_open_bytes` are not opened (a 403 saying why;
-downloads are streamed and stay as they are), and copies keep holes as holes
-(:func:`sandbox_kernel.no_follow.copy_data`).
+downloads are streamed and stay as they are), copies keep holes as holes
+(:func:`sandbox_kernel.no_follow.copy_data`), and a folder copy stops at
+``FileContentsManager.max_copy_folder_size_mb`` as it runs.
 
 Contents managers that keep no files on the host (no ``_get_os_path``) are
 left alone: nothing they store is mounted into a sandbox.

@@ -16,15 +16,12 @@ and the move or copy acts only on that entry there (409 otherwise).
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.error
-import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser.lab_helpers import LabServer, serving
+from browser.lab_helpers import LabServer, contents_status, serving
 from kernel_helpers import SandboxKernelHandle, require_bwrap, shared_data_kernel
 
 from sandbox_kernel.privacy import PrivacyStore, Sensitivity
@@ -67,14 +64,6 @@ def _kernel(server: LabServer, folder: str) -> SandboxKernelHandle:
     return shared_data_kernel(server.notebooks / folder, server.root / "kernels" / folder, server.data_dir)
 
 
-def _api(server: LabServer, method: str, path: str, body: dict[str, str]) -> tuple[int, str]:
-    try:
-        server.request(method, "/api/contents/" + urllib.parse.quote(path), body)
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}").get("message", "")
-    return 200, ""
-
-
 def _flipping(kernel: SandboxKernelHandle, step: str, setup: str = "") -> None:
     run = kernel.run(setup + FLIPPER.format(step=step))
     assert run.status == "ok" and run.stdout.strip().endswith("flipping"), (run.stderr, run.errors)
@@ -88,7 +77,7 @@ def _tries(server: LabServer, method: str, path: str, body: dict[str, str]) -> d
     """The statuses of ``TRIES`` requests; stops at the first that succeeded."""
     counts: dict[int, int] = {}
     for _ in range(TRIES):
-        status, _ = _api(server, method, path, body)
+        status, _ = contents_status(server, method, path, body)
         counts[status] = counts.get(status, 0) + 1
         if status == 200:
             break
@@ -169,6 +158,6 @@ def test_a_move_of_a_link_is_judged_as_a_file(server: LabServer) -> None:
     _private(server, "locked")
     (server.notebooks / "locked" / "shortcut").symlink_to("/etc")
     (server.notebooks / "elsewhere").mkdir()
-    status, message = _api(server, "PATCH", "locked/shortcut", {"path": "elsewhere/shortcut"})
+    status, message = contents_status(server, "PATCH", "locked/shortcut", {"path": "elsewhere/shortcut"})
     assert status == 403 and "holds data of a CONFIDENTIAL session" in message, message
     assert Path(server.notebooks / "locked" / "shortcut").is_symlink()

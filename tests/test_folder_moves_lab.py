@@ -12,14 +12,10 @@ Kept out of tests/browser: nothing here needs a browser, only the same server.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.parse
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from browser.lab_helpers import LabServer, guarded_and_control
+from browser.lab_helpers import LabServer, contents_status, guarded_and_control
 from kernel_helpers import SandboxKernelHandle, require_bwrap, shared_data_kernel, status_of
 
 from sandbox_kernel.privacy import PrivacyStore
@@ -39,15 +35,6 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LabS
 def _kernel(server: LabServer, folder: str) -> SandboxKernelHandle:
     workspace = server.notebooks / folder
     return shared_data_kernel(workspace, server.root / "kernels" / folder.replace("/", "_"), server.data_dir)
-
-
-def _api(server: LabServer, method: str, path: str, body: dict[str, Any]) -> tuple[int, str]:
-    """The status and message of a contents request, as Lab's file browser sends it."""
-    try:
-        server.request(method, "/api/contents/" + urllib.parse.quote(path), body)
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}").get("message", "")
-    return 200, ""
 
 
 def _private_folder(server: LabServer, folder: str) -> None:
@@ -71,7 +58,7 @@ def test_a_renamed_private_folder_stays_private(servers: dict[str, LabServer], w
     server = servers[which]
     _private_folder(server, "Untitled Folder")
     (server.notebooks / "done").mkdir()
-    assert _api(server, "PATCH", "Untitled Folder", {"path": "done/analysis"}) == (200, "")
+    assert contents_status(server, "PATCH", "Untitled Folder", {"path": "done/analysis"}) == (200, "")
     around = _kernel(server, "done")
     try:
         run = around.run(f"print(open('/workspace/analysis/rows.csv').read() == {ROWS!r})\n" + IFACES)
@@ -114,16 +101,18 @@ def test_private_rows_do_not_reach_a_notebook_with_network(servers: dict[str, La
         assert live.run(IFACES).stdout.strip() != "['lo']"
         live.run("import os\nheld, sub = os.open('/workspace', os.O_RDONLY), os.open('/workspace/sub', os.O_RDONLY)")
         attempts = {
-            "file copied": _api(server, "POST", "public", {"copy_from": "trial/rows.csv"}),
-            "folder copied": _api(server, "POST", "public", {"copy_from": "trial"}),
-            "file moved": _api(server, "PATCH", "trial/rows.csv", {"path": "public/moved.csv"}),
-            "private folder moved in": _api(server, "PATCH", "trial/vault", {"path": "public/vault-moved"}),
-            "folder moved out of it": _api(server, "PATCH", "public/sub", {"path": "trial/sub"}),
+            "file copied": contents_status(server, "POST", "public", {"copy_from": "trial/rows.csv"}),
+            "folder copied": contents_status(server, "POST", "public", {"copy_from": "trial"}),
+            "file moved": contents_status(server, "PATCH", "trial/rows.csv", {"path": "public/moved.csv"}),
+            "private folder moved in": contents_status(server, "PATCH", "trial/vault", {"path": "public/vault-moved"}),
+            "folder moved out of it": contents_status(server, "PATCH", "public/sub", {"path": "trial/sub"}),
         }
         if (server.notebooks / "trial" / "sub").is_dir():  # the private session writes into its folder
             (server.notebooks / "trial" / "sub" / "later.csv").write_text(ROWS)
         seen = live.run("import os\nprint(sorted(os.listdir(held)), sorted(os.listdir(sub)))").stdout
-        attempts["its folder moved into a private one"] = _api(server, "PATCH", "public", {"path": "trial/public"})
+        attempts["its folder moved into a private one"] = contents_status(
+            server, "PATCH", "public", {"path": "trial/public"}
+        )
         if which == "control":
             assert all(status in (200, 201) for status, _ in attempts.values()), attempts
             assert "moved.csv" in seen and "vault-moved" in seen and "later.csv" in seen, seen
@@ -141,10 +130,10 @@ def test_private_rows_do_not_reach_a_notebook_with_network(servers: dict[str, La
         assert (server.notebooks / "trial" / "rows.csv").read_text() == ROWS, "a refused move lost the file"
         # nothing private involved: the file browser works as before
         (server.notebooks / "public" / "notes.txt").write_text("hello")
-        assert _api(server, "PATCH", "public/notes.txt", {"path": "archive/notes.txt"}) == (200, "")
-        assert _api(server, "PATCH", "trial/rows.csv", {"path": "trial/rows-2026.csv"}) == (200, "")
+        assert contents_status(server, "PATCH", "public/notes.txt", {"path": "archive/notes.txt"}) == (200, "")
+        assert contents_status(server, "PATCH", "trial/rows.csv", {"path": "trial/rows-2026.csv"}) == (200, "")
         # its own folder renamed: the notebook follows it, network and all
-        assert _api(server, "PATCH", "public", {"path": "public-renamed"}) == (200, "")
+        assert contents_status(server, "PATCH", "public", {"path": "public-renamed"}) == (200, "")
         run = live.run("open('/workspace/after.txt', 'w').write('x')\n" + IFACES)
         assert run.stdout.strip() != "['lo']" and (server.notebooks / "public-renamed" / "after.txt").exists()
     finally:

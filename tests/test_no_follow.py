@@ -207,15 +207,21 @@ def test_remove_tree_removes_links_themselves_and_refuses_a_linked_path(tree: tu
     assert (outside / "sub").is_dir() and (root / "folder" / "data").is_symlink()
 
 
-def test_trash_moves_by_descriptor_with_send2trashs_record_and_refuses_a_linked_path(
-    tree: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The data home whose ``Trash`` send2trash picks (the test's, not the user's)."""
     from send2trash import plat_other
 
-    root, outside = tree
     home = tmp_path / "share"
     monkeypatch.setattr(plat_other, "XDG_DATA_HOME", os.fsencode(home))
     monkeypatch.setattr(plat_other, "HOMETRASH_B", os.fsencode(home / "Trash"))
+    return home
+
+
+def test_trash_moves_by_descriptor_with_send2trashs_record_and_refuses_a_linked_path(
+    tree: tuple[Path, Path], home: Path
+) -> None:
+    root, outside = tree
     for _ in range(2):
         (root / "folder" / "old.csv").write_text("mine")
         trash(str(root), str(root / "folder" / "old.csv"))
@@ -265,15 +271,9 @@ def _flip(stop: threading.Event, folder: Path, outside: Path) -> None:
         time.sleep(0.0002)  # a while as the real folder too, however loaded the machine
 
 
-def test_trash_never_takes_the_linked_host_file_while_a_folder_flips_with_a_link(
-    tree: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from send2trash import plat_other
-
+@pytest.mark.usefixtures("home")
+def test_trash_never_takes_the_linked_host_file_while_a_folder_flips_with_a_link(tree: tuple[Path, Path]) -> None:
     root, outside = tree
-    home = tmp_path / "share"
-    monkeypatch.setattr(plat_other, "XDG_DATA_HOME", os.fsencode(home))
-    monkeypatch.setattr(plat_other, "HOMETRASH_B", os.fsencode(home / "Trash"))
     folder = root / "folder"
     (folder / "res").mkdir()
     (folder / "link").symlink_to(outside, target_is_directory=True)

@@ -168,6 +168,22 @@ def _is_folder(path: Path, shown: Shown) -> bool:
         ) from None
 
 
+def _where(
+    source: str | os.PathLike[str],
+    other: str | os.PathLike[str],
+    is_folder: bool | None,
+    shown: Shown,
+    resolve: Callable[[str | os.PathLike[str]], Path],
+) -> tuple[Path, Path, bool]:
+    """The source's place, the other path's (resolved by ``resolve``) and
+    whether the source is a folder; given ``is_folder``, the paths are real
+    ones the caller found through no link, and are taken as they are."""
+    if is_folder is None:
+        place = _place(source)
+        return place, resolve(other), _is_folder(place, shown)
+    return Path(os.path.abspath(source)), Path(os.path.abspath(other)), is_folder
+
+
 def _plans(source: Path, stores: Iterable[Path], folder: bool, shown: Shown) -> list[_Plan]:
     return [
         _Plan(
@@ -338,11 +354,7 @@ def guard_move(
     their place meanwhile, which would send every check elsewhere), and a
     place is judged less private by the records under its path alone."""
     real = is_folder is not None
-    if is_folder is None:
-        source, target = _place(source), _place(target)
-        kind = _is_folder(source, shown)
-    else:
-        source, target, kind = Path(os.path.abspath(source)), Path(os.path.abspath(target)), is_folder
+    source, target, kind = _where(source, target, is_folder, shown, _place)
     if source == target:
         return  # nothing to carry
     # A taken name is refused by the contents manager itself, but only at its
@@ -412,11 +424,7 @@ def guard_copy(
     every session that can read it there (``is_folder`` as for :func:`guard_move`:
     given, ``source`` and ``destination`` are real paths, not resolved again)."""
     real = is_folder is not None
-    if is_folder is None:
-        source, destination = _place(source), folder_of(destination)
-        kind = _is_folder(source, shown)
-    else:
-        source, destination, kind = Path(os.path.abspath(source)), Path(os.path.abspath(destination)), is_folder
+    source, destination, kind = _where(source, destination, is_folder, shown, folder_of)
     for plan in _plans(source, list(stores) if stores is not None else every_store(), kind, shown):
         data = plan.highest
         there = _around(plan.levels, destination, shown, by_path=real).level

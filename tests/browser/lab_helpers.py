@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -333,6 +334,16 @@ class Shots:
         path = self.directory / f"{Shots.counter:02d}-{name}.png"
         page.screenshot(path=str(path))
         return path
+
+
+def contents_status(server: LabServer, method: str, path: str, body: Any = None) -> tuple[int, str]:
+    """The status and message of a contents request, as Lab's file browser
+    sends it (200 and an empty message when it succeeded)."""
+    try:
+        server.request(method, "/api/contents/" + urllib.parse.quote(path), body)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}").get("message", "")
+    return 200, ""
 
 
 @contextmanager

@@ -66,6 +66,8 @@ from . import no_follow
 
 #: 100 MiB: a CSV or a notebook with many images opens; the server's peak stays near 1.5 GiB
 DEFAULT_MAX_OPEN_BYTES = 100 * 2**20
+#: a folder of 20,000 files lists in a few seconds (Lab's own file browser is slow past that)
+DEFAULT_MAX_LISTED_ENTRIES = 20_000
 
 
 @contextlib.contextmanager
@@ -225,6 +227,25 @@ class _Capped:
         return getattr(self._f, name)
 
 
+def _counted(path: str, os_path: str, limit: int) -> None:
+    """Refuse to list a folder of more than ``limit`` entries: jupyter_server
+    builds a model per entry, with a thread hop and a ``stat`` each, and a
+    sandbox makes 200,000 empty files in 6 s (an attack review: one listing
+    took 83 s and 755 MiB of the server, and Lab lists the folder it shows
+    again and again)."""
+    try:
+        with os.scandir(os_path) as entries:
+            count = sum(1 for _ in entries)
+    except OSError:
+        return  # jupyter_server answers for a folder it cannot list
+    if count > limit:
+        raise HTTPError(
+            403,
+            f"{path or 'the root folder'} holds {count:,} entries: the file browser lists folders of up to "
+            f"{limit:,} (SandboxContents.max_listed_entries). Look at it in a terminal, or raise the limit",
+        )
+
+
 class SandboxContents(Configurable):
     """What the Lab server reads of the files in sandboxes' workspaces."""
 
@@ -237,14 +258,43 @@ class SandboxContents(Configurable):
         fifteen times its size); a larger file gets a 403 saying so. Downloads
         (``/files/``) are streamed and not limited.""",
     )
+    max_listed_entries = Integer(
+        DEFAULT_MAX_LISTED_ENTRIES,
+        config=True,
+        help="""The most entries of a folder the file browser lists; 0 for no limit.
+        A sandbox makes hundreds of thousands of files in seconds, and
+        jupyter_server builds a model of each, for every listing; a larger folder
+        gets a 403 saying so.""",
+    )
 
 
-def guard(cm: Any, max_open_bytes: int = DEFAULT_MAX_OPEN_BYTES) -> bool:
+def guard(
+    cm: Any, max_open_bytes: int = DEFAULT_MAX_OPEN_BYTES, max_listed_entries: int = DEFAULT_MAX_LISTED_ENTRIES
+) -> bool:
     """Put no-link writes in place of ``cm``'s (sync or async managers) and
     its checkpoints', and refuse to open files larger than ``max_open_bytes``
-    (0: any size); False when ``cm`` keeps no host files."""
+    and to list folders of more than ``max_listed_entries`` (0: any);
+    False when ``cm`` keeps no host files."""
     if not callable(getattr(cm, "_get_os_path", None)) or not callable(getattr(cm, "atomic_writing", None)):
         return False
+    dir_model = getattr(cm, "_dir_model", None)
+    if max_listed_entries and callable(dir_model):
+        if inspect.iscoroutinefunction(dir_model):
+
+            async def listed_async(path: str, content: bool = True) -> Any:
+                if content:
+                    await asyncio.to_thread(_counted, path, cm._get_os_path(path), max_listed_entries)
+                return await dir_model(path, content=content)
+
+            cm._dir_model = listed_async
+        else:
+
+            def listed(path: str, content: bool = True) -> Any:
+                if content:
+                    _counted(path, cm._get_os_path(path), max_listed_entries)
+                return dir_model(path, content=content)
+
+            cm._dir_model = listed
     cm.atomic_writing = _atomic_writing(cm)
     asynchronous = inspect.iscoroutinefunction(getattr(cm, "_save_file", None))
 
@@ -317,7 +367,7 @@ def _maybe_async(function: Callable[..., None], asynchronous: bool) -> Callable[
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     settings = SandboxContents(parent=serverapp)
     cm = serverapp.contents_manager
-    if guard(cm, settings.max_open_bytes):
+    if guard(cm, settings.max_open_bytes, settings.max_listed_entries):
         install_calls(cm.root_dir, int(getattr(cm, "max_copy_folder_size_mb", 0) or 0) * 2**20)
     else:
         serverapp.log.warning(
@@ -330,4 +380,4 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "sandbox_kernel.lab_saves"}]
 
 
-__all__ = ["DEFAULT_MAX_OPEN_BYTES", "SandboxContents", "guard", "install_calls"]
+__all__ = ["DEFAULT_MAX_LISTED_ENTRIES", "DEFAULT_MAX_OPEN_BYTES", "SandboxContents", "guard", "install_calls"]

@@ -39,8 +39,9 @@ pytestmark = pytest.mark.timeout(300)
 #: as large as a sandbox may make a file by default (``max_file_size``): 4 GiB,
 #: which the server would read into some 60 GiB
 HUGE = 4 * 2**30
-#: the guarded server's limit here (set on its command line, as a user would)
+#: the guarded server's limits here (set on its command line, as a user would)
 LIMIT = 2_000_000
+ENTRIES = 1000
 
 #: what the sandbox does: only file writes and truncate, which any cell may
 MAKE = f"""
@@ -54,6 +55,9 @@ with open('nb.ipynb', 'r+b') as f:  # the notebook the user has open, grown to 4
     f.truncate({HUGE})
 open('table.csv', 'w').write('x,y\\n' * {(LIMIT + 1_000_000) // 4})
 open('small.csv', 'w').write('x,y\\n' * {(LIMIT - 1000) // 4})
+os.makedirs('many')
+for number in range({ENTRIES + 1}):  # empty files: they cost the sandbox nothing
+    open(f'many/{{number:06d}}.txt', 'w').close()
 print('made')
 """
 
@@ -64,7 +68,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LabS
     root = tmp_path_factory.mktemp("lab-large")
     with (
         serving(
-            root / "guarded", root / "guarded.log", extra_args=[f"--SandboxContents.max_open_bytes={LIMIT}"]
+            root / "guarded",
+            root / "guarded.log",
+            extra_args=[f"--SandboxContents.max_open_bytes={LIMIT}", f"--SandboxContents.max_listed_entries={ENTRIES}"],
         ) as guarded,
         serving(root / "control", root / "control.log", protected=False) as control,
     ):
@@ -214,6 +220,7 @@ def test_a_file_grown_after_it_was_opened_is_refused_at_the_limit(tmp_path: Path
 
 def test_the_default_limit_and_no_limit(tmp_path: Path) -> None:
     assert lab_saves.SandboxContents().max_open_bytes == lab_saves.DEFAULT_MAX_OPEN_BYTES == 100 * 2**20
+    assert lab_saves.SandboxContents().max_listed_entries == lab_saves.DEFAULT_MAX_LISTED_ENTRIES == 20_000
     with open(tmp_path / "big.bin", "wb") as f:
         f.truncate(lab_saves.DEFAULT_MAX_OPEN_BYTES + 1)
     (tmp_path / "small.txt").write_text("z" * 5000)
@@ -228,3 +235,18 @@ def test_the_default_limit_and_no_limit(tmp_path: Path) -> None:
     with open(tmp_path / "mid.bin", "wb") as f:
         f.truncate(3 * 2**20)
     assert len(asyncio.run(unlimited.get("mid.bin", content=True, type="file", format="base64"))["content"]) > 3 * 2**20
+
+
+@pytest.mark.usefixtures("made")
+def test_a_folder_of_too_many_entries_is_not_listed(servers: dict[str, LabServer]) -> None:
+    """A sandbox makes 200,000 files in seconds, and each listing of them
+    took the server 83 s and 755 MiB (an attack review): a folder of more
+    than ``max_listed_entries`` gets a 403 saying so."""
+    status, message = _get(servers["guarded"], "work/many")
+    assert status == 403 and f"work/many holds {ENTRIES + 1:,} entries" in message, message
+    assert "SandboxContents.max_listed_entries" in message
+    status, listing = _get(servers["guarded"], "work")  # the folder holding it lists as before
+    assert status == 200 and "many" in {m["name"] for m in listing["content"]}
+    assert _get(servers["guarded"], "work/many", "content=0")[0] == 200
+    status, listing = _get(servers["control"], "work/many")  # jupyter_server lists any number
+    assert status == 200 and len(listing["content"]) == ENTRIES + 1

@@ -38,14 +38,14 @@ def _shown(root: str) -> Callable[[Path], str]:
     return shown
 
 
-def _copy_destination(cm: Any, from_path: str, to_path: str | None) -> str:
+def _copy_destination(cm: Any, source: no_follow.Judged, to_path: str | None) -> str:
     """The real path of the folder a copy lands in, as the contents manager
-    decides it (the source's own folder without a ``to_path``, ``to_path``
-    when it is a folder, else the folder of ``to_path``), reached through no
-    link below the root: the copy's write follows none either."""
+    decides it (the folder of the ``source`` judged without a ``to_path``,
+    ``to_path`` when it is a folder, else the folder of ``to_path``), reached
+    through no link below the root: the copy's write follows none either."""
     root = cm.root_dir
     if to_path is None:
-        return no_follow.judge(root, cm._get_os_path(from_path.strip("/"))).folder
+        return source.folder
     target = cm._get_os_path(to_path.strip("/"))
     try:
         return no_follow.real_folder(root, target)
@@ -96,7 +96,7 @@ def guard(cm: Any) -> bool:
             judged = no_follow.judge(cm.root_dir, source)
             guard_copy(
                 os.path.join(judged.folder, os.path.basename(source)),
-                _copy_destination(cm, from_path, to_path),
+                _copy_destination(cm, judged, to_path),
                 shown=shown,
                 is_folder=judged.is_folder,
             )

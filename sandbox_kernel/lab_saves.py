@@ -142,8 +142,8 @@ def install_calls(root: str, max_copy_bytes: int = 0) -> None:
     with ``du``, lets a folder through when ``du`` fails)."""
     from jupyter_server.services.contents import filecheckpoints, fileio, filemanager
 
+    copytree = functools.partial(_copytree, max_bytes=max_copy_bytes)
     for module in (filemanager, filecheckpoints):
-        copytree = functools.partial(_copytree, max_bytes=max_copy_bytes)
         module.shutil = _Calls(shutil, root, {"move": _move, "copytree": copytree, "rmtree": _rmtree})  # type: ignore[attr-defined]
         module.os = _Calls(os, root, {"mkdir": _mkdir, "unlink": _unlink})  # type: ignore[attr-defined]
     filemanager.send2trash = functools.partial(_send2trash, root)  # type: ignore[attr-defined]

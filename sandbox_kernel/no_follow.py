@@ -125,7 +125,7 @@ def judge(root: str, path: str, destination: str | None = None) -> Judged:
 
 def real_folder(root: str, path: str) -> str:
     """The real path of the folder ``path``, reached through no link below ``root``."""
-    with _in_folder(root, path) as (folder, name), _closing(_open_dir(folder, name, path)) as itself:
+    with _folder_itself(root, path) as itself:
         return _real_path(itself)
 
 

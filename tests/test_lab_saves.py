@@ -280,16 +280,31 @@ def _sandbox_reads(kernel: SandboxKernelHandle, path: str) -> str:
 
 
 @pytest.mark.parametrize("which", ["guarded", "control"])
-def test_duplicating_a_file_copies_no_linked_host_file_into_the_workspace(
-    servers: dict[str, LabServer], attacked: dict[str, tuple[Layout, SandboxKernelHandle]], which: str
+@pytest.mark.parametrize(
+    ("source", "copy", "link"),
+    [
+        # a file: the user's link, named as a file the user duplicates
+        ("work/f/results.csv", "/workspace/f/results-Copy1.csv", "work/f/results.csv"),
+        # a folder: the user's link, moved into a folder the user duplicates
+        ("work/h/proj", "/workspace/h/proj-Copy1/notes.md", "proj/notes.md"),
+    ],
+    ids=["file", "folder"],
+)
+def test_duplicating_copies_no_linked_host_file_into_the_workspace(
+    servers: dict[str, LabServer],
+    attacked: dict[str, tuple[Layout, SandboxKernelHandle]],
+    which: str,
+    source: str,
+    copy: str,
+    link: str,
 ) -> None:
     server, (_, kernel) = servers[which], attacked[which]
-    status, message = _api(server, "POST", "work/f", {"copy_from": "work/f/results.csv"})
-    seen = _sandbox_reads(kernel, "/workspace/f/results-Copy1.csv")
+    status, message = _api(server, "POST", os.path.dirname(source), {"copy_from": source})
+    seen = _sandbox_reads(kernel, copy)
     if which == "control":  # the sandbox reads the host file it could not see
         assert status == 200 and seen == SECRET.strip()
         return
-    assert status == 403 and "work/f/results.csv is a symbolic link" in message, message
+    assert status == 403 and f"{link} is a symbolic link" in message, message
     assert seen == "nothing there"
 
 
@@ -311,20 +326,6 @@ def test_a_move_or_a_new_folder_goes_through_no_linked_folder(
     assert _api(server, "PUT", "work/g/kept", {"type": "directory"})[0] == 200
     assert _api(server, "PATCH", "work/g/payload.sh", {"path": "work/g/kept/payload.sh"})[0] == 200
     assert (layout.workspace / "g" / "kept" / "payload.sh").is_file()
-
-
-@pytest.mark.parametrize("which", ["guarded", "control"])
-def test_duplicating_a_folder_follows_no_link_in_it(
-    servers: dict[str, LabServer], attacked: dict[str, tuple[Layout, SandboxKernelHandle]], which: str
-) -> None:
-    server, (_, kernel) = servers[which], attacked[which]
-    status, message = _api(server, "POST", "work/h", {"copy_from": "work/h/proj"})
-    seen = _sandbox_reads(kernel, "/workspace/h/proj-Copy1/notes.md")
-    if which == "control":
-        assert status == 200 and seen == SECRET.strip()
-        return
-    assert status == 403 and "proj/notes.md is a symbolic link" in message, message
-    assert seen == "nothing there"
 
 
 @pytest.mark.parametrize("which", ["guarded", "control"])

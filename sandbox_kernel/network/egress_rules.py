@@ -228,13 +228,14 @@ class EgressPolicy:
         any refused address: a particular one told a cell which addresses
         are the host's."""
         exact = any(net.num_addresses == 1 and address in net for net in self._allowed_nets)
-        for candidate in (address, *_embedded(address)):
+        candidates = (address, *_embedded(address))
+        for candidate in candidates:
             if not exact and any(candidate in net for net in self._extra_nets):
                 own = _refused_class(candidate) or "address"
                 return Decision(False, f"{own} {address} is never reached from a sandbox")
         if any(address in net for net in self._allowed_nets):
             return Decision(True, f"address {address} allowed explicitly")
-        for candidate in (address, *_embedded(address)):
+        for candidate in candidates:
             refused = _refused_class(candidate)
             if refused is not None:
                 return Decision(False, f"{refused} {address} is never reached from a sandbox")

@@ -182,18 +182,34 @@ def test_a_link_named_as_the_notebook_is_not_written_through(
 
 
 @pytest.mark.parametrize("which", ["guarded", "control"])
-def test_a_link_named_as_the_checkpoint_folder_gets_no_checkpoint(
-    servers: dict[str, LabServer], attacked: dict[str, tuple[Layout, SandboxKernelHandle]], which: str
+@pytest.mark.parametrize(
+    ("notebook", "folder", "control_writes", "link", "guarded_leaves"),
+    [
+        # the user's link to a folder, named as the checkpoints' folder
+        ("work/c/nb.ipynb", "folder", ["nb-checkpoint.ipynb"], "work/c/.ipynb_checkpoints", []),
+        # a notebook inside the user's linked folder: its checkpoints' folder would be made there
+        ("work/l/data/nb.ipynb", "l-folder", [".ipynb_checkpoints", "nb.ipynb"], "work/l/data", ["nb.ipynb"]),
+    ],
+    ids=["checkpoint-folder", "linked-folder"],
+)
+def test_a_checkpoint_writes_and_makes_nothing_through_a_link(
+    servers: dict[str, LabServer],
+    attacked: dict[str, tuple[Layout, SandboxKernelHandle]],
+    which: str,
+    notebook: str,
+    folder: str,
+    control_writes: list[str],
+    link: str,
+    guarded_leaves: list[str],
 ) -> None:
     server, (layout, _) = servers[which], attacked[which]
-    status, message = _api(server, "POST", "work/c/nb.ipynb/checkpoints")
-    written = sorted(p.name for p in (layout.outside / "folder").iterdir())
+    status, message = _api(server, "POST", f"{notebook}/checkpoints")
+    written = sorted(p.name for p in (layout.outside / folder).iterdir())
     if which == "control":
-        assert status == 200, message
-        assert written == ["nb-checkpoint.ipynb"]
+        assert status == 200 and written == control_writes, (status, message, written)
         return
-    assert status == 403 and ".ipynb_checkpoints is a symbolic link" in message, message
-    assert written == []
+    assert status == 403 and f"{link} is a symbolic link" in message, message
+    assert written == guarded_leaves
 
 
 @pytest.mark.parametrize("which", ["guarded", "control"])
@@ -378,20 +394,6 @@ def test_a_delete_goes_to_the_trash_through_no_linked_folder(
     assert status == 200 and not (layout.workspace / "k").exists()
     assert (trashed / "k" / "results").is_symlink()
     assert (layout.outside / "k-folder" / "old.csv").read_text() == SECRET
-
-
-@pytest.mark.parametrize("which", ["guarded", "control"])
-def test_a_checkpoint_makes_no_folder_through_a_linked_folder(
-    servers: dict[str, LabServer], attacked: dict[str, tuple[Layout, SandboxKernelHandle]], which: str
-) -> None:
-    server, (layout, _) = servers[which], attacked[which]
-    status, message = _api(server, "POST", "work/l/data/nb.ipynb/checkpoints")
-    made = sorted(p.name for p in (layout.outside / "l-folder").iterdir())
-    if which == "control":
-        assert status == 200 and made == [".ipynb_checkpoints", "nb.ipynb"], (status, made)
-        return
-    assert status == 403 and "work/l/data is a symbolic link" in message, message
-    assert made == ["nb.ipynb"]
 
 
 @pytest.mark.parametrize("which", ["guarded", "control"])

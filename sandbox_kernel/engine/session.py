@@ -52,6 +52,10 @@ Emit = Callable[[str, dict[str, Any]], None]
 AskInput = Callable[[str, bool], Awaitable[str]]
 
 READY_TIMEOUT = 60.0
+#: how long a checkpoint the host waits for may take (before a sandbox is
+#: replaced or suspended), and a completion or an inspection
+CHECKPOINT_WAIT = 120.0
+QUERY_WAIT = 30.0
 #: before the one retry of a start that failed in a transient way
 START_RETRY_DELAY = 0.25
 #: how long a sandbox about to get private mounts waits for the other holders
@@ -535,13 +539,18 @@ class Session:
         async with self._lock:
             await self._ensure_worker(None)
 
-    async def _ensure_worker(self, emit: Emit | None) -> WorkerHandle:
+    async def _ensure_worker(self, emit: Emit | None, patience: float | None = None) -> WorkerHandle:
+        """The live worker, ready for a request (``patience``: how long the
+        caller grants a request abandoned earlier to end, see ``_settle``);
+        a new sandbox, recovering the state, when there is none."""
         if self._closed:
             raise SandboxUnavailable("the session is shut down")
         if await self._fail_closed():
             raise SandboxUnavailable(unisolated_refusal(self.sandbox.name))
         if self.worker is not None and self.worker.alive:
-            return self.worker
+            await self._settle(self.worker, patience)
+            if self.worker.alive:
+                return self.worker
         # A session handed a replay log (agent tools resuming a notebook whose
         # process died before its first checkpoint) recovers too: its imports
         # and definitions come back even without pickled variables.
@@ -644,6 +653,12 @@ class Session:
             msg = await asyncio.wait_for(worker.next_message(), READY_TIMEOUT)
         except asyncio.TimeoutError:
             msg = {"type": DEAD, "reason": f"no answer within {READY_TIMEOUT:.0f} s"}
+        except asyncio.CancelledError:
+            # Nobody else knows of this sandbox yet: a start cancelled here (the
+            # privacy watcher stopped while it replaced one, a cancelled agent
+            # call) left it running until the host process ended.
+            self._kill_soon(worker, "its start was cancelled")
+            raise
         if msg.get("type") != Msg.READY:
             await worker.kill()  # its stderr is drained by then: the tail is whole
         return worker, msg
@@ -710,6 +725,8 @@ class Session:
             except asyncio.TimeoutError:
                 pass
             await worker.kill()
+        if self._background:  # sandboxes being killed by a cancelled caller (``_kill_soon``)
+            await asyncio.wait(list(self._background), timeout=10.0)
         if self.proxy is not None:
             await self.proxy.stop()
             self.proxy.log.close()
@@ -735,6 +752,8 @@ class Session:
             self._checkpoint_handle.cancel()
             self._checkpoint_handle = None
         if self.worker is not None and self.worker.alive:
+            await self._settle(self.worker, CHECKPOINT_WAIT)
+        if self.worker is not None and self.worker.alive:
             rid = f"c{next(self._ids)}"
             self.worker.send(
                 {
@@ -746,7 +765,7 @@ class Session:
                     "def_names": list(self.replay.defs),
                 }
             )
-            await self._await_done(self.worker, rid, emit=None, timeout=120)
+            await self._await_done(self.worker, rid, emit=None, timeout=CHECKPOINT_WAIT)
 
     async def _replace(self, reason: str, emit: Emit | None) -> None:
         worker = self.worker
@@ -900,7 +919,7 @@ class Session:
                 limiter = OutputLimiter(self.config.max_output_bytes)
                 guarded = self._guarded_emit(emit, limiter)
                 try:
-                    worker = await self._ensure_worker(guarded)
+                    worker = await self._ensure_worker(guarded, timeout)
                 except SandboxUnavailable as exc:
                     guarded("error", {"ename": "SandboxUnavailable", "evalue": str(exc), "traceback": [str(exc)]})
                     return ExecuteResult("error", execution_count, "SandboxUnavailable", str(exc), [str(exc)])
@@ -1043,16 +1062,21 @@ class Session:
             await asyncio.shield(ending)
         except asyncio.CancelledError:
             ending.cancel()
-            worker.dead_reason = worker.dead_reason or "its request was abandoned and it did not stop in time"
-            kill = asyncio.ensure_future(worker.kill())
-            self._background.add(kill)
-            kill.add_done_callback(self._background.discard)
+            self._kill_soon(worker, "its request was abandoned and it did not stop in time")
             raise
         except Exception:
             pass
         if not ending.cancelled() and ending.exception() is not None:
             # the next request finds the sandbox as it is (a dead one is replaced then)
             self.log.error("waiting for an abandoned request to end failed: %r", ending.exception())
+
+    def _kill_soon(self, worker: WorkerHandle, reason: str) -> None:
+        """Kill a sandbox from a caller being cancelled, which cannot wait for
+        it: in the background (``shutdown`` waits for it)."""
+        worker.dead_reason = worker.dead_reason or reason
+        kill = asyncio.ensure_future(worker.kill())
+        self._background.add(kill)
+        kill.add_done_callback(self._background.discard)
 
     async def _after_death(self, done: dict[str, Any], hits: list[str], guarded: Emit, whose: str) -> str:
         """Why a request's process died (for its error), after the sandbox the
@@ -1088,7 +1112,7 @@ class Session:
             limiter = OutputLimiter(self.config.max_output_bytes)
             guarded = self._guarded_emit(emit, limiter)
             try:
-                worker = await self._ensure_worker(guarded)
+                worker = await self._ensure_worker(guarded, timeout)
             except SandboxUnavailable as exc:
                 self.log.warning("widget message not delivered: %s", exc)
                 return CommResult("error")
@@ -1168,10 +1192,10 @@ class Session:
 
     async def _query(self, msg: dict[str, Any]) -> dict[str, Any]:
         async with self._lock:
-            worker = await self._ensure_worker(None)
+            worker = await self._ensure_worker(None, QUERY_WAIT)
             rid = f"q{next(self._ids)}"
             worker.send({**msg, "id": rid})
-            done = await self._await_done(worker, rid, emit=None, timeout=30)
+            done = await self._await_done(worker, rid, emit=None, timeout=QUERY_WAIT)
             done.pop("type", None)
             done.pop("id", None)
             return done
@@ -1210,6 +1234,51 @@ class Session:
         timeout: float | None = None,
     ) -> dict[str, Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            return await self._wait_done(worker, rid, emit, ask_input, timeout, deadline)
+        except asyncio.CancelledError:
+            if worker.abandoned is None:
+                worker.abandoned = (rid, deadline)
+            raise
+
+    async def _settle(self, worker: WorkerHandle, patience: float | None) -> None:
+        """Wait for the end of a request whose caller was cancelled before
+        sending the next: the worker takes one request at a time and drops one
+        sent meanwhile, which then waited for ever (a cell after a cancelled
+        completion) or for its whole timeout (the registry's close after a
+        cancelled replacement: two minutes). The request gets the time its own
+        caller would have given it, at most ``patience`` (None: no bound);
+        then the sandbox is killed, and the next request starts another from
+        the checkpoint. Its output goes nowhere; a prompt gets end-of-file."""
+        limit = None if patience is None else time.monotonic() + patience
+        while worker.abandoned is not None and worker.alive:
+            rid, deadline = worker.abandoned
+            ends = [t for t in (deadline, limit) if t is not None]
+            wait = max(0.0, min(ends) - time.monotonic()) if ends else None
+            try:
+                msg = await asyncio.wait_for(worker.next_message(), wait)
+            except asyncio.TimeoutError:
+                worker.dead_reason = "a request whose caller stopped waiting for it did not end in time"
+                await worker.kill()
+                return
+            kind = msg.get("type")
+            if kind in (Msg.DONE, Msg.REPLY) and msg.get("id") == rid:
+                worker.abandoned = None
+            elif kind == Msg.INPUT_REQUEST:
+                req = msg.get("req")
+                worker.send({"op": Op.INPUT_REPLY, "value": "\x04", **({"req": req} if isinstance(req, int) else {})})
+            elif kind == Msg.RATCHET:
+                self._on_ratchet_request(worker, msg)
+
+    async def _wait_done(
+        self,
+        worker: WorkerHandle,
+        rid: str,
+        emit: Emit | None,
+        ask_input: AskInput | None,
+        timeout: float | None,
+        deadline: float | None,
+    ) -> dict[str, Any]:
         killed_at: float | None = None
         prompt: asyncio.Future[None] | None = None
         while True:
@@ -1235,6 +1304,8 @@ class Session:
                     prompt.cancel()  # the cell ended (interrupted, died): its prompt is over
                 if kind == DEAD:
                     return {"type": DEAD, "status": "died", "reason": f"the sandbox died: {msg.get('reason')}"}
+                if worker.abandoned is not None and worker.abandoned[0] == rid:
+                    worker.abandoned = None  # ended after all (``_end_abandoned``)
                 return msg
             if kind == Msg.RATCHET and self._running == rid:
                 notice = self._on_ratchet_request(worker, msg)

@@ -53,6 +53,13 @@ class WorkerHandle:
         self.messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.stderr_tail: deque[str] = deque(maxlen=40)
         self.dead_reason: str | None = None
+        #: a request whose caller stopped waiting before its end (an agent's
+        #: call cancelled by its client, the privacy watcher stopped while it
+        #: replaced a sandbox): its id, and when its caller would have given
+        #: up (None: never). The worker takes one request at a time and drops
+        #: one sent meanwhile, so the next waits for this one's end first
+        #: (``Session._settle``).
+        self.abandoned: tuple[str, float | None] | None = None
         self._between: Callable[[dict[str, Any]], None] | None = None
         self._queued = 0  # bytes of the frames in ``messages``
         self._sizes: dict[int, int] = {}  # id of a queued frame -> its size

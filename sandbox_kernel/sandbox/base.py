@@ -7,6 +7,7 @@ Backends know nothing about Python cells; the engine builds on ``start()``
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import resource
 import signal
@@ -52,6 +53,10 @@ class SandboxResult:
 
 #: what ``Sandbox.run_spec`` keeps of each stream by default (head and tail together)
 DEFAULT_MAX_OUTPUT = 1 << 20
+#: how long a killed sandbox is waited for (``SandboxProcess.kill``)
+REAP_WAIT = 10.0
+
+log = logging.getLogger(__name__)
 _READ_CHUNK = 1 << 16
 
 
@@ -248,18 +253,14 @@ class SandboxProcess:
     async def kill(self) -> None:
         """Kill the whole sandbox: it leads its own session, so its group goes too."""
         await self._stop_helpers()
-        if self.process.returncode is None:
-            targets: tuple[Callable[[], None], ...] = (
-                lambda: os.killpg(self.process.pid, signal.SIGKILL),
-                self.process.kill,
-            )
-            for target in targets:
-                try:
-                    target()
-                    break
-                except (ProcessLookupError, PermissionError):
-                    continue
-        await self.process.wait()
+        kill_group(self.process)
+        try:
+            # Python 3.11 wakes a waiter that began before the exit only once
+            # every pipe of the process is closed: a pipe held outside its group
+            # must not hang the kill (and a registry's close) for ever.
+            await asyncio.wait_for(self.process.wait(), REAP_WAIT)
+        except asyncio.TimeoutError:
+            log.warning("sandbox %d was killed, but its pipes were still open after %g s", self.process.pid, REAP_WAIT)
         if self.cgroup is not None:
             cgroup, self.cgroup = self.cgroup, None
             if not await asyncio.to_thread(cgroup.remove, 0.5):
@@ -356,6 +357,20 @@ class Sandbox(ABC):
         return _result(process.returncode or 0, out, err)
 
 
+def kill_group(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL a process started by ``spawn`` and its group (it leads its
+    own session), without waiting: also from a caller being cancelled."""
+    if process.returncode is not None:
+        return
+    targets: tuple[Callable[[], None], ...] = (lambda: os.killpg(process.pid, signal.SIGKILL), process.kill)
+    for target in targets:
+        try:
+            target()
+            return
+        except (ProcessLookupError, PermissionError):
+            continue
+
+
 async def spawn(
     argv: Sequence[str],
     limits: ResourceLimits,
@@ -380,15 +395,44 @@ async def spawn(
             os.setresuid(run_as[0], run_as[0], run_as[0])
         limits.apply()
 
-    return await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=dict(env) if env is not None else None,
-        cwd=cwd,
-        start_new_session=True,
-        preexec_fn=prepare,
-        limit=1 << 24,
-        pass_fds=tuple(pass_fds),
+    creation = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=prepare,
+            limit=1 << 24,
+            pass_fds=tuple(pass_fds),
+        )
     )
+    try:
+        return await asyncio.shield(creation)
+    except asyncio.CancelledError:
+        # Cancelled between the fork and the pipes' connection, asyncio kills
+        # the process alone and waits until its pipes close, which children
+        # in its group held open: the caller hung for ever (a user-mode
+        # network sandbox waits for the host). The creation is let finish (a
+        # few ms: the caller's fds in ``pass_fds`` stay open until the fork
+        # is done), then the whole group is killed.
+        while not creation.done():
+            try:
+                await asyncio.shield(creation)
+            except asyncio.CancelledError:
+                continue
+            except Exception:
+                break
+        if not creation.cancelled() and creation.exception() is None:
+            process = creation.result()
+            kill_group(process)
+            reap = asyncio.ensure_future(process.wait())  # its pipes close once the group is gone
+            _REAPING.add(reap)
+            reap.add_done_callback(_REAPING.discard)
+        raise
+
+
+#: processes killed by ``spawn`` for a cancelled caller, until reaped
+_REAPING: set[asyncio.Future[int]] = set()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import cgroups, seccomp
-from .base import Sandbox, SandboxProcess, SandboxSpec, spawn
+from .base import Sandbox, SandboxProcess, SandboxSpec, kill_group, spawn
 from .host_ids import SHARE_TREE_LIMIT, grant, run_as_for, share_tree
 from .usernet import start_user_network
 
@@ -220,12 +220,19 @@ class BubblewrapSandbox(Sandbox):
             os.close(block_r)
         helpers: list[asyncio.subprocess.Process] = []
         try:
-            info = await asyncio.to_thread(_read_info, info_r)
+            info = await asyncio.to_thread(_read_info, info_r)  # which closes info_r
             helpers.append(await start_user_network(int(info["child-pid"])))
         except Exception as exc:
             log.error("user-mode network failed (%r): the sandbox runs without network", exc)
+        except BaseException:
+            # Cancelled: nobody else knows of this sandbox, which would run
+            # until the host process ended. Killed, its info pipe ends, and
+            # the thread reading it returns.
+            for helper in helpers:
+                kill_group(helper)
+            kill_group(process)
+            raise
         finally:
-            os.close(info_r)
             try:
                 os.write(block_w, b"1")
             except BrokenPipeError:
@@ -235,14 +242,20 @@ class BubblewrapSandbox(Sandbox):
 
 
 def _read_info(fd: int) -> dict[str, Any]:
-    data = b""
-    while True:
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            raise RuntimeError("bwrap exited before reporting its namespaces")
-        data += chunk
-        try:
-            info: dict[str, Any] = json.loads(data)
-        except ValueError:
-            continue
-        return info
+    """bwrap's report of its namespaces; closes ``fd`` (its reader owns it: a
+    caller cancelled meanwhile must not close an fd this thread still reads,
+    whose number could name another file by then)."""
+    try:
+        data = b""
+        while True:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise RuntimeError("bwrap exited before reporting its namespaces")
+            data += chunk
+            try:
+                info: dict[str, Any] = json.loads(data)
+            except ValueError:
+                continue
+            return info
+    finally:
+        os.close(fd)

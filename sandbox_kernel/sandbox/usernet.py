@@ -81,13 +81,18 @@ async def _run_pasta(
             start_new_session=True,
             pass_fds=pass_fds,
         )
-        while time.monotonic() < deadline and proc.returncode is None:
-            if _has_default_route(pid):
-                return proc
-            try:
-                await asyncio.wait_for(proc.wait(), 0.005)
-            except asyncio.TimeoutError:
-                pass
+        try:
+            while time.monotonic() < deadline and proc.returncode is None:
+                if _has_default_route(pid):
+                    return proc
+                try:
+                    await asyncio.wait_for(proc.wait(), 0.005)
+                except asyncio.TimeoutError:
+                    pass
+        except BaseException:  # cancelled: nobody else knows of this pasta
+            if proc.returncode is None:
+                proc.kill()
+            raise
         if proc.returncode is None:
             proc.kill()
             await proc.wait()

@@ -709,7 +709,21 @@ class Holder:
                     _signal(pid, signal.SIGKILL)
                     self._kill_standby()
                     os._exit(SHUTDOWN_EXIT)
-                # anything else cannot arrive: the host sends one request at a time
+                elif isinstance(incoming.get("id"), str):
+                    # The host sends one request at a time (it waits for one
+                    # whose caller was cancelled, ``Session._settle``): one
+                    # that came anyway is answered, not dropped, so its caller
+                    # is not left waiting for ever.
+                    self.channel.send(
+                        {
+                            "type": Msg.DONE,
+                            "id": incoming["id"],
+                            "status": "error",
+                            "ename": "SandboxBusy",
+                            "evalue": f"the sandbox was still busy with request {msg.get('id')!r}",
+                            "traceback": [],
+                        }
+                    )
         if result is not None and takeover:
             # DONE first: "released" wakes the child, which then forks the next
             # standby at once, and on a busy or small machine this process

@@ -254,6 +254,8 @@ class SandboxProcess:
         """Kill the whole sandbox: it leads its own session, so its group goes too."""
         await self._stop_helpers()
         kill_group(self.process)
+        if self.cgroup is not None and self.cgroup.owned:
+            await asyncio.to_thread(self.cgroup.kill_all)
         try:
             # Python 3.11 wakes a waiter that began before the exit only once
             # every pipe of the process is closed: a pipe held outside its group

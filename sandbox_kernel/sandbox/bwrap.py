@@ -180,6 +180,7 @@ class BubblewrapSandbox(Sandbox):
             sandbox = await self._start(spec, run_as, join, filter_fd)
         except BaseException:
             if cgroup is not None:
+                cgroup.kill_all()  # a start cancelled in bwrap's set-up
                 cgroup.remove(timeout=0.5)
             raise
         finally:

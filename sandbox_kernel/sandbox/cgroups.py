@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -156,6 +157,39 @@ class SandboxCgroup:
                     _leftovers.remove(self)
 
         threading.Thread(target=retry, name="cgroup-removal", daemon=True).start()
+
+    def kill_all(self, timeout: float = 2.0) -> bool:
+        """SIGKILL every process of the sandbox, whatever its session or
+        parent: bwrap's own init leads a session of its own, and a sandbox
+        killed in the middle of its set-up (a cancelled start) left it, and
+        the worker under it, running after the group kill. Returns whether
+        the cgroup is empty (processes forking meanwhile are killed too)."""
+        if not self.owned:
+            return True
+        directory = self.dirs.get("unified") or self.dirs.get("pids") or next(iter(self.dirs.values()), None)
+        if directory is None:
+            return True
+        if self.version == 2:
+            try:
+                _write(directory / "cgroup.kill", "1")  # Linux 5.14: the kernel does it, forks and all
+            except OSError:
+                pass
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                pids = [int(line) for line in (directory / "cgroup.procs").read_text().split()]
+            except (OSError, ValueError):
+                return True  # gone already
+            if not pids:
+                return True
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    continue
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
 
     def remove(self, timeout: float = 5.0) -> bool:
         """Remove the (now empty) cgroup directories, retrying all of them while

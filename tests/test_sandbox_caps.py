@@ -273,3 +273,41 @@ def test_a_kill_reaches_a_process_of_the_sandbox_outside_its_group(tmp_path: Pat
         return survived
 
     assert not asyncio.run(run()), "the sandbox's process outside its group survived the kill"
+
+
+@pytest.mark.skipif(not Path("/sys/fs/cgroup").is_dir(), reason="no cgroup filesystem")
+def test_a_sandbox_left_running_by_a_dead_kernel_is_killed_by_the_next(tmp_path: Path) -> None:
+    """Once, a sandbox outlived its kernel (its bwrap not yet tied to the
+    kernel's life when the kernel died): its cgroup could never be removed.
+    The next kernel's collection kills what still runs in a dead kernel's
+    cgroup. A ``sleep`` in a cgroup named for a dead pid stands for it."""
+    from sandbox_kernel.sandbox import cgroups
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    hierarchy = "" if (cgroups.ROOT / "cgroup.controllers").exists() else "pids"
+    own = cgroups._own_path(hierarchy)
+    if own is None:
+        pytest.fail(f"this process's {hierarchy or 'unified'} cgroup is unknown")
+    base = cgroups.ROOT / hierarchy / own.lstrip("/") if hierarchy else cgroups.ROOT / own.lstrip("/")
+    directory = base / f"sandbox-kernel-{dead.pid}-1"
+    directory.mkdir()
+    procs = str(directory / "cgroup.procs")
+
+    def join() -> None:
+        with open(procs, "w") as fh:
+            fh.write(str(os.getpid()))
+
+    left = subprocess.Popen(["sleep", "600"], preexec_fn=join, start_new_session=True)
+    try:
+        assert str(left.pid) in Path(procs).read_text().split()
+        cgroups.collect_stale()
+        assert left.wait(timeout=10) == -9, "the dead kernel's sandbox still runs"
+        assert not directory.exists()
+    finally:
+        if left.poll() is None:
+            left.kill()
+            left.wait()
+        if directory.exists():
+            time.sleep(0.2)
+            directory.rmdir()

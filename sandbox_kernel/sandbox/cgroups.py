@@ -174,22 +174,11 @@ class SandboxCgroup:
                 _write(directory / "cgroup.kill", "1")  # Linux 5.14: the kernel does it, forks and all
             except OSError:
                 pass
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                pids = [int(line) for line in (directory / "cgroup.procs").read_text().split()]
-            except (OSError, ValueError):
-                return True  # gone already
-            if not pids:
-                return True
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    continue
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
+        _kill_procs(directory, timeout)
+        try:
+            return not (directory / "cgroup.procs").read_text().split()
+        except OSError:
+            return True  # gone already
 
     def remove(self, timeout: float = 5.0) -> bool:
         """Remove the (now empty) cgroup directories, retrying all of them while
@@ -247,12 +236,34 @@ def collect_stale() -> int:
                 continue
             if pid == os.getpid() or _alive(pid):
                 continue
+            # A sandbox of the dead kernel still running (one whose bwrap had
+            # not yet tied itself to the kernel's life when the kernel died)
+            # goes first: it would keep the directory, and its data, for ever.
+            _kill_procs(directory)
             try:
                 directory.rmdir()
                 removed += 1
             except OSError:
                 continue
     return removed
+
+
+def _kill_procs(directory: Path, timeout: float = 1.0) -> None:
+    """SIGKILL the processes of a cgroup until it has none (or ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            pids = [int(line) for line in (directory / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return
+        if not pids or time.monotonic() > deadline:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+        time.sleep(0.01)
 
 
 def _alive(pid: int) -> bool:

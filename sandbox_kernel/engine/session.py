@@ -56,6 +56,8 @@ READY_TIMEOUT = 60.0
 #: replaced or suspended), and a completion or an inspection
 CHECKPOINT_WAIT = 120.0
 QUERY_WAIT = 30.0
+#: what ``input()`` in the sandbox reads when nobody can answer: end of file
+EOF = "\x04"
 #: before the one retry of a start that failed in a transient way
 START_RETRY_DELAY = 0.25
 #: how long a sandbox about to get private mounts waits for the other holders
@@ -547,10 +549,8 @@ class Session:
             raise SandboxUnavailable("the session is shut down")
         if await self._fail_closed():
             raise SandboxUnavailable(unisolated_refusal(self.sandbox.name))
-        if self.worker is not None and self.worker.alive:
-            await self._settle(self.worker, patience)
-            if self.worker.alive:
-                return self.worker
+        if self.worker is not None and self.worker.alive and await self._settle(self.worker, patience):
+            return self.worker
         # A session handed a replay log (agent tools resuming a notebook whose
         # process died before its first checkpoint) recovers too: its imports
         # and definitions come back even without pickled variables.
@@ -751,9 +751,7 @@ class Session:
         if self._checkpoint_handle is not None:
             self._checkpoint_handle.cancel()
             self._checkpoint_handle = None
-        if self.worker is not None and self.worker.alive:
-            await self._settle(self.worker, CHECKPOINT_WAIT)
-        if self.worker is not None and self.worker.alive:
+        if self.worker is not None and self.worker.alive and await self._settle(self.worker, CHECKPOINT_WAIT):
             rid = f"c{next(self._ids)}"
             self.worker.send(
                 {
@@ -1241,7 +1239,7 @@ class Session:
                 worker.abandoned = (rid, deadline)
             raise
 
-    async def _settle(self, worker: WorkerHandle, patience: float | None) -> None:
+    async def _settle(self, worker: WorkerHandle, patience: float | None) -> bool:
         """Wait for the end of a request whose caller was cancelled before
         sending the next: the worker takes one request at a time and drops one
         sent meanwhile, which then waited for ever (a cell after a cancelled
@@ -1249,7 +1247,8 @@ class Session:
         cancelled replacement: two minutes). The request gets the time its own
         caller would have given it, at most ``patience`` (None: no bound);
         then the sandbox is killed, and the next request starts another from
-        the checkpoint. Its output goes nowhere; a prompt gets end-of-file."""
+        the checkpoint. Its output goes nowhere; a prompt gets end-of-file.
+        Returns whether the worker is alive for the next request."""
         limit = None if patience is None else time.monotonic() + patience
         while worker.abandoned is not None and worker.alive:
             rid, deadline = worker.abandoned
@@ -1260,15 +1259,15 @@ class Session:
             except asyncio.TimeoutError:
                 worker.dead_reason = "a request whose caller stopped waiting for it did not end in time"
                 await worker.kill()
-                return
+                break
             kind = msg.get("type")
             if kind in (Msg.DONE, Msg.REPLY) and msg.get("id") == rid:
                 worker.abandoned = None
             elif kind == Msg.INPUT_REQUEST:
-                req = msg.get("req")
-                worker.send({"op": Op.INPUT_REPLY, "value": "\x04", **({"req": req} if isinstance(req, int) else {})})
+                _reply_input(worker, msg, EOF)
             elif kind == Msg.RATCHET:
                 self._on_ratchet_request(worker, msg)
+        return worker.alive
 
     async def _wait_done(
         self,
@@ -1330,7 +1329,7 @@ class Session:
     async def _answer_input(
         self, worker: WorkerHandle, rid: str, msg: dict[str, Any], ask_input: AskInput | None
     ) -> None:
-        value = "\x04"  # EOF when nobody can answer
+        value = EOF  # when nobody can answer
         if ask_input is not None:
             try:
                 value = await ask_input(str(msg.get("prompt", "")), bool(msg.get("password")))
@@ -1339,8 +1338,7 @@ class Session:
             except Exception as exc:  # the frontend went away
                 self.log.warning("input request failed: %s", exc)
         if self._running == rid and worker.alive:
-            req = msg.get("req")
-            worker.send({"op": Op.INPUT_REPLY, "value": value, **({"req": req} if isinstance(req, int) else {})})
+            _reply_input(worker, msg, value)
 
     def _on_ratchet_request(self, worker: WorkerHandle, msg: dict[str, Any]) -> str | None:
         """Answer a cell's ratchet request; the notice to show in its output, if any."""
@@ -1592,6 +1590,12 @@ class Session:
                     "def_names": list(self.replay.defs),
                 }
             )
+
+
+def _reply_input(worker: WorkerHandle, request: dict[str, Any], value: str) -> None:
+    """Answer the worker's input request (naming which, when it said)."""
+    req = request.get("req")
+    worker.send({"op": Op.INPUT_REPLY, "value": value, **({"req": req} if isinstance(req, int) else {})})
 
 
 def _note_once(notes: set[str], note: str, emit: Emit, private: bool = False) -> None:

@@ -13,8 +13,10 @@ import os
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
+from sandbox_kernel.engine.session import Session
 from sandbox_kernel.privacy import PrivacyStore, PrivateData
 from sandbox_kernel.tools import SessionRegistry, ToolsConfig, repl_execute_cell
 from sandbox_kernel.worker.protocol import Msg, Op
@@ -41,32 +43,21 @@ def processes_naming(text: str) -> list[int]:
     """This machine's processes whose command line holds ``text`` (a sandbox's
     workspace, which its bwrap command line binds)."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                if text.encode() in fh.read():
-                    found.append(int(entry))
-        except OSError:
-            continue
+    for proc in psutil.process_iter(["cmdline"]):
+        if any(text in part for part in proc.info["cmdline"] or ()):
+            found.append(proc.pid)
     return found
 
 
 def our_pastas() -> list[int]:
     """The user-mode network helpers this test process started and that still run."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for child in psutil.Process().children():
         try:
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
-        except OSError:
+            if child.name().startswith("pasta") and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child.pid)
+        except psutil.NoSuchProcess:
             continue
-        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        if name.startswith("pasta") and int(rest[1]) == os.getpid() and rest[0] != "Z":
-            found.append(int(entry))
     return found
 
 
@@ -76,14 +67,21 @@ async def cancel(task: asyncio.Task) -> None:
         await task
 
 
+async def abandoned_checkpoint(registry: SessionRegistry, session: str) -> Session:
+    """A session whose checkpoint the host stopped waiting for, still being
+    written in the sandbox (pickling ``slow``); its engine."""
+    await repl_execute_cell(SLOW_STATE, **ids(registry, session))
+    engine = (await registry.get("alice", session)).engine
+    task = asyncio.create_task(engine.checkpoint())
+    await asyncio.sleep(0.5)
+    await cancel(task)
+    return engine
+
+
 async def test_a_cell_after_a_cancelled_checkpoint_runs_in_the_same_sandbox(registry: SessionRegistry) -> None:
     kw = ids(registry, "checkpoint")
-    await repl_execute_cell(SLOW_STATE, **kw)
-    engine = (await registry.get("alice", "checkpoint")).engine
+    engine = await abandoned_checkpoint(registry, "checkpoint")
     pid = engine.worker.process.pid
-    task = asyncio.create_task(engine.checkpoint())
-    await asyncio.sleep(0.5)  # the sandbox is pickling ``slow``
-    await cancel(task)
     # Dropped by the busy worker, the cell waited for its whole timeout, was
     # killed and its sandbox replaced.
     r = await asyncio.wait_for(repl_execute_cell("value + 1", timeout=60, **kw), 90)
@@ -94,13 +92,7 @@ async def test_a_cell_after_a_cancelled_checkpoint_runs_in_the_same_sandbox(regi
 async def test_a_request_the_busy_worker_gets_anyway_is_answered(registry: SessionRegistry) -> None:
     """The worker's side: a second request (the host's bug, not a user's) gets
     an error at once instead of silence."""
-    kw = ids(registry, "busy")
-    await repl_execute_cell(SLOW_STATE, **kw)
-    engine = (await registry.get("alice", "busy")).engine
-    task = asyncio.create_task(engine.checkpoint())
-    await asyncio.sleep(0.5)
-    await cancel(task)
-    worker = engine.worker
+    worker = (await abandoned_checkpoint(registry, "busy")).worker
     assert worker.abandoned is not None  # the checkpoint, still running
     worker.send({"op": Op.INSPECT, "id": "q-busy", "code": "value", "cursor_pos": 5, "detail_level": 0})
     seen = []
@@ -135,8 +127,13 @@ async def test_closing_the_registry_while_it_replaces_a_sandbox(registry: Sessio
         await again.aclose()
 
 
-@pytest.mark.parametrize("network", ["none", "user"])
-async def test_a_cancelled_start_leaves_no_sandbox(registry: SessionRegistry, network: str) -> None:
+@pytest.mark.parametrize(
+    ("network", "delay"),
+    # as bwrap appears (inside its creation, or its user-mode network set-up),
+    # and 50 ms later (the worker is starting Python: the wait for its READY)
+    [("none", 0.0), ("user", 0.0), ("none", 0.05), ("user", 0.05)],
+)
+async def test_a_cancelled_start_leaves_no_sandbox(registry: SessionRegistry, network: str, delay: float) -> None:
     registry.config.network = network
     kw = ids(registry, f"start-{network}")
     workspace = str((await registry.get("alice", f"start-{network}")).workspace)
@@ -145,6 +142,8 @@ async def test_a_cancelled_start_leaves_no_sandbox(registry: SessionRegistry, ne
     while not processes_naming(workspace) and time.monotonic() < deadline:
         await asyncio.sleep(0.005)
     assert processes_naming(workspace), "the sandbox never started"
+    await asyncio.sleep(delay)
+    assert not task.done()
     await cancel(task)  # before its worker said it is ready
     deadline = time.monotonic() + 15
     while (processes_naming(workspace) or our_pastas()) and time.monotonic() < deadline:

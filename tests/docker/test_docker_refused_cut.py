@@ -17,7 +17,7 @@ import pytest
 
 docker = pytest.importorskip("docker")  # CI installs sandbox_kernel[docker]: tests/docker/conftest.py fails there
 
-from daemon_refusals import DaemonRefusingDisconnect  # noqa: E402
+from daemon_refusals import DaemonGoneAway, DaemonRefusingDisconnect  # noqa: E402
 
 from sandbox_kernel.engine import EngineConfig, Session  # noqa: E402
 from sandbox_kernel.engine.ratchet import Ratchet  # noqa: E402
@@ -99,4 +99,64 @@ async def test_a_refused_disconnect_removes_the_busy_sandbox_before_its_state_mo
         assert text.strip().endswith("['lo']")
         assert not _networked(docker_client, session.worker.process.container_id)
     finally:
+        await session.shutdown()
+
+
+async def test_a_rise_while_the_daemon_is_unreachable_still_stops_the_container(
+    docker_client: Any, test_image: str, tmp_path: Path
+) -> None:
+    """Neither the disconnect nor the removal reaches the daemon, and the
+    container must not run on with its network until the daemon answers
+    again. What stops it is its channel: killing the attached CLI closes the
+    worker's stdin, the worker exits, and docker-init takes the rest of the
+    container with it. (A daemon killed outright closes that channel too:
+    measured with a second dockerd, SIGKILLed during a busy cell, the
+    container's cgroup was gone within a second.)"""
+    client = DaemonGoneAway(docker_client)
+    sandbox = DockerSandbox(
+        client=client,
+        image=test_image,
+        read_only_mounts={"/usr": "/usr"},
+        memory_limit="256m",
+        pids_limit=64,
+        cpu_limit=1.0,
+        tmpfs_size="16m",
+    )
+    workspace = tmp_path / "project" / "ws"
+    workspace.mkdir(parents=True)
+    ratchet = Ratchet("alice", "s1", PrivacyStore(tmp_path / "state" / "privacy"), workspace=workspace)
+    session = Session(EngineConfig(workspace=workspace, network="user"), sandbox=sandbox, ratchet=ratchet)
+    try:
+        status, text = await _run(session, "import socket, time\n" + IFACES, 1)
+        assert status == "ok", text
+        assert "eth0" in text
+        assert session.worker is not None
+        process = session.worker.process
+        container = process.container_id
+        assert _networked(docker_client, container)
+
+        busy = asyncio.ensure_future(_run(session, "while True:\n    time.sleep(0.05)", 2))
+        await asyncio.sleep(1.0)
+        client.down = True
+        await session.mark_private("CONFIDENTIAL", "payroll", source="api")
+        # Asked of the real daemon while the kernel's client is still "down":
+        # nothing was disconnected or removed through it, yet the container
+        # stopped, so it holds no network.
+        stopped = False
+        for _ in range(100):
+            if not _networked(docker_client, container):
+                stopped = True
+                break
+            await asyncio.sleep(0.1)
+        assert stopped, "the container still runs on its network"
+        status, text = await asyncio.wait_for(busy, 60)
+        assert status == "died"
+        assert "network could not be cut" in text, text
+
+        client.down = False
+        status, text = await _run(session, IFACES, 3)
+        assert status == "ok", text
+        assert text.strip().endswith("['lo']")
+    finally:
+        client.down = False
         await session.shutdown()

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 from sandbox_kernel.engine.workspace_policy import apply_policy
 from sandbox_kernel.privacy.modes import NetworkMode
-from sandbox_kernel.sandbox.docker_backend import to_docker_mount
+from sandbox_kernel.sandbox.docker_backend import container_cgroup, to_docker_mount
 
 from .config import (
     ContainerConfig,
@@ -212,6 +212,9 @@ class SandboxManager:
         self._sessions: dict[tuple[str, str], SandboxSession] = {}
         self._ephemeral: dict[str, SandboxSession] = {}
         self._ratchet: dict[tuple[str, str], NetworkMode] = {}
+        #: containers this manager dropped but the daemon did not remove (it did
+        #: not answer): a later same-named one may replace them
+        self._unremoved: set[str] = set()
         self._ncpu: float | None = None
         self._reaper: threading.Thread | None = None
         self._reaper_stop = threading.Event()
@@ -322,6 +325,11 @@ class SandboxManager:
         )
         kwargs["mounts"] += [to_docker_mount(m) for m in (policy_mounts if plan.home_rule else policy_mounts[1:])]
         container_id = self._create_and_start(name, kwargs, replace_stale=not ephemeral)
+        try:
+            cgroup = container_cgroup(self.client, container_id)
+        except Exception as exc:  # no cgroup view from here (a remote daemon...)
+            log.debug("cgroup of container %s not found: %s", container_id[:12], exc)
+            cgroup = None
         log.debug(
             "started %s container %s (%s) network=%s",
             "ephemeral" if ephemeral else "persistent",
@@ -339,6 +347,7 @@ class SandboxManager:
             workspace=workspace,
             user=user,
             ephemeral=ephemeral,
+            cgroup=cgroup,
         )
 
     def _create_and_start(self, name: str, kwargs: dict[str, Any], *, replace_stale: bool) -> str:
@@ -370,6 +379,8 @@ class SandboxManager:
         if labels.get(LABEL_MANAGED) != "1":
             raise RuntimeError(f"a container named {name!r} exists and is not managed by sandbox_kernel")
         alive, why = owner_status(labels)
+        if existing.id in self._unremoved:
+            alive, why = False, "this manager dropped it while the daemon did not answer"
         if alive is False:
             log.info("removing stale container %s: %s", name, why)
             self._remove_container(existing.id)
@@ -391,6 +402,21 @@ class SandboxManager:
             if exc.status_code == 409 and "in progress" in str(exc):
                 return
             raise
+
+    def _stop_from_host(self, session: SandboxSession) -> None:
+        """The daemon neither cut nor removed a container that must lose its
+        network (it does not answer: restarted, hung, killed): it would run on,
+        networked, beside a private workspace until the daemon came back. The
+        host kills what runs in its cgroup itself; a container without a
+        process has no network. Its removal waits for the daemon (the next
+        same-named container, or ``sandbox-kernel gc``)."""
+        self._unremoved.add(session.container_id)
+        if session.cgroup is None:
+            log.error("container %s keeps running: its cgroup is not known on this host", session.container_name)
+        elif not session.cgroup.kill_all(2.0, foreign=True):
+            log.error("container %s still has processes after the kill", session.container_name)
+        else:
+            log.warning("container %s stopped from the host: its daemon did not answer", session.container_name)
 
     def _forget(self, session: SandboxSession) -> None:
         """Drop a persistent session from the cache (if still current) and remove its container."""
@@ -463,6 +489,7 @@ class SandboxManager:
                         self._forget(session)
                 except Exception as gone_exc:  # keep cutting the others
                     log.error("could not remove %s either: %s", session.container_name, gone_exc)
+                    self._stop_from_host(session)
                 continue
             session.network_mode = mode
             cut.append(session.container_name)

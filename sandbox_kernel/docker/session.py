@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sandbox_kernel.privacy.modes import NetworkMode
 
@@ -37,6 +38,9 @@ class SandboxSession:
     created_at: float = field(default_factory=time.time)
     last_active_at: float = field(default_factory=time.time)
     in_flight: int = 0  # commands running now; the reaper skips busy sessions
+    #: the container's cgroup as the host sees it (``SandboxCgroup``, not owned),
+    #: to stop it without the daemon; None when it could not be found
+    cgroup: Any = field(default=None, repr=False, compare=False)
 
     @property
     def key(self) -> tuple[str, str]:

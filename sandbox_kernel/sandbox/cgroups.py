@@ -158,13 +158,16 @@ class SandboxCgroup:
 
         threading.Thread(target=retry, name="cgroup-removal", daemon=True).start()
 
-    def kill_all(self, timeout: float = 2.0) -> bool:
+    def kill_all(self, timeout: float = 2.0, *, foreign: bool = False) -> bool:
         """SIGKILL every process of the sandbox, whatever its session or
         parent: bwrap's own init leads a session of its own, and a sandbox
         killed in the middle of its set-up (a cancelled start) left it, and
         the worker under it, running after the group kill. Returns whether
-        the cgroup is empty (processes forking meanwhile are killed too)."""
-        if not self.owned:
+        the cgroup is empty (processes forking meanwhile are killed too).
+
+        A cgroup someone else made (a container's) is left alone unless
+        ``foreign``: a container its daemon does not stop."""
+        if not self.owned and not foreign:
             return True
         directory = self.dirs.get("unified") or self.dirs.get("pids") or next(iter(self.dirs.values()), None)
         if directory is None:

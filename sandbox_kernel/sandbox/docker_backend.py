@@ -113,7 +113,7 @@ class ContainerProcess(SandboxProcess):
         if self.cgroup is None and not self._caps_looked_up:
             self._caps_looked_up = True
             try:
-                self.cgroup = _container_cgroup(self.client, self.container_id)
+                self.cgroup = container_cgroup(self.client, self.container_id)
             except Exception as exc:  # no cgroup view from here (remote daemon...): no names, still capped
                 log.debug("cgroup of container %s not found: %s", self.container_id[:12], exc)
         return super().caps_mark()
@@ -146,7 +146,7 @@ class ContainerProcess(SandboxProcess):
             await super().kill()
 
 
-def _container_cgroup(client: Any, container_id: str) -> Any:
+def container_cgroup(client: Any, container_id: str) -> Any:
     """The container's cgroup(s) as seen from the host, read-only (the daemon
     made them and removes them): for the counters of its caps."""
     from . import cgroups
@@ -516,7 +516,7 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
         return ContainerProcess(process, self.name, client, container_id, name)
 
 
-__all__ = ["ContainerProcess", "DockerSandbox", "DockerSandboxError", "to_docker_mount"]
+__all__ = ["ContainerProcess", "DockerSandbox", "DockerSandboxError", "container_cgroup", "to_docker_mount"]
 
 
 def _within(path: str, root: str) -> bool:

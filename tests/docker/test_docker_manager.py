@@ -20,7 +20,7 @@ except ImportError:  # the SDK comes with sandbox_kernel[docker]
         raise
     pytest.skip("the docker SDK is not installed", allow_module_level=True)
 
-from daemon_refusals import DaemonRefusingDisconnect
+from daemon_refusals import DaemonGoneAway, DaemonRefusingDisconnect
 
 from sandbox_kernel.docker import TIMEOUT_EXIT_CODE, SandboxManager
 from sandbox_kernel.privacy.modes import NetworkMode
@@ -444,3 +444,39 @@ def test_a_refused_disconnect_removes_the_held_containers_ephemeral_included(
         assert manager.get_session(*ids) is None
     # The next command gets a container made without a network.
     assert manager.execute_command(*ids, "ls /sys/class/net", persistent=True) == (0, "lo\n")
+
+
+def _running(client: Any, container_id: str) -> bool:
+    try:
+        return bool(_inspect(client, container_id)["State"]["Running"])
+    except docker.errors.NotFound:
+        return False
+
+
+def test_a_rise_while_the_daemon_does_not_answer_stops_the_held_containers_from_the_host(
+    make_manager: Any, docker_client: Any, ids: tuple[str, str], mode_switch: Any
+) -> None:
+    """Neither the disconnect nor the removal reaches the daemon (restarted,
+    hung): the containers must not run on with their network beside a private
+    workspace until it answers again. The host stops them through their
+    cgroups, and once the daemon is back the session gets a new container
+    without network in place of the stopped one (same name)."""
+    client = DaemonGoneAway(docker_client)
+    manager = make_manager(manager_kwargs={"client": client})
+    persistent = manager.get_or_create_session(*ids)
+    assert manager.execute_command(*ids, "echo kept > /workspace/note", persistent=True)[0] == 0
+    with manager.ephemeral_session(*ids) as ephemeral:
+        client.down = True
+        mode_switch.mode = NetworkMode.NONE
+        assert manager.enforce_network() == []  # nothing could be cut ...
+        # ... and asked of the real daemon, nothing runs any more, so nothing
+        # holds a network, though the daemon was asked nothing meanwhile.
+        assert not _running(docker_client, persistent.container_id)
+        assert not _running(docker_client, ephemeral.container_id)
+        client.down = False
+    assert manager.execute_command(*ids, "ls /sys/class/net; cat /workspace/note", persistent=True) == (
+        0,
+        "lo\nkept\n",
+    )
+    assert manager.get_session(*ids).container_id != persistent.container_id
+    assert _gone(docker_client, persistent.container_id)

@@ -38,7 +38,9 @@ disk, and jupyter_server read it whole into memory when the user opened it
 than :attr:`SandboxContents.max_open_bytes` are not opened (a 403 saying why;
 downloads are streamed and stay as they are), copies keep holes as holes
 (:func:`sandbox_kernel.no_follow.copy_data`), and a folder copy stops at
-``FileContentsManager.max_copy_folder_size_mb`` as it runs.
+``FileContentsManager.max_copy_folder_size_mb`` as it runs. Notebooks of
+more than :attr:`SandboxContents.max_notebook_cells` are not opened either
+(nbformat validates cell by cell while the server waits).
 
 Contents managers that keep no files on the host (no ``_get_os_path``) are
 left alone: nothing they store is mounted into a sandbox.
@@ -53,6 +55,7 @@ import contextvars
 import functools
 import inspect
 import io
+import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
@@ -68,6 +71,11 @@ from . import no_follow
 DEFAULT_MAX_OPEN_BYTES = 100 * 2**20
 #: a folder of 20,000 files lists in a few seconds (Lab's own file browser is slow past that)
 DEFAULT_MAX_LISTED_ENTRIES = 20_000
+#: a notebook of 20,000 cells opens in about a second (Lab itself is slow long before)
+DEFAULT_MAX_NOTEBOOK_CELLS = 20_000
+
+#: set while the contents manager reads a notebook: its text is counted
+_READING_NOTEBOOK: contextvars.ContextVar[bool] = contextvars.ContextVar("reading_notebook", default=False)
 
 
 @contextlib.contextmanager
@@ -246,6 +254,88 @@ def _counted(path: str, os_path: str, limit: int) -> None:
         )
 
 
+def _cell_count(text: str | bytes, limit: int) -> int | None:
+    """The number of cells of a notebook's text when it holds more than
+    ``limit`` (None otherwise, or when it is no JSON: nbformat says so).
+
+    Every cell is a JSON object, whose opening brace cannot be escaped: a
+    text of at most ``limit`` braces is let through without being parsed
+    twice, which is every ordinary notebook."""
+    brace = "{" if isinstance(text, str) else b"{"
+    if text.count(brace) <= limit:  # type: ignore[arg-type]
+        return None
+    try:
+        nb = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(nb, dict):
+        return None
+    cells = nb.get("cells")
+    count = len(cells) if isinstance(cells, list) else 0
+    for sheet in nb.get("worksheets") or []:  # nbformat 3
+        if isinstance(sheet, dict) and isinstance(sheet.get("cells"), list):
+            count += len(sheet["cells"])
+    return count if count > limit else None
+
+
+def _too_many_cells(path: str, count: int, limit: int) -> HTTPError:
+    return HTTPError(
+        403,
+        f"{path} holds {count:,} cells: the server opens notebooks of up to {limit:,} cells "
+        "(SandboxContents.max_notebook_cells; parsing and validating each costs the server, "
+        "for everyone, about a minute per million). Open it with the text editor, or raise "
+        "the limit if you trust its content",
+    )
+
+
+def _counting_cells(cm: Any, owner: Any, limit: int) -> None:
+    """Refuse a notebook of more than ``limit`` cells, counted on the very
+    text ``owner`` (the contents manager or its checkpoints) is about to
+    parse: nbformat validates a notebook cell by cell, and a sandbox's
+    million-cell notebook (46 MB, under ``max_open_bytes``) took the server
+    61 s and 1.5 GiB to open, stalling it for every user meanwhile."""
+    read_notebook, read_file = owner._read_notebook, owner._read_file
+    root = getattr(owner, "root_dir", None) or cm.root_dir
+
+    def check(os_path: str, answer: Any) -> None:
+        count = _cell_count(answer[0], limit)
+        if count is not None:
+            raise _too_many_cells(os.path.relpath(os_path, root), count, limit)
+
+    if inspect.iscoroutinefunction(read_notebook):
+
+        async def notebook_async(*args: Any, **kwargs: Any) -> Any:
+            token = _READING_NOTEBOOK.set(True)
+            try:
+                return await read_notebook(*args, **kwargs)
+            finally:
+                _READING_NOTEBOOK.reset(token)
+
+        async def file_async(os_path: str, *args: Any, **kwargs: Any) -> Any:
+            answer = await read_file(os_path, *args, **kwargs)
+            if _READING_NOTEBOOK.get():
+                await asyncio.to_thread(check, os_path, answer)
+            return answer
+
+        owner._read_notebook, owner._read_file = notebook_async, file_async
+    else:
+
+        def notebook(*args: Any, **kwargs: Any) -> Any:
+            token = _READING_NOTEBOOK.set(True)
+            try:
+                return read_notebook(*args, **kwargs)
+            finally:
+                _READING_NOTEBOOK.reset(token)
+
+        def file(os_path: str, *args: Any, **kwargs: Any) -> Any:
+            answer = read_file(os_path, *args, **kwargs)
+            if _READING_NOTEBOOK.get():
+                check(os_path, answer)
+            return answer
+
+        owner._read_notebook, owner._read_file = notebook, file
+
+
 class SandboxContents(Configurable):
     """What the Lab server reads of the files in sandboxes' workspaces."""
 
@@ -266,17 +356,32 @@ class SandboxContents(Configurable):
         jupyter_server builds a model of each, for every listing; a larger folder
         gets a 403 saying so.""",
     )
+    max_notebook_cells = Integer(
+        DEFAULT_MAX_NOTEBOOK_CELLS,
+        config=True,
+        help="""The most cells of a notebook the contents API opens; 0 for no limit.
+        The server parses and validates a notebook cell by cell before it answers,
+        stalling meanwhile (a sandbox's million-cell notebook took a minute and
+        1.5 GiB); a larger notebook gets a 403 saying so.""",
+    )
 
 
 def guard(
-    cm: Any, max_open_bytes: int = DEFAULT_MAX_OPEN_BYTES, max_listed_entries: int = DEFAULT_MAX_LISTED_ENTRIES
+    cm: Any,
+    max_open_bytes: int = DEFAULT_MAX_OPEN_BYTES,
+    max_listed_entries: int = DEFAULT_MAX_LISTED_ENTRIES,
+    max_notebook_cells: int = DEFAULT_MAX_NOTEBOOK_CELLS,
 ) -> bool:
     """Put no-link writes in place of ``cm``'s (sync or async managers) and
-    its checkpoints', and refuse to open files larger than ``max_open_bytes``
-    and to list folders of more than ``max_listed_entries`` (0: any);
-    False when ``cm`` keeps no host files."""
+    its checkpoints', and refuse to open files larger than ``max_open_bytes``,
+    notebooks of more than ``max_notebook_cells`` and to list folders of more
+    than ``max_listed_entries`` (0: any); False when ``cm`` keeps no host files."""
     if not callable(getattr(cm, "_get_os_path", None)) or not callable(getattr(cm, "atomic_writing", None)):
         return False
+    if max_notebook_cells:
+        for owner in (cm, getattr(cm, "checkpoints", None)):
+            if callable(getattr(owner, "_read_notebook", None)) and callable(getattr(owner, "_read_file", None)):
+                _counting_cells(cm, owner, max_notebook_cells)
     dir_model = getattr(cm, "_dir_model", None)
     if max_listed_entries and callable(dir_model):
         if inspect.iscoroutinefunction(dir_model):
@@ -367,7 +472,7 @@ def _maybe_async(function: Callable[..., None], asynchronous: bool) -> Callable[
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     settings = SandboxContents(parent=serverapp)
     cm = serverapp.contents_manager
-    if guard(cm, settings.max_open_bytes, settings.max_listed_entries):
+    if guard(cm, settings.max_open_bytes, settings.max_listed_entries, settings.max_notebook_cells):
         install_calls(cm.root_dir, int(getattr(cm, "max_copy_folder_size_mb", 0) or 0) * 2**20)
     else:
         serverapp.log.warning(

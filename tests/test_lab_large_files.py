@@ -42,6 +42,7 @@ HUGE = 4 * 2**30
 #: the guarded server's limits here (set on its command line, as a user would)
 LIMIT = 2_000_000
 ENTRIES = 1000
+CELLS = 500
 
 #: what the sandbox does: only file writes and truncate, which any cell may
 MAKE = f"""
@@ -70,7 +71,11 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LabS
         serving(
             root / "guarded",
             root / "guarded.log",
-            extra_args=[f"--SandboxContents.max_open_bytes={LIMIT}", f"--SandboxContents.max_listed_entries={ENTRIES}"],
+            extra_args=[
+                f"--SandboxContents.max_open_bytes={LIMIT}",
+                f"--SandboxContents.max_listed_entries={ENTRIES}",
+                f"--SandboxContents.max_notebook_cells={CELLS}",
+            ],
         ) as guarded,
         serving(root / "control", root / "control.log", protected=False) as control,
     ):
@@ -221,6 +226,7 @@ def test_a_file_grown_after_it_was_opened_is_refused_at_the_limit(tmp_path: Path
 def test_the_default_limit_and_no_limit(tmp_path: Path) -> None:
     assert lab_saves.SandboxContents().max_open_bytes == lab_saves.DEFAULT_MAX_OPEN_BYTES == 100 * 2**20
     assert lab_saves.SandboxContents().max_listed_entries == lab_saves.DEFAULT_MAX_LISTED_ENTRIES == 20_000
+    assert lab_saves.SandboxContents().max_notebook_cells == lab_saves.DEFAULT_MAX_NOTEBOOK_CELLS == 20_000
     with open(tmp_path / "big.bin", "wb") as f:
         f.truncate(lab_saves.DEFAULT_MAX_OPEN_BYTES + 1)
     (tmp_path / "small.txt").write_text("z" * 5000)
@@ -250,3 +256,72 @@ def test_a_folder_of_too_many_entries_is_not_listed(servers: dict[str, LabServer
     assert _get(servers["guarded"], "work/many", "content=0")[0] == 200
     status, listing = _get(servers["control"], "work/many")  # jupyter_server lists any number
     assert status == 200 and len(listing["content"]) == ENTRIES + 1
+
+
+#: notebooks a cell writes: one over the cell limit, one at it, the one over
+#: with its keys escaped (``\u0063ell_type``), and one cell holding many braces
+MAKE_NOTEBOOKS = """
+import json, os
+os.chdir('/workspace')
+def notebook(cells):
+    return json.dumps({'nbformat': 4, 'nbformat_minor': 5, 'metadata': {}, 'cells': cells})
+def cell(i, source='x'):
+    return {'cell_type': 'code', 'id': f'c{i}', 'metadata': {}, 'source': source, 'outputs': [], 'execution_count': None}
+over = notebook([cell(i) for i in range(CELLS + 1)])
+open('cells_over.ipynb', 'w').write(over)
+open('cells_escaped.ipynb', 'w').write(over.replace('"cell_type"', '"\\\\u0063ell_type"'))
+open('cells_at.ipynb', 'w').write(notebook([cell(i) for i in range(CELLS)]))
+open('braces.ipynb', 'w').write(notebook([cell(0, '{' * (4 * CELLS))]))
+print('made')
+""".replace("CELLS", str(CELLS))
+
+
+def test_a_notebook_of_too_many_cells_is_not_opened(
+    servers: dict[str, LabServer], made: dict[str, SandboxKernelHandle]
+) -> None:
+    """nbformat parses and validates a notebook cell by cell while the
+    server waits: a sandbox's million-cell notebook (46 MB, under
+    ``max_open_bytes``) took 61 s and 1.5 GiB to open. A notebook of more
+    than ``max_notebook_cells`` gets a 403 saying so, counted on the text the
+    server parses (escaped keys do not hide a cell)."""
+    for kernel in made.values():
+        run = kernel.run(MAKE_NOTEBOOKS)
+        assert run.status == "ok" and run.stdout.strip() == "made", (run.stderr, run.errors)
+    guarded, control = servers["guarded"], servers["control"]
+    assert '"\\u0063ell_type"' in (guarded.notebooks / "work" / "cells_escaped.ipynb").read_text()
+    for name in ("cells_over.ipynb", "cells_escaped.ipynb"):
+        for query in ("type=notebook&content=1", "content=1", "type=notebook&content=1&hash=1"):
+            status, message = _get(guarded, f"work/{name}", query)
+            assert status == 403, (name, query, status, str(message)[:200])
+            assert f"work/{name} holds {CELLS + 1:,} cells" in message, message
+            assert "SandboxContents.max_notebook_cells" in message and "text editor" in message
+        # opened as text (Lab's "Open With > Editor"), within max_open_bytes, it is a file like any other
+        status, model = _get(guarded, f"work/{name}", "type=file&format=text&content=1")
+        assert status == 200 and len(json.loads(model["content"])["cells"]) == CELLS + 1
+        # jupyter_server's own behaviour: any number of cells is parsed
+        status, model = _get(control, f"work/{name}", "type=notebook&content=1")
+        assert status == 200 and len(model["content"]["cells"]) == CELLS + 1
+    status, model = _get(guarded, "work/cells_at.ipynb", "type=notebook&content=1")
+    assert status == 200 and len(model["content"]["cells"]) == CELLS
+    status, model = _get(guarded, "work/braces.ipynb", "type=notebook&content=1")
+    assert status == 200 and model["content"]["cells"][0]["source"] == "{" * (4 * CELLS)
+
+
+def test_the_sync_manager_and_checkpoints_count_cells_too(tmp_path: Path) -> None:
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+
+    cells = [{"cell_type": "markdown", "id": f"m{i}", "metadata": {}, "source": "m"} for i in range(11)]
+    text = json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells})
+    (tmp_path / "over.ipynb").write_text(text)
+    manager = FileContentsManager(root_dir=str(tmp_path))
+    assert lab_saves.guard(manager, max_notebook_cells=10)
+    with pytest.raises(HTTPError, match=r"over\.ipynb holds 11 cells"):
+        manager.get("over.ipynb", content=True, type="notebook")
+    assert manager.get("over.ipynb", content=False, type="notebook")["content"] is None
+    checkpoints = manager.checkpoints
+    os_path = str(tmp_path / "over.ipynb")
+    with pytest.raises(HTTPError, match=r"over\.ipynb holds 11 cells"):
+        checkpoints._read_notebook(os_path)
+    unlimited = FileContentsManager(root_dir=str(tmp_path))
+    assert lab_saves.guard(unlimited, max_notebook_cells=0)
+    assert len(unlimited.get("over.ipynb", content=True, type="notebook")["content"]["cells"]) == 11

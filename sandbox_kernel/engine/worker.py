@@ -39,6 +39,10 @@ async def wait_then_cancel(tasks: list[asyncio.Future[Any]], timeout: float) -> 
         task.cancel()
 
 
+#: bytes of a sandbox's stderr line kept (40 lines are)
+STDERR_LINE_KEPT = 2048
+
+
 class WorkerHandle:
     """Reads the worker's frames into a queue; a dead or misbehaving worker
     becomes a single ``_dead`` message with the reason.
@@ -146,16 +150,30 @@ class WorkerHandle:
             return None
 
     async def _drain_stderr(self) -> None:
+        """Keep the last lines of the sandbox's stderr (for the reason of a
+        failed start), each cut to ``STDERR_LINE_KEPT`` bytes. A cell can
+        write there (in a container, docker-init's stderr is open to it):
+        whole lines of up to the stream's 16 MiB limit, forty of them kept,
+        held over 1.2 GiB of the host's memory for the sandbox's life. So
+        it is read in chunks, and a line's rest is dropped as it comes."""
         budget = 1 << 20  # log at most 1 MiB of a sandbox's stderr
+        line = b""  # the line being read, cut to STDERR_LINE_KEPT + 1 bytes
         while True:
-            line = await self.process.stderr.readline()
-            if not line:
+            chunk = await self.process.stderr.read(1 << 16)
+            lines = (line + chunk).split(b"\n")
+            line = lines.pop()[: STDERR_LINE_KEPT + 1]
+            if not chunk and line:
+                lines.append(line)
+            for whole in lines:
+                text = whole[:STDERR_LINE_KEPT].decode("utf-8", "replace").rstrip()
+                if len(whole) > STDERR_LINE_KEPT:
+                    text += " [cut]"
+                self.stderr_tail.append(text)
+                if budget > 0:
+                    budget -= len(text)
+                    self.log.debug("sandbox stderr: %s", text)
+            if not chunk:
                 return
-            text = line.decode("utf-8", "replace").rstrip()
-            self.stderr_tail.append(text)
-            if budget > 0:
-                budget -= len(line)
-                self.log.debug("sandbox stderr: %s", text)
 
     def send(self, msg: dict[str, Any]) -> None:
         if self.process.returncode is not None:

@@ -274,6 +274,33 @@ def test_memory_hog_dies_alone(dk: DockerKernel) -> None:
     assert len([c for c in dk.containers() if c["State"] == "running"]) == 1
 
 
+def test_long_lines_a_cell_writes_to_the_containers_stderr_do_not_grow_the_host_kernel(dk: DockerKernel) -> None:
+    """docker-init runs as the container's user, so a cell can open its
+    stderr, which the host reads (the last lines say why a start failed). An
+    attack review wrote 40 lines of 15 MiB there: the host kernel kept them
+    all, 1.2 GiB for the sandbox's life, with the container capped at 256 MiB.
+    The host keeps only the start of each line."""
+    kernel = psutil.Process(dk.pid)
+    assert dk.run("print('warm')").stdout == "warm\n"
+    before = kernel.memory_info().rss
+    run = dk.run(
+        "import os\n"
+        "fd = os.open('/proc/1/fd/2', os.O_WRONLY)\n"
+        "line = memoryview(b'\\xff' * (4 << 20) + b'\\n')\n"
+        "for _ in range(40):\n"
+        "    view = line\n"
+        "    while view:\n"
+        "        view = view[os.write(fd, view):]\n"
+        "print('written')",
+        timeout=120,
+    )
+    assert run.status == "ok" and run.stdout == "written\n", (run.reply, run.stderr)
+    assert dk.run("print('still here')").stdout == "still here\n"  # all of it was read by now
+    grown = (kernel.memory_info().rss - before) >> 20
+    # 40 lines of 4 MiB of U+FFFD kept whole would be 320 MiB of text
+    assert grown < 64, f"the host kernel grew by {grown} MiB"
+
+
 def test_pids_limit_holds(fresh_dk: DockerKernel) -> None:
     k = fresh_dk
     assert k.run("kept = 'state'").status == "ok"

@@ -19,6 +19,10 @@ What every container gets (see docs/docker.md for the why):
 - the workspace bind-mounted read-write at ``working_dir``; every other mount
   read-only; nothing under /run or /var/run and never a Docker socket
 - a clean environment: only ``HOME=/tmp`` plus ``config.environment``
+- no log driver (``none``): a kernel's worker talks to the host over its
+  attached stdio, so a log would hold every cell, output and state blob
+  (a private session's data, on the host's disk and in ``docker logs``) and
+  cost the daemon a JSON encoding and a write per byte a cell prints
 - the labels given (owner, session, created)
 """
 
@@ -296,6 +300,6 @@ def build_container_kwargs(
         "ipc_mode": "private",
         "hostname": "sandbox",
         "ulimits": [Ulimit(name="core", soft=0, hard=0)],
-        "log_config": LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
+        "log_config": LogConfig(type="none"),
         "labels": dict(labels or {}),
     }

@@ -232,6 +232,22 @@ def test_docker_inspect_shows_the_hardening(dk: DockerKernel) -> None:
     assert not {k for k in env if k.startswith(("DOCKER_", "JPY_", "SANDBOX_KERNEL_DATA"))}
 
 
+def test_nothing_a_cell_sends_is_logged_by_the_daemon(dk: DockerKernel) -> None:
+    """The worker's stdout is the channel to the host: every cell's source,
+    output and state went through the daemon's log driver too, a private
+    session's rows written under /var/lib/docker (readable with ``docker
+    logs``), and every byte a cell printed cost the daemon a JSON encoding
+    and a write. The channel is attached, not logged."""
+    secret = "PAYROLL-" + os.urandom(8).hex()
+    run = dk.run(f"import sys\nprint({secret!r})\nsys.stderr.write({secret!r})\nprint('x' * 200_000)")
+    assert run.status == "ok" and secret in run.stdout, run.reply
+    info = dk.container()
+    log_path = info.get("LogPath") or ""
+    if log_path and os.path.exists(log_path):
+        assert secret not in Path(log_path).read_text(errors="replace"), f"the daemon logged the channel in {log_path}"
+    assert info["HostConfig"]["LogConfig"]["Type"] == "none", info["HostConfig"]["LogConfig"]
+
+
 def test_inside_no_capabilities_no_new_privileges_non_root(dk: DockerKernel) -> None:
     run = dk.run(
         "import os\n"

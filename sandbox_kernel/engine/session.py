@@ -306,9 +306,10 @@ class Session:
                 extra.append(BindMount(seed, completer_seed.IN_COMPLETER_SEED, readonly=True))
             if self.sandbox_proxied and self.proxy is not None:
                 # read-only: a cell reaches the socket and writes nothing in the
-                # host's folder; Docker hands only writable mounts to its
-                # container user (docker_backend), who must reach the socket
-                extra.append(BindMount(self.proxy.socket_path.parent, IN_EGRESS, readonly=self.backend != "docker"))
+                # host's folder (a writable one was a stash beside every disk
+                # cap, and Docker handed it to its container user, so a crashed
+                # kernel's folder was never collected)
+                extra.append(BindMount(self.proxy.socket_path.parent, IN_EGRESS, readonly=True))
             if self.config.packages_dir is not None:
                 self.config.packages_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
                 extra.append(BindMount(self.config.packages_dir, IN_PACKAGES))

@@ -54,6 +54,7 @@ from traitlets.traitlets import MetaHasTraits
 
 from .base import BindMount, Sandbox, SandboxProcess, SandboxSpec
 from .bwrap import python_roots
+from .host_ids import AccessGrantError, grant
 
 log = logging.getLogger("sandbox_kernel.sandbox")
 
@@ -397,6 +398,16 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
                 inside = _within(os.path.normpath(mount.target), config.working_dir)
                 if mount is not workspace and not inside and Path(mount.source).is_dir():
                     prepare_workspace(mount.source, user)
+            # What it may only read (the egress proxy's socket folder, private
+            # datasets), it is let read as bwrap's unprivileged uid is: an ACL
+            # where the bits do not allow it, never an owner change.
+            uid, _, gid = user.partition(":")
+            for mount in others:
+                if mount.readonly and mount.kind == "bind" and int(uid) != 0:
+                    try:
+                        grant(Path(mount.source), int(uid), int(gid or uid), write=False)
+                    except AccessGrantError as exc:
+                        raise DockerSandboxError(str(exc)) from exc
             if folder is not None and not _writable_by(Path(folder.source), user):
                 log.warning(
                     "the workspace %s is not writable by the container user %s: give the folder that owner "

@@ -8,6 +8,7 @@ the Docker bridge or any non-loopback address.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +59,37 @@ def test_container_has_no_network_but_the_proxy(proxied_dk: DockerKernel, origin
         "    print(e.code, e.headers['X-Sandbox-Egress-Rule'])"
     )
     assert run.stdout.strip().splitlines() == ["b'hello from the origin'", "403 deny list: blocked.test"], run.stderr
+
+
+def test_the_proxys_folder_is_entered_not_written(proxied_dk: DockerKernel, origin: OriginServer) -> None:
+    """The container reaches the proxy's socket in a host folder under /tmp.
+    That folder was mounted writable and handed to the container's user, so
+    a cell stashed files there, beside any disk cap, and as it was no longer
+    the kernel's, a crashed kernel's folder was never collected (an attack
+    review). The container may read it (the socket's name) and connect,
+    nothing more."""
+    dk = proxied_dk
+    run = dk.run(
+        "import os, urllib.request\n"
+        "folder = '/.sandbox_kernel/egress'\n"
+        "for name in ('stash.bin',):\n"
+        "    try:\n"
+        "        open(f'{folder}/{name}', 'wb').write(b'x' * 4096)\n"
+        "        print(name, 'written')\n"
+        "    except OSError as exc:\n"
+        "        print(name, 'refused', exc.errno)\n"
+        "print(sorted(os.listdir(folder)))\n"
+        f"print(urllib.request.urlopen('http://files.example:{origin.port}/small', timeout=10).read())"
+    )
+    lines = run.stdout.strip().splitlines()
+    assert lines[0].startswith("stash.bin refused"), run.stdout
+    assert lines[1:] == ["['proxy.sock']", "b'hello from the origin'"], (run.stdout, run.stderr)
+    source = next(m["Source"] for m in dk.container()["Mounts"] if m["Destination"] == "/.sandbox_kernel/egress")
+    folder = Path(source)
+    # still the kernel's (collected after a crash), open to no one else (an ACL lets the container's user read)
+    assert folder.stat().st_uid == os.geteuid() and folder.stat().st_mode & 0o007 == 0
+    assert {p.name for p in folder.iterdir()} == {"proxy.sock"}
+    assert next(m for m in dk.container()["Mounts"] if m["Destination"] == "/.sandbox_kernel/egress")["RW"] is False
 
 
 def test_rise_cuts_in_place_and_keeps_the_container(proxied_dk: DockerKernel, origin: OriginServer) -> None:

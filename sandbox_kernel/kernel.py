@@ -129,6 +129,9 @@ class SandboxKernel(Kernel, EngineSettings):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._stop_on_error = StopOnError()
+        #: held by the one thread using the stdin socket (a prompt superseded
+        #: by the next is still polling it for a moment; see ``_cancellable_input_request``)
+        self._stdin_lock = threading.Lock()
         comm.create_comm = lambda *a, **k: BaseComm(*a, **k)
         comm.get_comm_manager = _get_comm_manager
         self.comm_manager = comm.get_comm_manager(parent=self, kernel=self)
@@ -612,7 +615,22 @@ class SandboxKernel(Kernel, EngineSettings):
     ) -> str:
         """ipykernel's ``_input_request``, but it gives up once ``cancelled`` is
         set: it runs in a thread here, where no KeyboardInterrupt can reach it,
-        so an interrupted prompt would otherwise wait for a reply forever."""
+        so an interrupted prompt would otherwise wait for a reply forever.
+
+        One thread at a time: a zmq socket is not thread-safe, and a cell
+        that sent prompts in a burst had threads of superseded prompts and the
+        new one's sending and receiving on it at once (libzmq aborted the
+        kernel in half of the runs of an attack review; the others sent the
+        client interleaved, corrupt messages). A prompt superseded before its
+        turn sends nothing."""
+        with self._stdin_lock:
+            if cancelled.is_set():
+                raise InterruptedError("the input prompt was cancelled")
+            return self._input_request_locked(prompt, ident, parent, password, cancelled)
+
+    def _input_request_locked(
+        self, prompt: str, ident: Any, parent: Any, password: bool, cancelled: threading.Event
+    ) -> str:
         import zmq
 
         while True:  # drop stale replies (an earlier, interrupted prompt's)

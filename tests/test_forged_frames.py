@@ -1,0 +1,88 @@
+"""Frames a cell forges on its own channel to the host.
+
+A cell runs in the worker's process, so it holds the worker's channel to the
+host (``get_ipython().display_pub.channel``) and can write any frame on it:
+prompts without end, huge or deeply built JSON, requests whose replies it
+never reads. The host must stay up, bounded in memory and responsive, and
+keep the session's state (an attack review, helper 38, found each of these
+taking the host kernel down, or holding hundreds of MB of it).
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from kernel_helpers import SandboxKernelHandle, bwrap_kernel
+
+pytestmark = pytest.mark.timeout(300)
+
+#: what a cell runs to write frames of its own on the worker's channel
+FORGE = """
+import json, os, struct
+_channel = get_ipython().display_pub.channel
+def forge(msg, raw=None):
+    body = raw if raw is not None else json.dumps(msg).encode()
+    frame = memoryview(struct.pack('>I', len(body)) + body)
+    with _channel._lock:
+        while frame:
+            frame = frame[os.write(_channel.write_fd, frame):]
+"""
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Iterator[SandboxKernelHandle]:
+    handle = bwrap_kernel(tmp_path)
+    yield handle
+    handle.shutdown()
+
+
+def _peak_mib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_burst_of_prompts_does_not_crash_the_kernel_or_garble_its_messages(kernel: SandboxKernelHandle) -> None:
+    """Each prompt is asked in a thread on the kernel's stdin socket, and the
+    prompt a new one supersedes goes on polling for a moment: threads used the
+    zmq socket at once, and libzmq aborted the kernel (SIGABRT) in half of the
+    runs, or the client got messages with invalid signatures."""
+    assert kernel.run("kept = 'state'").status == "ok"
+    process = kernel.km.provisioner.process  # type: ignore[union-attr]
+    msg_id = kernel.kc.execute(
+        FORGE + "for burst in range(5):\n"
+        "    for i in range(20_000):\n"
+        "        forge({'type': 'input_request', 'prompt': f'forged {i}', 'password': False, 'req': 10**6 + i})\n"
+        "print(input('real prompt> '))",
+        allow_stdin=True,
+    )
+    prompts, garbled, reply = 0, 0, None
+    deadline = time.monotonic() + 120
+    while reply is None and time.monotonic() < deadline:
+        assert process.poll() is None, f"the kernel died: exit status {process.poll()}"
+        try:
+            request = kernel.kc.get_stdin_msg(timeout=0.05)
+            prompts += 1
+            if request["content"]["prompt"] == "real prompt> ":
+                kernel.kc.input("the answer")
+        except queue.Empty:
+            pass
+        except ValueError:  # jupyter_client refuses a message whose signature is wrong
+            garbled += 1
+        try:
+            shell = kernel.kc.get_shell_msg(timeout=0)
+            if shell["parent_header"].get("msg_id") == msg_id:
+                reply = shell["content"]
+        except queue.Empty:
+            pass
+    assert reply is not None and reply["status"] == "ok", reply
+    assert garbled == 0
+    assert 1 <= prompts < 100_000  # superseded prompts are mostly never sent
+    run = kernel.run("print(kept)")
+    assert run.status == "ok" and run.stdout == "state\n"

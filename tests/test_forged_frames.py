@@ -86,3 +86,34 @@ def test_a_burst_of_prompts_does_not_crash_the_kernel_or_garble_its_messages(ker
     assert 1 <= prompts < 100_000  # superseded prompts are mostly never sent
     run = kernel.run("print(kept)")
     assert run.status == "ok" and run.stdout == "state\n"
+
+
+def test_an_interrupt_ends_a_cell_that_stopped_its_holder_and_the_state_comes_back(
+    kernel: SandboxKernelHandle,
+) -> None:
+    """The holder reads the host's ops while a cell runs; a cell that stops
+    it (SIGSTOP) never gets the interrupt, nor the kill it escalates to: the
+    cell showed as running for good, and only a restart, which loses the
+    state, ended it. After the kill's own grace the sandbox goes, and the
+    state comes back from the checkpoint."""
+    assert kernel.run("kept = 'state'").status == "ok"
+    time.sleep(2)  # the checkpoint at idle
+    msg_id = kernel.kc.execute(
+        "import os, signal, time\nos.kill(os.getppid(), signal.SIGSTOP)\nwhile True:\n    time.sleep(0.1)"
+    )
+    time.sleep(2)
+    started = time.monotonic()
+    kernel.km.interrupt_kernel()
+    reply = None
+    while reply is None and time.monotonic() - started < 60:
+        try:
+            shell = kernel.kc.get_shell_msg(timeout=1)
+        except queue.Empty:
+            continue
+        if shell["parent_header"].get("msg_id") == msg_id:
+            reply = shell["content"]
+    assert reply is not None, "no reply a minute after the interrupt"
+    assert reply["status"] == "error", reply
+    assert "did not stop within 5 s of the interrupt and was killed" in reply["evalue"], reply
+    run = kernel.run("print(kept)")
+    assert run.status == "ok" and run.stdout == "state\n", (run.reply, run.stderr)

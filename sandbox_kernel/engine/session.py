@@ -56,6 +56,9 @@ READY_TIMEOUT = 60.0
 #: replaced or suspended), and a completion or an inspection
 CHECKPOINT_WAIT = 120.0
 QUERY_WAIT = 30.0
+#: how long a cell the worker was told to kill may take to end before the
+#: whole sandbox is (its holder does not read the channel: stopped by the cell)
+KILLED_CELL_WAIT = 5.0
 #: what ``input()`` in the sandbox reads when nobody can answer: end of file
 EOF = "\x04"
 #: before the one retry of a start that failed in a transient way
@@ -1215,11 +1218,22 @@ class Session:
         loop = asyncio.get_running_loop()
 
         def escalate() -> None:
-            if self._running == rid and self.worker is not None:
+            worker = self.worker
+            if self._running == rid and worker is not None:
                 self._kill_reason = (
                     f"the cell did not stop within {self.config.interrupt_grace:g} s of the interrupt and was killed"
                 )
-                self.worker.send({"op": Op.KILL})
+                worker.send({"op": Op.KILL})
+                loop.call_later(KILLED_CELL_WAIT, last_resort, worker)
+
+        def last_resort(worker: WorkerHandle) -> None:
+            # The worker did not act on the kill: a cell can stop its holder
+            # (SIGSTOP), which then reads no op, and the interrupt hung for
+            # good (only a restart ended it, and lost the state). The sandbox
+            # goes, as after a cell timeout; the state comes back from the
+            # last checkpoint and the replay log.
+            if self._running == rid and self.worker is worker and worker.alive:
+                self._kill_soon(worker, "the sandbox did not answer after the cell was killed")
 
         loop.call_later(self.config.interrupt_grace, escalate)
 
@@ -1284,7 +1298,7 @@ class Session:
         while True:
             wait = None
             if killed_at is not None:
-                wait = max(0.0, killed_at + 5.0 - time.monotonic())
+                wait = max(0.0, killed_at + KILLED_CELL_WAIT - time.monotonic())
             elif deadline is not None:
                 wait = max(0.0, deadline - time.monotonic())
             try:

@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 from kernel_helpers import SandboxKernelHandle, bwrap_kernel
 

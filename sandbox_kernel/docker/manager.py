@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from sandbox_kernel.engine.workspace_policy import apply_policy
+from sandbox_kernel.privacy.enforcement import EnforcementRecord
 from sandbox_kernel.privacy.modes import NetworkMode
+from sandbox_kernel.privacy.sensitivity import Sensitivity
 from sandbox_kernel.sandbox.docker_backend import container_cgroup, to_docker_mount
 
 from .config import (
@@ -53,8 +55,11 @@ from .hardening import (
     share_workspace,
 )
 from .names import (
+    LABEL_KIND,
     LABEL_MANAGED,
     LABEL_OWNER_PID,
+    LABEL_SESSION,
+    LABEL_USER,
     container_labels,
     container_name,
     owner_status,
@@ -137,6 +142,11 @@ def _format_seconds(seconds: float) -> str:
     return text or "0.001"
 
 
+def _reap_once(manager: SandboxManager) -> bool:
+    manager.reap_idle()
+    return True
+
+
 class SandboxManager:
     """Docker containers for shell commands, one workspace per session.
 
@@ -168,6 +178,12 @@ class SandboxManager:
         uid (the agent tools' bwrap cells). As root the container user is then
         granted access by a POSIX ACL instead of being given the directory
         (which would lock the cells out); see ``hardening.share_workspace``.
+    privacy_poll_interval:
+        seconds between the watcher's checks of the network mode while a
+        container with a network is held (as ``ToolsConfig.privacy_poll_interval``):
+        a rise made elsewhere cuts it within this time, without a command. 0
+        turns the watcher off, for a caller that runs :meth:`enforce_network`
+        itself.
     """
 
     def __init__(
@@ -183,6 +199,7 @@ class SandboxManager:
         max_output_bytes: int = 1024 * 1024,
         kill_grace: float = 5.0,
         shared_workspace: bool = False,
+        privacy_poll_interval: float = 0.25,
     ) -> None:
         self.config = config if config is not None else ContainerConfig()
         #: the workspaces are also used by sandboxes running as this process's
@@ -206,6 +223,11 @@ class SandboxManager:
             raise ValueError("max_output_bytes must be a positive integer")
         self.max_output_bytes = max_output_bytes
         self.kill_grace = _positive_float(kill_grace, "kill_grace")
+        self.privacy_poll_interval = (
+            0.0
+            if privacy_poll_interval == 0 and not isinstance(privacy_poll_interval, bool)
+            else _positive_float(privacy_poll_interval, "privacy_poll_interval")
+        )
 
         self._lock = threading.RLock()
         self._key_locks: dict[tuple[str, str], threading.Lock] = {}
@@ -218,6 +240,18 @@ class SandboxManager:
         self._ncpu: float | None = None
         self._reaper: threading.Thread | None = None
         self._reaper_stop = threading.Event()
+        #: the network watcher (see _hold_network), and one cut at a time (the
+        #: tools' registry runs enforce_network too)
+        self._watcher: threading.Thread | None = None
+        self._watcher_stop = threading.Event()
+        self._enforce_lock = threading.Lock()
+        #: containers being made whose network is not known yet, per session
+        self._creating: dict[tuple[str, str], int] = {}
+        #: containers dropped with their network that could not be stopped
+        self._uncut: dict[str, SandboxSession] = {}
+        #: what raisers waiting for the cut (``wait=True``) read, per session
+        #: that may hold a container with network
+        self._records: dict[tuple[str, str], EnforcementRecord] = {}
         _Registry.add(self)
 
     # ------------------------------------------------------------------ basics
@@ -303,6 +337,134 @@ class SandboxManager:
                 self._ratchet[key] = mode
         return mode
 
+    # ----------------------------------------------------------------- watcher
+    #
+    # A held container keeps its network until a command or enforce_network
+    # looks at the session again; a background process in it would keep
+    # sending meanwhile. The watcher runs enforce_network every
+    # privacy_poll_interval while this manager may hold a container with a
+    # network, and each such session is a holder in the privacy store's
+    # enforcement records (privacy/enforcement.py), so a raiser's
+    # ``wait=True`` returns only after the cut.
+
+    def _hold_network(self, key: tuple[str, str]) -> bool:
+        """Called before a new container's mode is read: count it as networked
+        (and report the session as a holder with network) until it is known.
+        A rise that ``wait=True`` did not see us for is then read by that very
+        mode check. False when the container cannot get a network anyway."""
+        with self._lock:
+            known = most_restrictive(self.config.network_mode, self._ratchet.get(key, NetworkMode.FULL))
+            if known is not NetworkMode.FULL:
+                return False
+            self._creating[key] = self._creating.get(key, 0) + 1
+            try:
+                self._sync_record(key)
+            except BaseException:
+                self._release_network(key)
+                raise
+            self._ensure_watcher()
+        return True
+
+    def _release_network(self, key: tuple[str, str]) -> None:
+        """The container counted by :meth:`_hold_network` is held (or was not made)."""
+        with self._lock:
+            left = self._creating.get(key, 0) - 1
+            if left > 0:
+                self._creating[key] = left
+            else:
+                self._creating.pop(key, None)
+            self._sync_record(key)
+
+    def _networked(self, key: tuple[str, str] | None = None) -> bool:
+        """May this manager hold a container with a network (of ``key``, or any)?"""
+        with self._lock:
+            if self._creating.get(key, 0) if key is not None else self._creating:
+                return True
+            held = [*self._sessions.values(), *self._ephemeral.values(), *self._uncut.values()]
+            return any((key is None or s.key == key) and docker_network(s.network_mode) != "none" for s in held)
+
+    def _enforcement_root(self) -> Path | None:
+        """The privacy store the default getter reads (its raisers wait on
+        its records); None for another getter, whose caller reports."""
+        if self._getter is not _default_network_mode:
+            return None
+        from sandbox_kernel.privacy.store import default_store
+
+        return default_store().root
+
+    def _sync_record(self, key: tuple[str, str]) -> None:
+        """Keep the session's record while it may have a network; remove it
+        once it has none (a network-less container enforces every level).
+        Raises OSError when the record cannot be written."""
+        with self._lock:
+            record = self._records.get(key)
+            if self._networked(key):
+                if record is None:
+                    root = self._enforcement_root()
+                    if root is None:
+                        return
+                    workspace = self.workspace_root / key[0] / key[1]
+                    record = self._records[key] = EnforcementRecord(root, *key, workspace=workspace)
+                record.report(Sensitivity.PUBLIC, True)
+            elif record is not None:
+                del self._records[key]
+                record.close()
+
+    def _ensure_watcher(self) -> None:
+        with self._lock:
+            if self.privacy_poll_interval <= 0 or (self._watcher is not None and self._watcher.is_alive()):
+                return
+            self._watcher_stop = threading.Event()
+            self._watcher = self._periodic(
+                "sandbox-network-watcher", self.privacy_poll_interval, self._watcher_stop, SandboxManager._watch_once
+            )
+
+    def _watch_once(self) -> bool:
+        """One round of the watcher; False once nothing with a network is held."""
+        try:
+            self.enforce_network()
+        except Exception:  # never let the watcher die
+            log.exception("cutting held containers' network failed")
+        with self._lock:
+            if self._networked():
+                return True
+            if self._watcher is threading.current_thread():
+                self._watcher = None
+            return False
+
+    def stop_watcher(self) -> None:
+        with self._lock:
+            thread, self._watcher = self._watcher, None
+            self._watcher_stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=10)
+
+    def _periodic(
+        self, name: str, interval: float, stop: threading.Event, step: Callable[[SandboxManager], bool]
+    ) -> threading.Thread:
+        """A daemon thread running ``step(self)`` every ``interval`` seconds
+        until ``stop`` is set, ``step`` returns False or the manager is gone
+        (it holds the manager weakly)."""
+        ref = weakref.ref(self)
+
+        def loop() -> None:
+            while not stop.wait(interval):
+                manager = ref()
+                if manager is None:
+                    return
+                try:
+                    going = step(manager)
+                except Exception:
+                    log.exception("%s failed", name)
+                    going = True
+                del manager
+                if not going:
+                    return
+
+        thread = threading.Thread(target=loop, name=name, daemon=True)
+        thread.start()
+        return thread
+
     # -------------------------------------------------------------- containers
 
     def _new_session(self, user_id: str, session_id: str, mode: NetworkMode, *, ephemeral: bool) -> SandboxSession:
@@ -324,7 +486,7 @@ class SandboxManager:
             max_cpus=self._daemon_cpus(),
         )
         kwargs["mounts"] += [to_docker_mount(m) for m in (policy_mounts if plan.home_rule else policy_mounts[1:])]
-        container_id = self._create_and_start(name, kwargs, replace_stale=not ephemeral)
+        container_id = self._create_and_start(name, kwargs, replace_stale=None if ephemeral else (user_id, session_id))
         try:
             cgroup = container_cgroup(self.client, container_id)
         except Exception as exc:  # no cgroup view from here (a remote daemon...)
@@ -350,13 +512,16 @@ class SandboxManager:
             cgroup=cgroup,
         )
 
-    def _create_and_start(self, name: str, kwargs: dict[str, Any], *, replace_stale: bool) -> str:
+    def _create_and_start(self, name: str, kwargs: dict[str, Any], *, replace_stale: tuple[str, str] | None) -> str:
+        """Create and start a container; ``replace_stale`` is the persistent
+        session's ``(user_id, session_id)`` whose dead same-named container may
+        be replaced."""
         import docker
 
         try:
             container = self.client.containers.create(command=KEEPALIVE_COMMAND, name=name, detach=True, **kwargs)
         except docker.errors.APIError as exc:
-            if exc.status_code != 409 or not replace_stale or not self._remove_stale(name):
+            if exc.status_code != 409 or replace_stale is None or not self._remove_stale(name, replace_stale):
                 raise
             container = self.client.containers.create(command=KEEPALIVE_COMMAND, name=name, detach=True, **kwargs)
         try:
@@ -367,8 +532,11 @@ class SandboxManager:
         container_id: str = container.id
         return container_id
 
-    def _remove_stale(self, name: str) -> bool:
-        """Remove a same-named container left by a dead owner; refuse a live one's."""
+    def _remove_stale(self, name: str, key: tuple[str, str]) -> bool:
+        """Remove a same-named container the session's dead owner left; refuse
+        a live one's. The labels must name this very session: a name is no
+        proof of whose container it is (another prefix, an older naming), and
+        another session's container is never removed, nor used."""
         import docker
 
         try:
@@ -378,6 +546,13 @@ class SandboxManager:
         labels = existing.labels or {}
         if labels.get(LABEL_MANAGED) != "1":
             raise RuntimeError(f"a container named {name!r} exists and is not managed by sandbox_kernel")
+        owner = (labels.get(LABEL_USER), labels.get(LABEL_SESSION), labels.get(LABEL_KIND))
+        if owner != (*key, "persistent"):
+            raise RuntimeError(
+                f"a container named {name!r} exists and is not the persistent container of session "
+                f"{key[0]}/{key[1]} (its labels: user {owner[0]!r}, session {owner[1]!r}, kind {owner[2]!r}); "
+                "it is left alone"
+            )
         alive, why = owner_status(labels)
         if existing.id in self._unremoved:
             alive, why = False, "this manager dropped it while the daemon did not answer"
@@ -403,13 +578,13 @@ class SandboxManager:
                 return
             raise
 
-    def _stop_from_host(self, session: SandboxSession) -> None:
+    def _stop_from_host(self, session: SandboxSession) -> bool:
         """The daemon neither cut nor removed a container that must lose its
         network (it does not answer: restarted, hung, killed): it would run on,
         networked, beside a private workspace until the daemon came back. The
         host kills what runs in its cgroup itself; a container without a
         process has no network. Its removal waits for the daemon (the next
-        same-named container, or ``sandbox-kernel gc``)."""
+        same-named container, or ``sandbox-kernel gc``). True when stopped."""
         self._unremoved.add(session.container_id)
         if session.cgroup is None:
             log.error("container %s keeps running: its cgroup is not known on this host", session.container_name)
@@ -417,6 +592,8 @@ class SandboxManager:
             log.error("container %s still has processes after the kill", session.container_name)
         else:
             log.warning("container %s stopped from the host: its daemon did not answer", session.container_name)
+            return True
+        return False
 
     def _forget(self, session: SandboxSession) -> None:
         """Drop a persistent session from the cache (if still current) and remove its container."""
@@ -424,6 +601,7 @@ class SandboxManager:
             if self._sessions.get(session.key) is session:
                 del self._sessions[session.key]
         self._remove_container(session.container_id)
+        self._sync_record(session.key)
 
     # ---------------------------------------------------------------- sessions
 
@@ -436,33 +614,49 @@ class SandboxManager:
         user_id, session_id = validate_ids(user_id, session_id)
         key = (user_id, session_id)
         with self._key_lock(key):
-            mode = self.network_mode_for(user_id, session_id)
+            held = self._hold_network(key)
+            try:
+                return self._current_session(key)
+            finally:
+                if held:
+                    self._release_network(key)
+
+    def _current_session(self, key: tuple[str, str]) -> SandboxSession:
+        """The persistent session, replaced or made as the mode requires (under the key lock)."""
+        user_id, session_id = key
+        mode = self.network_mode_for(user_id, session_id)
+        with self._lock:
+            session = self._sessions.get(key)
+        if session is not None and docker_network(session.network_mode) != docker_network(mode):
+            log.info(
+                "session %s/%s became %s: replacing container %s",
+                user_id,
+                session_id,
+                mode.name,
+                session.container_name,
+            )
+            self._forget(session)
+            session = None
+        elif session is not None and session.network_mode is not mode:
+            session.network_mode = most_restrictive(session.network_mode, mode)
+        if session is None:
+            session = self._new_session(user_id, session_id, mode, ephemeral=False)
             with self._lock:
-                session = self._sessions.get(key)
-            if session is not None and docker_network(session.network_mode) != docker_network(mode):
-                log.info(
-                    "session %s/%s became %s: replacing container %s",
-                    user_id,
-                    session_id,
-                    mode.name,
-                    session.container_name,
-                )
-                self._forget(session)
-                session = None
-            elif session is not None and session.network_mode is not mode:
-                session.network_mode = most_restrictive(session.network_mode, mode)
-            if session is None:
-                session = self._new_session(user_id, session_id, mode, ephemeral=False)
-                with self._lock:
-                    self._sessions[key] = session
-            return session
+                self._sessions[key] = session
+        return session
 
     def enforce_network(self) -> list[str]:
         """Disconnect, at once and without the container's help, every container
         whose session has become private since it was created (the daemon does
         it; the container keeps running, network-less, with its workspace).
-        Called periodically by the tools' registry so the cut does not wait for
-        the next command. Returns the names of the containers cut."""
+        This manager's watcher calls it every ``privacy_poll_interval`` while it
+        holds a container with a network (the tools' registry calls it too), so
+        the cut does not wait for the next command. Returns the names of the
+        containers cut."""
+        with self._enforce_lock:  # two at once would each disconnect, and the later one fail
+            return self._enforce_network()
+
+    def _enforce_network(self) -> list[str]:
         with self._lock:
             held = list(self._sessions.values()) + list(self._ephemeral.values())
         cut = []
@@ -482,6 +676,7 @@ class SandboxManager:
                 # here would keep its network beside a private workspace until
                 # its command ends (its holder then removes an absent container).
                 log.warning("could not disconnect %s (%s): removing it", session.container_name, exc)
+                stopped = True
                 try:
                     if session.ephemeral:
                         self._remove_container(session.container_id)
@@ -489,9 +684,17 @@ class SandboxManager:
                         self._forget(session)
                 except Exception as gone_exc:  # keep cutting the others
                     log.error("could not remove %s either: %s", session.container_name, gone_exc)
-                    self._stop_from_host(session)
+                    stopped = self._stop_from_host(session)
+                with self._lock:
+                    # no longer held (its holder's exit removes nothing more);
+                    # one still running counts as networked for wait=True
+                    self._ephemeral.pop(session.container_id, None)
+                    if not stopped:
+                        self._uncut[session.container_id] = session
+                self._sync_record(session.key)
                 continue
             session.network_mode = mode
+            self._sync_record(session.key)
             cut.append(session.container_name)
         return cut
 
@@ -509,16 +712,23 @@ class SandboxManager:
     def ephemeral_session(self, user_id: str, session_id: str) -> Iterator[SandboxSession]:
         """A fresh container (uuid-suffixed name) that is removed on exit, always."""
         user_id, session_id = validate_ids(user_id, session_id)
-        mode = self.network_mode_for(user_id, session_id)
-        session = self._new_session(user_id, session_id, mode, ephemeral=True)
-        with self._lock:
-            self._ephemeral[session.container_id] = session
+        key = (user_id, session_id)
+        held = self._hold_network(key)
+        try:
+            mode = self.network_mode_for(user_id, session_id)
+            session = self._new_session(user_id, session_id, mode, ephemeral=True)
+            with self._lock:
+                self._ephemeral[session.container_id] = session
+        finally:
+            if held:
+                self._release_network(key)
         try:
             yield session
         finally:
             with self._lock:
                 self._ephemeral.pop(session.container_id, None)
             self._remove_container(session.container_id)
+            self._sync_record(key)
 
     def close_session(self, user_id: str, session_id: str) -> bool:
         """Remove the persistent container of a session; True if there was one.
@@ -534,21 +744,28 @@ class SandboxManager:
             if session is None:
                 return False
             self._remove_container(session.container_id)
+            self._sync_record(key)
             return True
 
     def close_all(self) -> None:
-        """Stop the reaper and remove every container this manager holds."""
+        """Stop the reaper and the watcher and remove every container this manager holds."""
         self.stop_reaper()
+        self.stop_watcher()
         with self._lock:
-            sessions = list(self._sessions.values()) + list(self._ephemeral.values())
+            sessions = [*self._sessions.values(), *self._ephemeral.values(), *self._uncut.values()]
             self._sessions.clear()
             self._ephemeral.clear()
+            self._uncut.clear()
         errors = []
         for session in sessions:
             try:
                 self._remove_container(session.container_id)
             except Exception as exc:  # keep going: remove the others
                 errors.append(f"{session.container_name}: {exc}")
+                with self._lock:  # still there: still a holder
+                    self._uncut[session.container_id] = session
+        for key in {session.key for session in sessions}:
+            self._sync_record(key)
         if errors:
             raise RuntimeError("could not remove some containers: " + "; ".join(errors))
 
@@ -743,6 +960,7 @@ class SandboxManager:
                 except Exception:
                     log.exception("reaper: could not remove %s", session.container_name)
                     continue
+                self._sync_record(session.key)
                 log.info("reaped idle sandbox %s", session.container_name)
                 reaped.append(session.key)
         return reaped
@@ -757,22 +975,7 @@ class SandboxManager:
             if self._reaper is not None and self._reaper.is_alive():
                 return
             self._reaper_stop = threading.Event()
-            stop = self._reaper_stop
-            ref = weakref.ref(self)
-
-            def loop() -> None:
-                while not stop.wait(interval):
-                    manager = ref()
-                    if manager is None:
-                        return
-                    try:
-                        manager.reap_idle()
-                    except Exception:
-                        log.exception("sandbox reaper failed")
-                    del manager
-
-            self._reaper = threading.Thread(target=loop, name="sandbox-reaper", daemon=True)
-            self._reaper.start()
+            self._reaper = self._periodic("sandbox-reaper", interval, self._reaper_stop, _reap_once)
 
     def stop_reaper(self) -> None:
         with self._lock:

@@ -7,6 +7,7 @@ container some live process still uses.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import time
@@ -36,12 +37,34 @@ def validate_ids(user_id: object, session_id: object) -> tuple[str, str]:
 
 
 def container_name(prefix: str, user_id: str, session_id: str, *, ephemeral: bool = False) -> str:
-    """``<prefix>-<user>-<session>`` plus ``-<uuid8>`` for ephemeral containers."""
+    """``<prefix>-<user>-<session>``, plus ``-<hash12>`` when an id contains
+    ``-``, plus ``-<uuid8>`` for ephemeral containers.
+
+    Ids may contain ``-``, so ``alice-x``/``s`` and ``alice``/``x-s`` would
+    both read ``alice-x-s``: one user's session would be refused, or its
+    container taken for the other's stale one. The hash (of the exact pair)
+    tells such pairs apart: after the prefix a name without hash has one ``-``
+    (two when ephemeral) and a name with one has at least three; a hashed
+    persistent name ends in 12 hex digits, an ephemeral one in ``-<8 hex>``;
+    two pairs split from the same text differ in their hash (48 bits; the
+    other splits of one pair's text are few and fixed, so no search finds
+    one). Should two names still meet, the manager checks the labels and
+    never takes another pair's container.
+    Names of ids without ``-`` are the same as before.
+    """
     user_id, session_id = validate_ids(user_id, session_id)
     name = f"{prefix}-{user_id}-{session_id}"
+    if "-" in user_id or "-" in session_id:
+        name += f"-{pair_hash(user_id, session_id)}"
     if ephemeral:
         name += f"-{uuid.uuid4().hex[:8]}"
     return name
+
+
+def pair_hash(user_id: str, session_id: str) -> str:
+    """12 hex digits of the exact ``(user_id, session_id)`` pair (``/`` is in
+    neither id, so the joined text names one pair only)."""
+    return hashlib.sha256(f"{user_id}/{session_id}".encode()).hexdigest()[:12]
 
 
 # ---------------------------------------------------------------- owner identity

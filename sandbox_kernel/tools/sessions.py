@@ -467,6 +467,8 @@ class SessionRegistry:
                     ).state.network_mode,
                 ),
                 shared_workspace=True,
+                # its own watcher cuts held containers as often as the registry's looks
+                privacy_poll_interval=max(self.config.privacy_poll_interval, 0.0),
             )
         return self._docker
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ except ImportError:  # the SDK comes with sandbox_kernel[docker]
 from daemon_refusals import DaemonGoneAway, DaemonRefusingDisconnect
 
 from sandbox_kernel.docker import TIMEOUT_EXIT_CODE, SandboxManager
+from sandbox_kernel.docker.names import LABEL_OWNER_PID, LABEL_OWNER_START, container_labels, container_name
 from sandbox_kernel.privacy.modes import NetworkMode
 
 
@@ -36,6 +38,14 @@ def _gone(client: Any, container_id: str) -> bool:
     except docker.errors.NotFound:
         return True
     return False
+
+
+def _without_watcher(make_manager: Any, **manager_kwargs: Any) -> SandboxManager:
+    """A manager whose own watcher is off: the tests using it flip the mode and
+    look at what the next command (or an explicit enforce_network) does, which
+    the watcher's cut, 0.25 s later at most, would otherwise race."""
+    manager: SandboxManager = make_manager(manager_kwargs={"privacy_poll_interval": 0, **manager_kwargs})
+    return manager
 
 
 def _interfaces(manager: SandboxManager, ids: tuple[str, str], persistent: bool) -> list[str]:
@@ -178,8 +188,9 @@ def test_persistent_reused_then_closed(
 
 
 def test_ratchet_recreates_without_network(
-    manager: SandboxManager, docker_client: Any, ids: tuple[str, str], mode_switch: Any
+    make_manager: Any, docker_client: Any, ids: tuple[str, str], mode_switch: Any
 ) -> None:
+    manager = _without_watcher(make_manager)
     user, session = ids
     assert "eth0" in _interfaces(manager, ids, persistent=True)  # FULL: a bridge interface
     old = manager.get_session(user, session)
@@ -212,10 +223,11 @@ def test_ephemeral_and_proxied_get_no_network(manager: SandboxManager, ids: tupl
 
 
 def test_held_ephemeral_session_refused_after_ratchet(
-    manager: SandboxManager, ids: tuple[str, str], mode_switch: Any, list_managed: Any
+    make_manager: Any, ids: tuple[str, str], mode_switch: Any, list_managed: Any
 ) -> None:
     from sandbox_kernel.docker import NetworkModeChanged
 
+    manager = _without_watcher(make_manager)
     with manager.ephemeral_session(*ids) as session:
         assert manager.run_in_session(session, "ls /sys/class/net")[1].split() == ["eth0", "lo"]
         mode_switch.mode = NetworkMode.NONE
@@ -289,6 +301,74 @@ def test_container_killed_from_outside_is_replaced(
     assert manager.execute_command(user, session, "cat /workspace/keep", persistent=True) == (0, "x\n")
     assert manager.get_session(user, session).container_id != old.container_id
     assert _gone(docker_client, old.container_id)
+
+
+# ------------------------------------------------------------ one name, one pair
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def _foreign_container(client: Any, image: str, name: str, user: str, session: str) -> str:
+    """A created (not started) container at ``name``, labelled as the
+    persistent container of ``user``/``session`` whose owner died."""
+    labels = container_labels(user, session, kind="persistent", network="none")
+    labels[LABEL_OWNER_PID] = str(_dead_pid())
+    labels[LABEL_OWNER_START] = ""
+    container = client.containers.create(image, command=["sleep", "infinity"], name=name, labels=labels)
+    return str(container.id)
+
+
+def test_hyphenated_ids_of_two_users_get_their_own_containers(make_manager: Any, ids: tuple[str, str]) -> None:
+    """'alice-x'/'s' and 'alice'/'x-s' once had one container name: the second
+    user's session was refused while the first one's container lived."""
+    manager = make_manager(network_mode=NetworkMode.NONE)
+    user, session = ids
+    first, second = (f"{user}-x", session), (user, f"x-{session}")
+    for pair in (first, second):
+        assert manager.execute_command(*pair, f"echo {pair[0]}/{pair[1]} > /tmp/who", persistent=True)[0] == 0
+    held = [manager.get_session(*pair) for pair in (first, second)]
+    assert held[0].container_id != held[1].container_id
+    assert held[0].container_name != held[1].container_name
+    for pair in (first, second):  # each command ran in its own pair's container
+        assert manager.execute_command(*pair, "cat /tmp/who", persistent=True) == (0, f"{pair[0]}/{pair[1]}\n")
+
+
+def test_a_same_named_container_of_another_session_is_left_alone(
+    manager: SandboxManager, docker_client: Any, test_image: str, ids: tuple[str, str]
+) -> None:
+    """Whatever made it (another prefix, an older naming), a container at this
+    session's name that belongs to another session is neither removed as this
+    session's stale container (its owner is dead) nor used."""
+    user, session = ids
+    name = container_name(manager.prefix, user, session)
+    foreign = _foreign_container(docker_client, test_image, name, f"{user}-x", session)
+    try:
+        with pytest.raises(RuntimeError, match="not the persistent container of session"):
+            manager.get_or_create_session(user, session)
+        assert not _gone(docker_client, foreign)
+        assert manager.get_session(user, session) is None
+    finally:
+        if not _gone(docker_client, foreign):
+            docker_client.api.remove_container(foreign, force=True)
+
+
+def test_a_dead_owners_container_of_this_session_is_still_replaced(
+    manager: SandboxManager, docker_client: Any, test_image: str, ids: tuple[str, str]
+) -> None:
+    user, session = ids
+    name = container_name(manager.prefix, user, session)
+    stale = _foreign_container(docker_client, test_image, name, user, session)
+    try:
+        assert manager.execute_command(user, session, "echo ok", persistent=True) == (0, "ok\n")
+        assert _gone(docker_client, stale)
+        assert manager.get_session(user, session).container_name == name
+    finally:
+        if not _gone(docker_client, stale):
+            docker_client.api.remove_container(stale, force=True)
 
 
 def test_bad_ids_raise_before_any_container(manager: SandboxManager, list_managed: Any) -> None:
@@ -413,8 +493,9 @@ def _networks(client: Any, container_id: str) -> list[str]:
 
 
 def test_the_watchers_cut_disconnects_held_containers_and_they_keep_running(
-    manager: SandboxManager, docker_client: Any, ids: tuple[str, str], mode_switch: Any
+    make_manager: Any, docker_client: Any, ids: tuple[str, str], mode_switch: Any
 ) -> None:
+    manager = _without_watcher(make_manager)
     persistent = manager.get_or_create_session(*ids)
     with manager.ephemeral_session(*ids) as ephemeral:
         assert _networks(docker_client, persistent.container_id) == ["bridge"]
@@ -432,7 +513,7 @@ def test_the_watchers_cut_disconnects_held_containers_and_they_keep_running(
 def test_a_refused_disconnect_removes_the_held_containers_ephemeral_included(
     make_manager: Any, docker_client: Any, ids: tuple[str, str], mode_switch: Any
 ) -> None:
-    manager = make_manager(manager_kwargs={"client": DaemonRefusingDisconnect(docker_client)})
+    manager = _without_watcher(make_manager, client=DaemonRefusingDisconnect(docker_client))
     persistent = manager.get_or_create_session(*ids)
     with manager.ephemeral_session(*ids) as ephemeral:
         mode_switch.mode = NetworkMode.NONE
@@ -462,7 +543,7 @@ def test_a_rise_while_the_daemon_does_not_answer_stops_the_held_containers_from_
     cgroups, and once the daemon is back the session gets a new container
     without network in place of the stopped one (same name)."""
     client = DaemonGoneAway(docker_client)
-    manager = make_manager(manager_kwargs={"client": client})
+    manager = _without_watcher(make_manager, client=client)
     persistent = manager.get_or_create_session(*ids)
     assert manager.execute_command(*ids, "echo kept > /workspace/note", persistent=True)[0] == 0
     with manager.ephemeral_session(*ids) as ephemeral:

@@ -116,3 +116,32 @@ def test_an_interrupt_ends_a_cell_that_stopped_its_holder_and_the_state_comes_ba
     assert "did not stop within 5 s of the interrupt and was killed" in reply["evalue"], reply
     run = kernel.run("print(kept)")
     assert run.status == "ok" and run.stdout == "state\n", (run.reply, run.stderr)
+
+
+def test_a_frame_of_millions_of_tiny_values_is_not_parsed(kernel: SandboxKernelHandle) -> None:
+    """JSON of ``[{},{},...]`` costs the host some 25 times its size once
+    parsed (a 32 MB frame took 890 MB). A frame of more values than the host
+    parses becomes a notice, and the sandbox and its state stay."""
+    assert kernel.run("kept = 'state'").status == "ok"
+    before = _peak_mib(kernel.pid)
+    run = kernel.run(
+        FORGE + "junk = b'[' + b'{},' * ((16 << 20) // 3) + b'{}]'\n"
+        'forge(None, b\'{"type": "stream", "name": "stdout", "text": "forged", "junk": \' + junk + b\'}\')\n'
+        "print('sent')",
+        timeout=120,
+    )
+    assert run.status == "ok", (run.reply, run.stderr)
+    grown = _peak_mib(kernel.pid) - before
+    assert grown < 150, f"the host kernel's peak grew by {grown} MiB"
+    assert run.stdout == "sent\n" and "JSON values from the sandbox was dropped" in run.stderr, run.stderr
+    assert kernel.run("print(kept)").stdout == "state\n"
+
+
+def test_text_full_of_commas_and_brackets_is_still_an_output(kernel: SandboxKernelHandle) -> None:
+    """Only values are counted, not the commas in a string: 3 million of
+    them in a printed CSV are one value."""
+    run = kernel.run("import sys\nsys.stdout.write('1,[2],{3}\\n' * 600_000)", timeout=120)
+    assert run.status == "ok" and run.stdout.count("1,[2],{3}\n") == 600_000, run.stderr[-300:]
+    run = kernel.run("from IPython.display import JSON\ndisplay(JSON({'values': list(range(200_000))}))")
+    bundles = [content["data"] for content in run.of("display_data")]
+    assert bundles and bundles[0]["application/json"]["values"][-1] == 199_999

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from kernel_helpers import SandboxKernelHandle, bwrap_kernel
 
@@ -145,3 +146,39 @@ def test_text_full_of_commas_and_brackets_is_still_an_output(kernel: SandboxKern
     run = kernel.run("from IPython.display import JSON\ndisplay(JSON({'values': list(range(200_000))}))")
     bundles = [content["data"] for content in run.of("display_data")]
     assert bundles and bundles[0]["application/json"]["values"][-1] == 199_999
+
+
+def test_a_sandbox_that_stops_reading_the_host_is_killed_before_the_host_fills_up(
+    kernel: SandboxKernelHandle,
+) -> None:
+    """The cell forges requests the host answers, and reads none of the
+    answers: its holder, relaying them to the cell, stops reading the host,
+    whose unsent bytes grew without end (580 MB for 12 frames in the
+    review). Past the limit the sandbox is killed, and the state comes back."""
+    assert kernel.run("kept = 'state'").status == "ok"
+    time.sleep(2)  # the checkpoint at idle
+    host = psutil.Process(kernel.pid)
+    before = host.memory_info().rss
+    run = kernel.run(
+        FORGE + "import time\n"
+        "request = json.dumps({'type': 'ratchet', 'kind': 'mount', 'name': 'A' * 2000}).encode()\n"
+        "for _ in range(200_000):\n"
+        "    forge(None, request)\n"
+        "time.sleep(60)",
+        timeout=120,
+    )
+    grown = (host.memory_info().rss - before) >> 20
+    assert run.status == "error", run.reply
+    assert "stopped reading what the host sends" in run.reply["evalue"], run.reply
+    assert grown < 200, f"the host kernel grew by {grown} MiB"
+    assert kernel.run("print(kept)").stdout == "state\n"
+
+
+def test_a_refused_ratchet_request_does_not_echo_a_huge_name(tmp_path: Path) -> None:
+    from sandbox_kernel.engine.ratchet import MAX_ERROR_TEXT, Ratchet
+    from sandbox_kernel.privacy import PrivacyStore
+
+    ratchet = Ratchet("alice", "s1", PrivacyStore(tmp_path / "privacy"), workspace=tmp_path)
+    answer = ratchet.handle_request({"kind": "mount", "name": "A" * (8 << 20)})
+    assert answer["ok"] is False and answer["error"].startswith("no private dataset named 'AAA")
+    assert len(answer["error"]) <= MAX_ERROR_TEXT

@@ -32,6 +32,8 @@ SYSTEM_NOTICE = (
     "session. Outbound connections are blocked."
 )
 PRIVATE_ROOT = "/private"
+#: characters of a refused ratchet request's error sent back to the cell
+MAX_ERROR_TEXT = 1000
 #: what to do about a backend that isolates nothing (said in every refusal)
 UNISOLATED_FIX = (
     "Install bubblewrap (package 'bubblewrap') or choose the docker backend "
@@ -245,5 +247,6 @@ class Ratchet:
             self._memo = None
             return {"ok": True, "level": self.state.sensitivity.name, "warning": str(exc)}
         except (ValueError, TypeError) as exc:
-            return {"ok": False, "error": str(exc)}
+            # cut: it quotes what the cell sent (a 48 MB name came back whole)
+            return {"ok": False, "error": str(exc)[:MAX_ERROR_TEXT]}
         return {"ok": True, "level": max(state.sensitivity, self.state.sensitivity).name}

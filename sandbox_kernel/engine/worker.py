@@ -41,6 +41,8 @@ async def wait_then_cancel(tasks: list[asyncio.Future[Any]], timeout: float) -> 
 
 #: bytes of a sandbox's stderr line kept (40 lines are)
 STDERR_LINE_KEPT = 2048
+#: bytes the host holds for a sandbox that does not read them, before it is killed
+WRITE_BUFFER_LIMIT = 128 << 20
 
 
 class WorkerHandle:
@@ -65,6 +67,7 @@ class WorkerHandle:
         #: (``Session._settle``).
         self.abandoned: tuple[str, float | None] | None = None
         self._between: Callable[[dict[str, Any]], None] | None = None
+        self._unread_kill: asyncio.Future[None] | None = None  # see ``send``
         self._queued = 0  # bytes of the frames in ``messages``
         self._sizes: dict[int, int] = {}  # id of a queued frame -> its size
         self._room = asyncio.Event()
@@ -176,12 +179,22 @@ class WorkerHandle:
                 return
 
     def send(self, msg: dict[str, Any]) -> None:
+        """Queue ``msg`` for the sandbox. A sandbox that stops reading (a cell
+        can stop its holder from reading, and forge requests whose answers
+        pile up) would make the host keep every unread byte: past
+        ``WRITE_BUFFER_LIMIT`` the sandbox is killed instead (a cell forging
+        ratchet requests with a 48 MB name held 580 MB of the host)."""
         if self.process.returncode is not None:
             return
         try:
             self.process.stdin.write(encode(msg))
         except (ConnectionError, RuntimeError):
-            pass
+            return
+        waiting = self.process.stdin.transport.get_write_buffer_size()
+        if waiting > WRITE_BUFFER_LIMIT and self.dead_reason is None and self._unread_kill is None:
+            self.dead_reason = f"the sandbox stopped reading what the host sends ({waiting >> 20} MiB waiting)"
+            self.log.error("%s: killing it", self.dead_reason)
+            self._unread_kill = asyncio.ensure_future(self.kill())
 
     async def kill(self) -> None:
         await self.process.kill()

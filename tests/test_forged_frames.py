@@ -10,6 +10,7 @@ taking the host kernel down, or holding hundreds of MB of it).
 
 from __future__ import annotations
 
+import json
 import queue
 import time
 from collections.abc import Iterator
@@ -182,3 +183,51 @@ def test_a_refused_ratchet_request_does_not_echo_a_huge_name(tmp_path: Path) -> 
     answer = ratchet.handle_request({"kind": "mount", "name": "A" * (8 << 20)})
     assert answer["ok"] is False and answer["error"].startswith("no private dataset named 'AAA")
     assert len(answer["error"]) <= MAX_ERROR_TEXT
+
+
+BUDGET = 1_000_000
+
+
+@pytest.fixture
+def budget_kernel(tmp_path: Path) -> Iterator[SandboxKernelHandle]:
+    handle = bwrap_kernel(tmp_path, f"--SandboxKernel.max_output_bytes={BUDGET}")
+    yield handle
+    handle.shutdown()
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        FORGE + "for i in range(20):\n"
+        "    forge({'type': 'display_data', 'data': {'text/plain': 'x'}, 'metadata': {'pad': 'M' * 500_000}})",
+        FORGE + "for i in range(20):\n"
+        "    forge({'type': 'update_display_data', 'data': {'text/plain': 'x'}, 'metadata': {},\n"
+        "           'transient': {'display_id': f'{i}' + 'D' * 500_000}})",
+        FORGE + "for i in range(30):\n"
+        "    forge({'type': 'error', 'ename': 'E', 'evalue': 'V' * 100_000, 'traceback': []})",
+    ],
+    ids=["metadata", "display_id", "evalue"],
+)
+def test_what_goes_beside_an_outputs_data_counts_against_the_budget(
+    budget_kernel: SandboxKernelHandle, code: str
+) -> None:
+    """Only a bundle's data, or an error's traceback, were charged by the
+    host: a cell writing its own frames (the worker charges what IPython
+    sends) sent 300 MB of metadata, display ids or error values past a 10 MB
+    budget. The whole message counts now."""
+    run = budget_kernel.run(code, timeout=120)
+    sent = sum(len(json.dumps(m["content"])) for m in run.messages if m["msg_type"] != "status")
+    assert sent < 1.6 * BUDGET, f"{sent:,} bytes went out for a budget of {BUDGET:,}"
+    assert "output truncated" in run.stderr + json.dumps(run.reply), run.stderr[-500:]
+
+
+def test_clear_output_in_a_loop_is_charged_too(budget_kernel: SandboxKernelHandle) -> None:
+    """A message without data costs the host and the client all the same:
+    200,000 of them kept the host busy for 30 s. Within the budget they
+    pass, as a live plot's redraws do."""
+    run = budget_kernel.run(
+        "from IPython.display import clear_output\nfor _ in range(20_000):\n    clear_output(wait=True)", timeout=120
+    )
+    cleared = len(run.of("clear_output"))
+    assert 1000 < cleared <= BUDGET // 256 + 1, cleared
+    assert budget_kernel.run("from IPython.display import clear_output\nclear_output()").of("clear_output")

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..network import EgressLog, EgressPolicy, EgressProxy
 from ..network.host_addresses import local_addresses
-from ..outputs import OutputLimiter, format_bytes, sanitize_bundle
+from ..outputs import MESSAGE_COST, OutputLimiter, bundle_size, format_bytes, json_size, sanitize_bundle
 from ..outputs.links import defang_text
 from ..outputs.widgets import WIDGET_VIEW_MIME, WidgetComms, WidgetRefused, message_size
 from ..privacy.enforcement import EnforcementRecord, pending_holders
@@ -1497,7 +1497,10 @@ class Session:
                 return
             if kind in (Msg.DISPLAY_DATA, Msg.UPDATE_DISPLAY_DATA, Msg.EXECUTE_RESULT):
                 data = content.get("data")
-                if isinstance(data, Mapping) and not limiter.admit_bundle(data):
+                # what goes beside the data is charged too: metadata and a
+                # display id of a MB each went out uncounted, 300 MB per cell
+                beside = json_size(content.get("metadata")) + json_size(content.get("transient"))
+                if isinstance(data, Mapping) and not limiter.admit_size(bundle_size(data) + beside):
                     return  # over budget: dropped uncleaned, counted for the truncation note
                 view = None
                 if isinstance(data, Mapping) and WIDGET_VIEW_MIME in data:
@@ -1523,7 +1526,8 @@ class Session:
                 emit(kind, {**content, "data": clean.data, "metadata": clean.metadata})
                 return
             if kind == Msg.ERROR:
-                if limiter.admit_bundle({"text/plain": "\n".join(content.get("traceback", []))}):
+                parts = [content.get("ename"), content.get("evalue"), *(content.get("traceback") or [])]
+                if limiter.admit_bundle({"text/plain": "\n".join(str(part) for part in parts)}):
                     if private:
                         content = {
                             **content,
@@ -1534,6 +1538,8 @@ class Session:
                         }
                     emit(kind, content)
                 return
+            if kind == Msg.CLEAR_OUTPUT and not limiter.admit_size(MESSAGE_COST):
+                return  # a message with no data costs the host and the client all the same
             emit(kind, content)
 
         return guarded

@@ -5,15 +5,17 @@ bundle from the worker goes through :func:`sanitize_bundle` before it reaches
 the frontend, and every cell's output through an :class:`OutputLimiter`.
 """
 
-from .limits import OutputLimiter, bundle_size, format_bytes
+from .limits import MESSAGE_COST, OutputLimiter, bundle_size, format_bytes, json_size
 from .sanitize import ALLOWED_MIME_TYPES, SanitizedBundle, is_json_mime, sanitize_bundle
 
 __all__ = [
     "ALLOWED_MIME_TYPES",
+    "MESSAGE_COST",
     "OutputLimiter",
     "SanitizedBundle",
     "bundle_size",
     "format_bytes",
     "is_json_mime",
+    "json_size",
     "sanitize_bundle",
 ]

@@ -151,6 +151,10 @@ class SandboxKernel(Kernel, EngineSettings):
         # restart asked for by the user removes them (do_shutdown), as ipykernel's
         # restart starts afresh.
         self._state_root: Path | None = data / "state" / user / session
+        self._packages_dir = data / "packages" / user / session
+        #: a session no later kernel can name again (no notebook, no session_id:
+        #: nbclient, papermill): its %pip layer goes with its clean shutdown
+        self._throwaway_session = not self.session_id and not os.environ.get("JPY_SESSION_NAME")
         if not self._lock_state(self._state_root):
             self._state_root = None  # another live kernel of the session holds it: no resume here
         resuming = self._state_root is not None and any(
@@ -161,7 +165,7 @@ class SandboxKernel(Kernel, EngineSettings):
                 workspace,
                 egress_log=data / "egress" / user / f"{session}.jsonl",
                 # %pip's layer outlives kernels: restarts and new kernels on the notebook keep it
-                packages_dir=data / "packages" / user / session,
+                packages_dir=self._packages_dir,
                 state_dir=self._state_root / "sandbox" if self._state_root else None,
                 replay_file=self._state_root / "replay.json" if self._state_root else None,
                 widget_modules=frozenset(self.widget_modules) | installed_widget_modules(),
@@ -813,4 +817,8 @@ class SandboxKernel(Kernel, EngineSettings):
             await self.engine.shutdown()
         if self._state_root is not None:
             shutil.rmtree(self._state_root, ignore_errors=True)  # a clean stop: the next kernel starts afresh
+            if self._throwaway_session and not restart:
+                # every papermill run left its layer (what a cell wrote there,
+                # without a cap) in a folder of its own, for good
+                shutil.rmtree(self._packages_dir, ignore_errors=True)
         return {"status": "ok", "restart": restart}

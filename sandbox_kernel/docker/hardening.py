@@ -15,7 +15,8 @@ What every container gets (see docs/docker.md for the why):
 - ``nano_cpus`` CPU quota (clamped to the daemon's CPU count when given)
 - a numeric non-root ``user``; ``init=True`` (docker-init reaps zombies);
   ``ipc_mode="private"``; core dumps off
-- ``network_mode="none"`` unless the effective mode is FULL
+- ``network_mode="none"`` unless the effective mode is FULL, then the
+  sandboxes' own bridge (:func:`join_sandbox_network`), not Docker's default
 - the workspace bind-mounted read-write at ``working_dir``; every other mount
   read-only; nothing under /run or /var/run and never a Docker socket
 - a clean environment: only ``HOME=/tmp`` plus ``config.environment``
@@ -56,13 +57,55 @@ def most_restrictive(*modes: NetworkMode | str) -> NetworkMode:
 
 
 def docker_network(mode: NetworkMode | str) -> str:
-    """The Docker ``network_mode`` for a sandbox network mode.
+    """Whether a sandbox network mode gets a Docker network: "bridge" (which
+    :func:`join_sandbox_network` makes the sandboxes' own) or "none".
 
-    Only FULL gets a network (the default bridge). PROXIED is reserved for an
-    allow-list proxy that does not exist yet, so it gets none, like NONE.
+    Only FULL gets one. PROXIED is reserved for an allow-list proxy that does
+    not exist yet, so it gets none, like NONE.
     """
     mode = coerce_network_mode(mode)
     return "bridge" if mode is NetworkMode.FULL else "none"
+
+
+#: the bridge network every sandbox with a network joins. On Docker's default
+#: bridge every container reaches every other one (inter-container
+#: communication): one user's cell could connect to a server another user's
+#: cell runs. On this one the daemon drops traffic between containers.
+SANDBOX_NETWORK = "sandbox-kernel-full"
+ICC_OPTION = "com.docker.network.bridge.enable_icc"
+
+
+def join_sandbox_network(client: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` (of :func:`build_container_kwargs`) with a network put on
+    :data:`SANDBOX_NETWORK`, made if missing. A network of that name that lets
+    containers reach each other is refused, never used."""
+    if kwargs.get("network_mode") != "bridge":
+        return kwargs
+    import docker
+
+    def ours() -> Any:
+        for network in client.networks.list(names=[SANDBOX_NETWORK]):
+            if network.name == SANDBOX_NETWORK:  # the filter matches parts of names too
+                return network
+        return None
+
+    network = ours()
+    if network is None:
+        try:
+            network = client.networks.create(
+                SANDBOX_NETWORK, driver="bridge", options={ICC_OPTION: "false"}, check_duplicate=True
+            )
+        except docker.errors.APIError as exc:  # another kernel made it meanwhile
+            network = ours()
+            if network is None:
+                raise RuntimeError(f"could not make the Docker network {SANDBOX_NETWORK!r}: {exc}") from exc
+    options = network.attrs.get("Options") or {}
+    if network.attrs.get("Driver") != "bridge" or options.get(ICC_OPTION) != "false":
+        raise RuntimeError(
+            f"the Docker network {SANDBOX_NETWORK!r} exists but lets containers reach each other "
+            f"({ICC_OPTION} is not false): remove it (`docker network rm {SANDBOX_NETWORK}`) and it is made again"
+        )
+    return {**kwargs, "network_mode": SANDBOX_NETWORK}
 
 
 def _is_within(path: str, root: str) -> bool:

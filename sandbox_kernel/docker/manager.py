@@ -49,6 +49,7 @@ from .hardening import (
     build_container_kwargs,
     check_read_only_mounts,
     docker_network,
+    join_sandbox_network,
     most_restrictive,
     prepare_workspace,
     resolve_user,
@@ -486,6 +487,7 @@ class SandboxManager:
             max_cpus=self._daemon_cpus(),
         )
         kwargs["mounts"] += [to_docker_mount(m) for m in (policy_mounts if plan.home_rule else policy_mounts[1:])]
+        kwargs = join_sandbox_network(self.client, kwargs)
         container_id = self._create_and_start(name, kwargs, replace_stale=None if ephemeral else (user_id, session_id))
         try:
             cgroup = container_cgroup(self.client, container_id)

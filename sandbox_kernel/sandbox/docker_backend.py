@@ -472,17 +472,19 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
 
     def _create(self, spec: SandboxSpec) -> tuple[Any, str, str]:
         import docker
+        from sandbox_kernel.docker.hardening import join_sandbox_network
 
         client = self._connect()
         kwargs = self.build_create_kwargs(spec)
         try:
+            kwargs = join_sandbox_network(client, kwargs)
             container = client.containers.create(**kwargs)
         except docker.errors.ImageNotFound as exc:
             raise DockerSandboxError(
                 f"the Docker image {kwargs['image']!r} does not exist on the daemon (nothing is pulled): "
                 "build docker/Dockerfile or set --DockerSandbox.image"
             ) from exc
-        except docker.errors.DockerException as exc:
+        except (docker.errors.DockerException, RuntimeError) as exc:
             raise DockerSandboxError(f"could not create the sandbox container: {exc}") from exc
         return client, container.id, kwargs["name"]
 

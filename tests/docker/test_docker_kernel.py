@@ -20,6 +20,7 @@ import pytest
 from kernel_helpers import SandboxKernelHandle, status_of
 
 from sandbox_kernel.docker.names import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER_PID
+from sandbox_kernel.docker.hardening import ICC_OPTION, SANDBOX_NETWORK
 from sandbox_kernel.privacy import PrivacyStore, PrivateData
 
 MEMORY = "256m"
@@ -213,7 +214,9 @@ def test_docker_inspect_shows_the_hardening(dk: DockerKernel) -> None:
     assert host["Memory"] == 256 * 1024 * 1024 and host["MemorySwap"] == host["Memory"]
     assert host["NanoCpus"] == 1_000_000_000
     assert "size=16777216" in host["Tmpfs"]["/tmp"] and "nosuid" in host["Tmpfs"]["/tmp"]
-    assert host["NetworkMode"] == "bridge"  # a public session: full network, never "host"
+    # a public session: full network on the sandboxes' own bridge, never "host" nor Docker's default
+    assert host["NetworkMode"] == SANDBOX_NETWORK
+    assert dk.client.networks.get(SANDBOX_NETWORK).attrs["Options"][ICC_OPTION] == "false"
     uid, _, gid = info["Config"]["User"].partition(":")
     assert int(uid) != 0 and int(gid) != 0
     mounts = {m["Destination"]: m for m in info["Mounts"]}
@@ -361,7 +364,7 @@ def test_ratchet_replaces_the_container_by_one_without_network(fresh_dk: DockerK
     k = fresh_dk
     assert k.run("kept = 'earlier'\nopen('/workspace/before.txt', 'w').write('public')").status == "ok"
     online = k.container()
-    assert online["HostConfig"]["NetworkMode"] == "bridge"
+    assert online["HostConfig"]["NetworkMode"] == SANDBOX_NETWORK
     assert eval(k.run(IFACES).stdout) != ["lo"]  # interfaces only: no traffic is sent
     run = k.run("%private ledger INTERNAL")  # the cell raising the ratchet is stopped there
     assert run.status == "error" and "stopped at that point" in run.reply["evalue"], run.reply

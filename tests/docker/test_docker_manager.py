@@ -24,6 +24,7 @@ except ImportError:  # the SDK comes with sandbox_kernel[docker]
 from daemon_refusals import DaemonGoneAway, DaemonRefusingDisconnect
 
 from sandbox_kernel.docker import TIMEOUT_EXIT_CODE, SandboxManager
+from sandbox_kernel.docker.hardening import ICC_OPTION, SANDBOX_NETWORK
 from sandbox_kernel.docker.names import LABEL_OWNER_PID, LABEL_OWNER_START, container_labels, container_name
 from sandbox_kernel.privacy.modes import NetworkMode
 
@@ -71,7 +72,7 @@ def test_inspect_shows_hardening(manager: SandboxManager, docker_client: Any, id
     assert host["Init"] is True
     assert host["IpcMode"] == "private"
     assert host["Privileged"] is False
-    assert host["NetworkMode"] == "bridge"
+    assert host["NetworkMode"] == SANDBOX_NETWORK  # not Docker's default bridge: no container reaches another
     assert "/tmp" in host["Tmpfs"] and "size=" in host["Tmpfs"]["/tmp"]
     user = info["Config"]["User"]
     uid, _, gid = user.partition(":")
@@ -498,8 +499,8 @@ def test_the_watchers_cut_disconnects_held_containers_and_they_keep_running(
     manager = _without_watcher(make_manager)
     persistent = manager.get_or_create_session(*ids)
     with manager.ephemeral_session(*ids) as ephemeral:
-        assert _networks(docker_client, persistent.container_id) == ["bridge"]
-        assert _networks(docker_client, ephemeral.container_id) == ["bridge"]
+        assert _networks(docker_client, persistent.container_id) == [SANDBOX_NETWORK]
+        assert _networks(docker_client, ephemeral.container_id) == [SANDBOX_NETWORK]
         assert manager.enforce_network() == []  # still public: nothing cut
         mode_switch.mode = NetworkMode.NONE
         assert sorted(manager.enforce_network()) == sorted([persistent.container_name, ephemeral.container_name])
@@ -561,3 +562,34 @@ def test_a_rise_while_the_daemon_does_not_answer_stops_the_held_containers_from_
     )
     assert manager.get_session(*ids).container_id != persistent.container_id
     assert _gone(docker_client, persistent.container_id)
+
+
+def test_the_sandboxes_network_is_made_without_inter_container_traffic_and_a_lax_one_is_refused(
+    docker_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Docker's default bridge every container reaches every other one:
+    one user's cell could connect to a server in another user's container.
+    Sandboxes join a bridge of their own with inter-container traffic off
+    (checked here by its configuration: tests send nothing to the bridge).
+    A network of that name that allows it is refused, not used."""
+    from sandbox_kernel.docker import hardening
+
+    name = f"sandbox-kernel-test-{os.getpid()}-{time.monotonic_ns()}"
+    monkeypatch.setattr(hardening, "SANDBOX_NETWORK", name)
+    try:
+        kwargs = hardening.join_sandbox_network(docker_client, {"network_mode": "bridge", "image": "x"})
+        assert kwargs == {"network_mode": name, "image": "x"}
+        made = docker_client.networks.get(name)
+        assert made.attrs["Driver"] == "bridge" and made.attrs["Options"][hardening.ICC_OPTION] == "false"
+        # again: the same network, not a second one
+        assert hardening.join_sandbox_network(docker_client, {"network_mode": "bridge"})["network_mode"] == name
+        assert [n.id for n in docker_client.networks.list(names=[name]) if n.name == name] == [made.id]
+        assert hardening.join_sandbox_network(docker_client, {"network_mode": "none"}) == {"network_mode": "none"}
+        made.remove()
+        docker_client.networks.create(name, driver="bridge")  # inter-container traffic on (Docker's default)
+        with pytest.raises(RuntimeError, match="lets containers reach each other"):
+            hardening.join_sandbox_network(docker_client, {"network_mode": "bridge"})
+    finally:
+        for network in docker_client.networks.list(names=[name]):
+            if network.name == name:
+                network.remove()

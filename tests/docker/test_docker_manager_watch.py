@@ -24,6 +24,7 @@ except ImportError:  # the SDK comes with sandbox_kernel[docker]
     pytest.skip("the docker SDK is not installed", allow_module_level=True)
 
 from sandbox_kernel.docker import SandboxManager
+from sandbox_kernel.docker.hardening import ICC_OPTION, SANDBOX_NETWORK
 from sandbox_kernel.privacy.enforcement import enforced_root
 from sandbox_kernel.privacy.modes import NetworkMode
 
@@ -80,7 +81,7 @@ def test_a_rise_with_wait_returns_after_the_held_containers_are_cut(
         persistent = manager.get_session(user, session)
         with manager.ephemeral_session(user, session) as ephemeral:
             held = (persistent.container_id, ephemeral.container_id)
-            assert [_networks(docker_client, c) for c in held] == [["bridge"], ["bridge"]]
+            assert [_networks(docker_client, c) for c in held] == [[SANDBOX_NETWORK], [SANDBOX_NETWORK]]
             time.sleep(0.5)  # the recorder has seen eth0
 
             started = time.monotonic()
@@ -109,7 +110,7 @@ def test_the_watcher_cuts_without_a_command_and_ends_with_the_manager(
     others = frozenset(_watchers())  # other tests' managers, if any are still open
     manager: SandboxManager = make_manager()
     first = manager.get_or_create_session(*ids)
-    assert _networks(docker_client, first.container_id) == ["bridge"]
+    assert _networks(docker_client, first.container_id) == [SANDBOX_NETWORK]
     mode_switch.mode = NetworkMode.NONE
     assert _until(lambda: _networks(docker_client, first.container_id) == [], 2.0)
     assert _until(lambda: _watchers(others) == [], 2.0)  # nothing with a network left to watch
@@ -117,7 +118,7 @@ def test_the_watcher_cuts_without_a_command_and_ends_with_the_manager(
 
     mode_switch.mode = NetworkMode.FULL
     other = manager.get_or_create_session(ids[0], ids[1] + "b")
-    assert _networks(docker_client, other.container_id) == ["bridge"]
+    assert _networks(docker_client, other.container_id) == [SANDBOX_NETWORK]
     assert len(_watchers(others)) == 1
     manager.close_all()
     assert _watchers(others) == []

@@ -29,6 +29,7 @@ except ImportError:  # the SDK comes with sandbox_kernel[docker]
 from kernel_helpers import require_bwrap
 
 from sandbox_kernel.docker import TEST_IMAGE, ContainerConfig, offline_config
+from sandbox_kernel.docker.hardening import SANDBOX_NETWORK
 from sandbox_kernel.privacy import PrivacyStore, PrivateData
 from sandbox_kernel.privacy.modes import NetworkMode
 from sandbox_kernel.tools import (
@@ -149,7 +150,8 @@ async def test_container_is_the_daemons_with_our_labels_and_the_cells_workspace(
         assert labels["sandbox_kernel.kind"] == "ephemeral"
         assert labels["sandbox_kernel.owner_pid"] == str(os.getpid())
         assert (
-            labels["sandbox_kernel.network"] == NetworkMode.FULL.value and info["HostConfig"]["NetworkMode"] == "bridge"
+            labels["sandbox_kernel.network"] == NetworkMode.FULL.value
+            and info["HostConfig"]["NetworkMode"] == SANDBOX_NETWORK
         )
         assert info["Config"]["Image"] == test_image  # ToolsConfig.docker_config reached the manager
         mounts = {m["Destination"]: m for m in info["Mounts"]}

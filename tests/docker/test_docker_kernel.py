@@ -19,8 +19,8 @@ import psutil
 import pytest
 from kernel_helpers import SandboxKernelHandle, status_of
 
-from sandbox_kernel.docker.names import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER_PID
 from sandbox_kernel.docker.hardening import ICC_OPTION, SANDBOX_NETWORK
+from sandbox_kernel.docker.names import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER_PID
 from sandbox_kernel.privacy import PrivacyStore, PrivateData
 
 MEMORY = "256m"

@@ -24,7 +24,7 @@ except ImportError:  # the SDK comes with sandbox_kernel[docker]
 from daemon_refusals import DaemonGoneAway, DaemonRefusingDisconnect
 
 from sandbox_kernel.docker import TIMEOUT_EXIT_CODE, SandboxManager
-from sandbox_kernel.docker.hardening import ICC_OPTION, SANDBOX_NETWORK
+from sandbox_kernel.docker.hardening import SANDBOX_NETWORK
 from sandbox_kernel.docker.names import LABEL_OWNER_PID, LABEL_OWNER_START, container_labels, container_name
 from sandbox_kernel.privacy.modes import NetworkMode
 

@@ -24,7 +24,7 @@ except ImportError:  # the SDK comes with sandbox_kernel[docker]
     pytest.skip("the docker SDK is not installed", allow_module_level=True)
 
 from sandbox_kernel.docker import SandboxManager
-from sandbox_kernel.docker.hardening import ICC_OPTION, SANDBOX_NETWORK
+from sandbox_kernel.docker.hardening import SANDBOX_NETWORK
 from sandbox_kernel.privacy.enforcement import enforced_root
 from sandbox_kernel.privacy.modes import NetworkMode
 

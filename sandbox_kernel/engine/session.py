@@ -1526,7 +1526,9 @@ class Session:
                 emit(kind, {**content, "data": clean.data, "metadata": clean.metadata})
                 return
             if kind == Msg.ERROR:
-                parts = [content.get("ename"), content.get("evalue"), *(content.get("traceback") or [])]
+                traceback = content.get("traceback")
+                lines = traceback if isinstance(traceback, list) else [traceback]
+                parts = [content.get("ename"), content.get("evalue"), *lines]
                 if limiter.admit_bundle({"text/plain": "\n".join(str(part) for part in parts)}):
                     if private:
                         content = {

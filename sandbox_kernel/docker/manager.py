@@ -185,6 +185,12 @@ class SandboxManager:
         a rise made elsewhere cuts it within this time, without a command. 0
         turns the watcher off, for a caller that runs :meth:`enforce_network`
         itself.
+    enforcement_store:
+        the privacy store (its root folder) whose raisers' ``wait=True``
+        waits for this manager's cuts: each session that may hold a container
+        with a network is a holder there, from before the container's mode is
+        read. By default the default store when the getter is the default one
+        (a custom getter's store is its caller's to name).
     """
 
     def __init__(
@@ -201,6 +207,7 @@ class SandboxManager:
         kill_grace: float = 5.0,
         shared_workspace: bool = False,
         privacy_poll_interval: float = 0.25,
+        enforcement_store: str | Path | None = None,
     ) -> None:
         self.config = config if config is not None else ContainerConfig()
         #: the workspaces are also used by sandboxes running as this process's
@@ -215,6 +222,7 @@ class SandboxManager:
             raise ValueError(f"workspace_root {str(root)!r} must be an absolute path")
         self.workspace_root = root
         self._getter: NetworkModeGetter = network_mode_getter or _default_network_mode
+        self._enforcement_store = Path(enforcement_store) if enforcement_store is not None else None
         self._client = client
         self._prefix = validate_prefix(prefix, "prefix") if prefix is not None else None
         self._session_timeout = (
@@ -385,8 +393,11 @@ class SandboxManager:
             return any((key is None or s.key == key) and docker_network(s.network_mode) != "none" for s in held)
 
     def _enforcement_root(self) -> Path | None:
-        """The privacy store the default getter reads (its raisers wait on
-        its records); None for another getter, whose caller reports."""
+        """The privacy store whose raisers wait on this manager's records:
+        the one given, else the default getter's; None for another getter
+        without one, whose caller reports."""
+        if self._enforcement_store is not None:
+            return self._enforcement_store
         if self._getter is not _default_network_mode:
             return None
         from sandbox_kernel.privacy.store import default_store

@@ -467,8 +467,11 @@ class SessionRegistry:
                     ).state.network_mode,
                 ),
                 shared_workspace=True,
-                # its own watcher cuts held containers as often as the registry's looks
+                # its own watcher cuts held containers as often as the registry's
+                # looks, and its records (persistent and ephemeral containers,
+                # from before their mode is read) are what wait=True waits for
                 privacy_poll_interval=max(self.config.privacy_poll_interval, 0.0),
+                enforcement_store=self.config.root() / "privacy",
             )
         return self._docker
 

@@ -122,3 +122,28 @@ def test_the_watcher_cuts_without_a_command_and_ends_with_the_manager(
     assert len(_watchers(others)) == 1
     manager.close_all()
     assert _watchers(others) == []
+
+
+def test_a_given_store_gets_the_records_of_a_custom_getters_containers(
+    make_manager: Any, ids: tuple[str, str], mode_switch: Any, tmp_path: Path
+) -> None:
+    """The tools' registry reads the mode with its own getter: its records
+    were written only after its watcher's first round, and never for an
+    ephemeral container, so a rise right after one started could return from
+    ``wait=True`` before the cut. Given the store, the manager writes them,
+    from before the container's mode is read."""
+    import json
+
+    store = tmp_path / "privacy"
+    manager: SandboxManager = make_manager(manager_kwargs={"enforcement_store": store})
+    records = enforced_root(store) / ids[0] / ids[1]
+    try:
+        with manager.ephemeral_session(*ids):
+            held = [json.loads(p.read_text()) for p in records.glob("*.json")]
+            assert [r["network"] for r in held] == [True] and held[0]["pid"] == os.getpid()
+        assert list(records.glob("*.json")) == []
+        mode_switch.mode = NetworkMode.NONE
+        with manager.ephemeral_session(*ids):  # no network: nothing to wait for
+            assert list(records.glob("*.json")) == []
+    finally:
+        manager.close_all()

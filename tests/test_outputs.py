@@ -439,6 +439,35 @@ def test_markdown_keeps_syntax_while_script_inside_is_gone():
     assert "<script> removed from text/markdown" in r.removed
 
 
+@pytest.mark.parametrize("private", [False, True])
+@pytest.mark.parametrize(
+    "fence",
+    [
+        '~~~x" style="animation:a 1s" onanimationstart="__skRan(1)',
+        '```x" onmouseover="__skRan(1)',
+        '~~~x\\" onmouseover=\\"__skRan(1)',  # escaped quotes, as the parser decodes them
+        "~~~x&quot; onmouseover=&quot;__skRan(1)",  # a character reference
+        '> - ~~~x" onmouseover="__skRan(1)',  # in a quote's list
+    ],
+)
+def test_a_code_fences_language_is_a_plain_name(fence: str, private: bool) -> None:
+    """JupyterLab writes a fence's language unescaped into ``<code
+    class="language-…">`` and shows live outputs as trusted: a label with a
+    quote became an event handler that ran with no click in a plain Lab (an
+    attack review). Only the name is kept; the code stays."""
+    md = f"text\n\n{fence}\nprint('kept')\n{fence.split('x')[0]}\n"
+    out = sanitize_bundle({"text/markdown": md}, private=private).data["text/markdown"]
+    assert "__skRan" not in out and '"' not in out, out
+    assert f"{fence.split('x')[0]}x\nprint('kept')\n" in out, out
+    assert "onmouseover" not in render_markdown(out) and "onanimationstart" not in render_markdown(out)
+
+
+def test_ordinary_code_fences_keep_their_language() -> None:
+    md = "```python\nx = 1\n```\n\n~~~ c++ {.numberLines}\nint x;\n~~~\n\n```\nplain\n```\n"
+    out = sanitize_bundle({"text/markdown": md}).data["text/markdown"]
+    assert out == "```python\nx = 1\n```\n\n~~~c++\nint x;\n~~~\n\n```\nplain\n```\n", out
+
+
 def test_markdown_code_spans_keep_angle_brackets():
     md = "Call `f(<module>)` or `List<int>`; see <b>bold</b>.\n\n```\n<lambda> at 0x1 <function f>\n```\n"
     out = sanitize_bundle({"text/markdown": md}).data["text/markdown"]

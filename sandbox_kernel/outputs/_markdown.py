@@ -567,6 +567,32 @@ def _private_diagrams(s: str, notes: Notes) -> str:
     return _FENCE_INFO.sub(neutral, s) if "mermaid" in s.lower() or "&" in s else s
 
 
+#: what a code fence's language may be: JupyterLab writes it unescaped into
+#: ``<pre><code class="language-…">``
+_LANGUAGE = re.compile(r"[A-Za-z0-9_+.#-]*")
+
+
+def _safe_fence_info(s: str) -> str:
+    """Each fence's info string cut to a plain language name.
+
+    JupyterLab's markdown renderer builds ``<code class="language-{info}">``
+    from the fence's first word without escaping it, and shows a live output
+    as trusted: a tilde fence's ``x" style="animation:a 1s" onanimationstart="…``
+    became an event handler that ran with no click in a Lab without our page
+    policy (an attack review). The word is read as the parser reads it
+    (escapes and character references decoded) and kept up to its first
+    character that is not a name's."""
+
+    def safe(m: re.Match[str]) -> str:
+        info = html.unescape(_ESCAPED_PUNCTUATION.sub(r"\1", m.group(2))).strip()
+        if not info:
+            return m.group(0)
+        word = _LANGUAGE.match(info.split()[0])
+        return m.group(1) + (word.group(0) if word else "")
+
+    return _FENCE_INFO.sub(safe, s) if "```" in s or "~~~" in s else s
+
+
 # ----------------------------------------------------------------------------- entry point
 
 _ASCII_REF = re.compile(r"&(?:#[0-9]{1,8}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?")
@@ -596,7 +622,7 @@ def clean_markdown(text: str, *, private: bool, notes: Notes) -> str:
             parts.append(_MATH_TAG_OPEN.sub(r"\\lt ", text[a:b]))
         else:
             parts.append(cleaner.clean(text, a, b, code=kind == "code"))
-    out = _fix_links("".join(parts), notes, private=private)
+    out = _safe_fence_info(_fix_links("".join(parts), notes, private=private))
     if private:
         out = _private_images(out, notes)
         out = _private_diagrams(out, notes)

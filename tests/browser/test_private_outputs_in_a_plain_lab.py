@@ -39,7 +39,7 @@ tricks, markdown, a JavaScript output, widgets, an Output widget, a display
 update, the pager) calls the page's probe when it runs; what a click would
 run is looked for in the page (handler attributes, ``javascript:``
 addresses). The control is the same plain Lab with the output policy off
-(``trust_outputs``), where 16 of them run.
+(``trust_outputs``), where 17 of them run.
 """
 
 from __future__ import annotations
@@ -149,6 +149,12 @@ SCRIPT_BATTERY: list[tuple[str, str, str]] = [
     ("mxss-textarea", "text/html", "<textarea><img src=x onerror=__skRan('mxss-textarea')></textarea>"),
     ("markdown-html", "text/markdown", '**report** <img src="x" onerror="__skRan(\'markdown-html\')">'),
     ("markdown-script", "text/markdown", "text\n\n<script>__skRan('markdown-script')</script>\n"),
+    (  # a code fence's language, which Lab writes unescaped into the code element's class
+        "markdown-fence",
+        "text/markdown",
+        "<style>@keyframes skfence{from{opacity:.99}to{opacity:1}}</style>\n\n"
+        "~~~x\" style=\"animation:skfence 1s\" onanimationstart=\"__skRan('markdown-fence')\nprint('kept')\n~~~\n",
+    ),
     ("javascript-output", "application/javascript", "__skRan('javascript-output')"),
     (
         "svg-output",
@@ -478,6 +484,7 @@ LIVE_SCRIPTS = {
     "mxss-svg-style",
     "markdown-html",
     "markdown-script",
+    "markdown-fence",
     "javascript-output",
     "output-widget",
     "update-display",

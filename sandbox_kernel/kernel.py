@@ -680,7 +680,10 @@ class SandboxKernel(Kernel, EngineSettings):
         except Exception as exc:
             self.log.warning("completion failed: %s", exc)
             reply = {}
-        matches = [plain_text(m, 1000) for m in reply.get("matches", []) if isinstance(m, str)][:10_000]
+        found = reply.get("matches")  # from the sandbox: any JSON at all
+        matches = [plain_text(m, 1000) for m in (found if isinstance(found, list) else []) if isinstance(m, str)][
+            :10_000
+        ]
         start, end = reply.get("cursor_start"), reply.get("cursor_end")
         return {
             "status": "ok",

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from kernel_helpers import SandboxKernelHandle, bwrap_kernel
+from kernel_helpers import SandboxKernelHandle, bwrap_kernel, iopub_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -231,3 +231,81 @@ def test_clear_output_in_a_loop_is_charged_too(budget_kernel: SandboxKernelHandl
     cleared = len(run.of("clear_output"))
     assert 1000 < cleared <= BUDGET // 256 + 1, cleared
     assert budget_kernel.run("from IPython.display import clear_output\nclear_output()").of("clear_output")
+
+
+def test_output_sent_under_earlier_cells_shares_one_more_budget(budget_kernel: SandboxKernelHandle) -> None:
+    """An asyncio task prints under the cell that made it, so a frame may
+    name any of the 32 recent parents, each with its own budget: one cell
+    spent them all (9 MB for a 1 MB budget with 8 earlier cells). What goes
+    to another cell's output is charged to one more budget as well."""
+    budget_kernel.run("parents = []")
+    for _ in range(8):
+        run = budget_kernel.run(
+            "import sys\nparents.append(sys.modules['sandbox_kernel_worker.streams'].writer_parent())"
+        )
+        assert run.status == "ok", run.reply
+    msg_id = budget_kernel.kc.execute(
+        FORGE + "chunk = 'A' * 200_000\n"
+        "for parent in parents + [sys.modules['sandbox_kernel_worker.streams'].writer_parent()]:\n"
+        "    for _ in range(5):\n"
+        "        forge({'type': 'stream', 'name': 'stdout', 'text': chunk, 'parent': parent})\n"
+        "print('sent')"
+    )
+    messages = iopub_until(
+        budget_kernel.kc,
+        lambda got: any(
+            m["parent_header"].get("msg_id") == msg_id
+            and m["msg_type"] == "status"
+            and m["content"]["execution_state"] == "idle"
+            for m in got
+        ),
+        timeout=120,
+    )
+    published = sum(
+        len(m["content"]["text"]) for m in messages if m["msg_type"] == "stream" and m["content"]["name"] == "stdout"
+    )
+    routed = sum(
+        len(m["content"]["text"])
+        for m in messages
+        if m["msg_type"] == "stream" and m["parent_header"].get("msg_id") != msg_id
+    )
+    assert 0 < routed <= BUDGET + 200_000, routed  # the earlier cells still get output, within one budget
+    assert published <= 2 * BUDGET + 400_000, f"{published:,} bytes for a budget of {BUDGET:,}"
+
+
+def test_answers_forged_for_the_next_requests_answer_nothing(kernel: SandboxKernelHandle) -> None:
+    """Request ids counted up (x1, x2, ..., q1, ...): a cell queued a DONE
+    for the next cells, which then ended before they ran (one said it dropped
+    10**400 bytes, and every later cell failed formatting the number), and a
+    completion reply whose matches were a number, which got no reply at all.
+    Ids cannot be guessed now, and a number of any size is said."""
+    assert kernel.run("x = 41").status == "ok"
+    forged = kernel.run(
+        FORGE + "import threading, time\n"
+        "def later():\n"
+        "    time.sleep(0.5)\n"
+        "    for i in range(1, 60):\n"
+        "        for kind in 'xq':\n"
+        "            forge({'type': 'done' if kind == 'x' else 'reply', 'id': f'{kind}{i}', 'status': 'ok',\n"
+        "                   'dropped_output': 10**400, 'matches': 5, 'cursor_start': 0, 'cursor_end': 0})\n"
+        "threading.Thread(target=later).start()\n"
+        "print('armed')"
+    )
+    assert forged.status == "ok" and forged.stdout == "armed\n", forged.reply
+    time.sleep(1.5)
+    run = kernel.run("print(x + 1)")
+    assert run.status == "ok" and run.stdout == "42\n", (run.reply, run.stderr)
+    msg_id = kernel.kc.complete("pri", 3)
+    reply = kernel.kc.get_shell_msg(timeout=30)
+    assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["status"] == "ok"
+    assert "print" in reply["content"]["matches"], reply["content"]
+    assert kernel.run("print(x + 2)").stdout == "43\n"
+
+
+def test_a_huge_dropped_count_is_said_not_raised() -> None:
+    from sandbox_kernel.outputs import OutputLimiter, format_bytes
+
+    assert format_bytes(10**400).endswith(" MB")
+    limiter = OutputLimiter(1000)
+    limiter.discarded = 1 << 50
+    assert "output truncated" in (limiter.truncation_note() or "")

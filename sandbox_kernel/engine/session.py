@@ -16,6 +16,7 @@ import itertools
 import json
 import logging
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -59,6 +60,9 @@ QUERY_WAIT = 30.0
 #: how long a cell the worker was told to kill may take to end before the
 #: whole sandbox is (its holder does not read the channel: stopped by the cell)
 KILLED_CELL_WAIT = 5.0
+#: the most output a worker's DONE may say it dropped (more is a forged number:
+#: 10**400 made every later cell fail formatting it)
+MAX_DROPPED_SAID = 1 << 50
 #: what ``input()`` in the sandbox reads when nobody can answer: end of file
 EOF = "\x04"
 #: before the one retry of a start that failed in a transient way
@@ -178,6 +182,9 @@ class Session:
         #: the output of recent requests by their parent's msg_id: a frame a
         #: task of an earlier cell sent names its cell (``_forward``)
         self._recent_emits: OrderedDict[str, Emit] = OrderedDict()
+        #: output sent under an earlier request's parent since the last request
+        #: began: charged here too (``_forward``)
+        self._routed = OutputLimiter(self.config.max_output_bytes)
         #: where output sent between requests goes (``_forward_between_requests``)
         self._between: Callable[[dict[str, Any]], None] | None = None
         self._kill_reason: str | None = None
@@ -677,7 +684,7 @@ class Session:
         except (UnsafeFileError, OSError, ValueError) as exc:
             self.log.error("ignoring the checkpoint manifest: %s", exc)
         path = f"{self._visible(self.state_dir, IN_STATE)}/checkpoint.bin" if manifest else None
-        rid = f"r{next(self._ids)}"
+        rid = self._new_id("r")
         worker.send(
             {
                 "op": Op.RESTORE,
@@ -756,7 +763,7 @@ class Session:
             self._checkpoint_handle.cancel()
             self._checkpoint_handle = None
         if self.worker is not None and self.worker.alive and await self._settle(self.worker, CHECKPOINT_WAIT):
-            rid = f"c{next(self._ids)}"
+            rid = self._new_id("c")
             self.worker.send(
                 {
                     "op": Op.CHECKPOINT,
@@ -1008,7 +1015,7 @@ class Session:
         """Run one request of user code (a cell, a widget message) to its end:
         its DONE, and the whole-sandbox caps it reached (each said in its output)."""
         caps_mark = worker.process.caps_mark()
-        rid = f"x{next(self._ids)}"
+        rid = self._new_id("x")
         self._running = rid
         self._kill_reason = None
         self._replace_reason = None
@@ -1018,6 +1025,7 @@ class Session:
         worker.stop_forwarding()  # output from here on is this request's
         silent = bool(request.get("silent"))
         parent_id = request.get("parent_id")
+        self._routed = OutputLimiter(self.config.max_output_bytes)
         if isinstance(parent_id, str) and parent_id and not silent:
             self._recent_emits[parent_id] = guarded
             self._recent_emits.move_to_end(parent_id)
@@ -1038,7 +1046,8 @@ class Session:
                 worker.forward_between(self._between)
         dropped = done.get("dropped_output")
         if isinstance(dropped, int) and dropped > 0:
-            limiter.discarded += dropped  # what the worker did not even send
+            # what the worker did not even send (at most what a frame can say)
+            limiter.discarded += min(dropped, MAX_DROPPED_SAID)
         note = limiter.truncation_note()
         if note:
             emit("stream", {"name": "stderr", "text": f"\n{note}\n"})
@@ -1195,7 +1204,7 @@ class Session:
     async def _query(self, msg: dict[str, Any]) -> dict[str, Any]:
         async with self._lock:
             worker = await self._ensure_worker(None, QUERY_WAIT)
-            rid = f"q{next(self._ids)}"
+            rid = self._new_id("q")
             worker.send({**msg, "id": rid})
             done = await self._await_done(worker, rid, emit=None, timeout=QUERY_WAIT)
             done.pop("type", None)
@@ -1238,6 +1247,13 @@ class Session:
         loop.call_later(self.config.interrupt_grace, escalate)
 
     # ---- internals --------------------------------------------------------------------
+    def _new_id(self, kind: str) -> str:
+        """A request's id, which the sandbox cannot guess before it is sent:
+        a cell can write frames of its own, and a DONE it queued for the next
+        ids ended later cells before they ran (their history, replay log and
+        checkpoint skipped)."""
+        return f"{kind}{next(self._ids)}-{secrets.token_hex(6)}"
+
     async def _await_done(
         self,
         worker: WorkerHandle,
@@ -1441,10 +1457,17 @@ class Session:
         the earlier request the frame names: an asyncio task prints under the
         cell that created it, as in ipykernel. Only this session's recent
         requests can be named (what any other name says is ignored), and each
-        keeps its own output budget."""
+        keeps its own output budget. What goes to another request's output is
+        charged to one more budget, shared by all of them until the next
+        request begins: any cell can name any of the 32 recent parents, and
+        one cell spent all their budgets (330 MB by default; an attack review)."""
         parent = msg.get("parent")
         if isinstance(parent, str) and parent:
-            emit = self._recent_emits.get(parent, emit)
+            routed = self._recent_emits.get(parent)
+            if routed is not None and routed is not emit:
+                if not self._routed.admit_size(json_size(msg)):
+                    return
+                emit = routed
         kind = msg.get("type")
         if kind == Msg.STREAM:
             name, text = msg.get("name"), msg.get("text")

@@ -20,6 +20,8 @@ def format_bytes(n: int) -> str:
         return f"{n} bytes"
     if n < 1024 * 1024:
         return f"{n / 1024:.1f} KB"
+    if n >= 1 << 60:  # any int says a size: beyond floats, whole MB
+        return f"{n >> 20:,} MB"
     return f"{n / (1024 * 1024):.1f} MB"
 
 

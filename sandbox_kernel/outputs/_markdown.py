@@ -580,15 +580,17 @@ def _safe_fence_info(s: str) -> str:
     as trusted: a tilde fence's ``x" style="animation:a 1s" onanimationstart="…``
     became an event handler that ran with no click in a Lab without our page
     policy (an attack review). The word is read as the parser reads it
-    (escapes and character references decoded) and kept up to its first
-    character that is not a name's."""
+    (escapes and character references decoded); one that is not a plain name
+    is cut at its first character that is not a name's (the rest of the
+    info string, which the renderer ignores, goes with it)."""
 
     def safe(m: re.Match[str]) -> str:
-        info = html.unescape(_ESCAPED_PUNCTUATION.sub(r"\1", m.group(2))).strip()
+        info = html.unescape(_ESCAPED_PUNCTUATION.sub(r"\1", m.group(2))).split()
         if not info:
             return m.group(0)
-        word = _LANGUAGE.match(info.split()[0])
-        return m.group(1) + (word.group(0) if word else "")
+        word = _LANGUAGE.match(info[0])
+        name = word.group(0) if word else ""
+        return m.group(0) if name == info[0] else m.group(1) + name  # a plain name is left as written
 
     return _FENCE_INFO.sub(safe, s) if "```" in s or "~~~" in s else s
 

@@ -448,6 +448,7 @@ def test_markdown_keeps_syntax_while_script_inside_is_gone():
         '~~~x\\" onmouseover=\\"__skRan(1)',  # escaped quotes, as the parser decodes them
         "~~~x&quot; onmouseover=&quot;__skRan(1)",  # a character reference
         '> - ~~~x" onmouseover="__skRan(1)',  # in a quote's list
+        '~~~x\x1c" onmouseover="__skRan(1)',  # a separator Python splits words at, JavaScript does not
     ],
 )
 def test_a_code_fences_language_is_a_plain_name(fence: str, private: bool) -> None:

@@ -570,6 +570,10 @@ def _private_diagrams(s: str, notes: Notes) -> str:
 #: what a code fence's language may be: JupyterLab writes it unescaped into
 #: ``<pre><code class="language-…">``
 _LANGUAGE = re.compile(r"[A-Za-z0-9_+.#-]*")
+#: the language as marked takes it: up to JavaScript's whitespace (``\s``), not
+#: Python's (which also splits at \x1c-\x1f, where JavaScript reads on)
+_JS_SPACE = "\t\n\x0b\x0c\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+_JS_WORD = re.compile(f"[{_JS_SPACE}]*([^{_JS_SPACE}]*)")
 
 
 def _safe_fence_info(s: str) -> str:
@@ -585,12 +589,13 @@ def _safe_fence_info(s: str) -> str:
     info string, which the renderer ignores, goes with it)."""
 
     def safe(m: re.Match[str]) -> str:
-        info = html.unescape(_ESCAPED_PUNCTUATION.sub(r"\1", m.group(2))).split()
-        if not info:
+        first = _JS_WORD.match(html.unescape(_ESCAPED_PUNCTUATION.sub(r"\1", m.group(2))))
+        word = first.group(1) if first else ""
+        if not word:
             return m.group(0)
-        word = _LANGUAGE.match(info[0])
-        name = word.group(0) if word else ""
-        return m.group(0) if name == info[0] else m.group(1) + name  # a plain name is left as written
+        name = _LANGUAGE.match(word)
+        plain = name.group(0) if name else ""
+        return m.group(0) if plain == word else m.group(1) + plain  # a plain name is left as written
 
     return _FENCE_INFO.sub(safe, s) if "```" in s or "~~~" in s else s
 

@@ -178,6 +178,10 @@ class ToolSession:
         #: engines started for one shell command while no REPL engine is live
         #: (tools/shell.py): watched for rises like ``engine``
         self.command_engines: set[Session] = set()
+        #: the engine ``suspend`` is checkpointing and stopping: the privacy
+        #: watcher still cuts it (a cell's object can make the checkpoint last
+        #: up to 120 s)
+        self.suspending: Session | None = None
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
 
@@ -240,12 +244,16 @@ class ToolSession:
         self.notebook.engine = None
         if engine is None:
             return
+        self.suspending = engine
         try:
             await self.checkpoint(engine)
         except Exception as exc:  # the last background checkpoint is still there
             log.warning("checkpoint before suspending %s/%s failed: %s", self.user_id, self.session_id, exc)
         finally:
-            await engine.shutdown()
+            try:
+                await engine.shutdown()
+            finally:
+                self.suspending = None
 
     def cell_network(self) -> tuple[str, str]:
         """What the cells' sandboxes (and the default shell's) really get: a
@@ -302,6 +310,9 @@ class SessionRegistry:
         self._watcher: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._closing = False
+        #: sessions out of the registry whose sandbox is still being suspended:
+        #: the watcher cuts them too (``_retire``)
+        self._retiring: set[ToolSession] = set()
         self._docker: Any = None
         self._shell_records: dict[tuple[str, str, str], Any] = {}
 
@@ -350,9 +361,20 @@ class SessionRegistry:
                 async with self._lock:
                     if self._sessions.get(session.key) is session:
                         del self._sessions[session.key]
-                await session.suspend()
+                await self._retire(session)
                 expired.append(session.key)
         return expired
+
+    async def _retire(self, session: ToolSession) -> None:
+        """Suspend a session taken out of the registry, still watched: its
+        checkpoint can last up to 120 s (a cell's ``__reduce__`` decides), and
+        a rise meanwhile left its sandbox, and a daemon in it, with network for
+        all of that time, ``wait=True`` timing out (an attack review)."""
+        self._retiring.add(session)
+        try:
+            await session.suspend()
+        finally:
+            self._retiring.discard(session)
 
     def _ensure_reaper(self) -> None:
         if self._reaper is not None and not self._reaper.done():
@@ -389,7 +411,7 @@ class SessionRegistry:
 
         async def watch() -> None:
             try:
-                while self._sessions and not self._closing:
+                while self._sessions or self._retiring:
                     try:
                         await asyncio.wait_for(wake.wait(), self.config.privacy_poll_interval)
                     except asyncio.TimeoutError:
@@ -401,8 +423,8 @@ class SessionRegistry:
                     stop_listening()
 
         async def check() -> None:
-            for session in list(self._sessions.values()):
-                for engine in [session.engine, *session.command_engines]:
+            for session in [*self._sessions.values(), *self._retiring]:
+                for engine in [session.engine, session.suspending, *session.command_engines]:
                     if engine is None:
                         continue
                     try:
@@ -476,28 +498,35 @@ class SessionRegistry:
         return self._docker
 
     async def aclose(self) -> None:
-        """Shut every live session down (checkpointed) and stop the reaper."""
-        # The watcher also ends by itself: a cancellation that lands while it
-        # replaces a sandbox must not leave it polling the sessions closed next.
+        """Shut every live session down (checkpointed) and stop the reaper
+        and the watcher. The sessions are suspended while the watcher still
+        runs (a rise during their checkpoints is cut); it is stopped
+        afterwards, and also ends by itself once no session is left (a
+        cancellation that lands while it replaces a sandbox must not leave it
+        polling)."""
         self._closing = True
-        if self._wake is not None:
-            self._wake.set()
-        for task in (self._reaper, self._watcher):
-            if task is not None:
-                task.cancel()
-                try:
-                    await task
-                except (asyncio.CancelledError, Exception):
-                    pass
-        self._reaper = self._watcher = None
-        for record in self._shell_records.values():
-            record.close()
-        self._shell_records = {}
         async with self._lock:
             sessions, self._sessions = list(self._sessions.values()), {}
-        for session in sessions:
-            async with session.lock:
-                await session.suspend()
+        self._retiring.update(sessions)
+        try:
+            for session in sessions:
+                async with session.lock:
+                    await self._retire(session)
+        finally:
+            self._retiring.difference_update(sessions)
+            if self._wake is not None:
+                self._wake.set()
+            for task in (self._reaper, self._watcher):
+                if task is not None:
+                    task.cancel()
+                    try:
+                        await task
+                    except (asyncio.CancelledError, Exception):
+                        pass
+            self._reaper = self._watcher = None
+            for record in self._shell_records.values():
+                record.close()
+            self._shell_records = {}
         if self._docker is not None:
             await self._docker.aclose_all()
             self._docker = None

@@ -428,3 +428,50 @@ async def test_idle_agent_session_is_cut_without_a_tool_call(registry: SessionRe
     await asyncio.to_thread(PrivateData("alice", "idle", store).add_private_dataset, "crm", "SECRET", "connector", True)
     await asyncio.sleep(0.1)  # the daemon writes every 20 ms
     assert ifaces.read_text() == "['lo']", "wait=True returned while the idle agent sandbox had network"
+
+
+@pytest.mark.parametrize("how", ["expiry", "close"])
+async def test_a_session_being_suspended_is_still_cut(registry: SessionRegistry, data_dir: Path, how: str) -> None:
+    """An idle session's expiry (and the registry's close) takes it out of
+    the registry, then checkpoints it, for as long as a cell's ``__reduce__``
+    makes that last (up to 120 s). The watcher looked only at the registry:
+    a rise meanwhile left the sandbox, and a daemon in it, with network for
+    all of that time (40 s in the review), and ``wait=True`` timed out."""
+    from sandbox_kernel.privacy import PrivacyStore, PrivateData
+
+    registry.config.network = "user"
+    kw = ids(registry, how)
+    r = await repl_execute_cell(
+        "import subprocess, sys, time\n"
+        "d = subprocess.Popen([sys.executable, '-c', '''\n"
+        "import os, socket, time\n"
+        "while True:\n"
+        "    open('/workspace/if.tmp', 'w').write(repr(sorted(n for _, n in socket.if_nameindex())))\n"
+        "    os.replace('/workspace/if.tmp', '/workspace/ifaces')\n"
+        "    time.sleep(0.02)\n"
+        "'''], start_new_session=True)\n"
+        "class Slow:\n"
+        "    def __reduce__(self):\n"
+        "        time.sleep(15)\n"
+        "        return (int, ())\n"
+        "slow = Slow()",
+        **kw,
+    )
+    session = await registry.get("alice", how)
+    ifaces = session.workspace / "ifaces"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not ifaces.exists():
+        await asyncio.sleep(0.05)
+    assert ifaces.read_text() != "['lo']", r.text
+    ending = asyncio.ensure_future(registry.expire_idle(0) if how == "expiry" else registry.aclose())
+    while session.suspending is None:  # out of the registry, checkpointing
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    store = PrivacyStore(data_dir / "privacy")
+    started = time.monotonic()
+    await asyncio.to_thread(PrivateData("alice", how, store).add_private_dataset, "crm", "SECRET", "connector", 10.0)
+    took = time.monotonic() - started
+    await asyncio.sleep(0.1)  # the daemon writes every 20 ms
+    assert ifaces.read_text() == "['lo']", "the sandbox being suspended kept its network"
+    assert took < 5, took
+    await ending

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..outputs import sanitize_bundle
 from ..outputs.links import defang_text
 from ..worker.language import language_info
 
@@ -564,26 +565,37 @@ class Notebook:
             "privacy": {**(privacy or {}), "raised_by": list(self.privacy_events)},
         }
         nb.metadata["sandbox_kernel"] = meta
+        # Outputs were cleaned as the session was when they came: once private,
+        # the file is cleaned as private outputs are (a remote image a public
+        # cell showed would be fetched wherever the export is opened, telling
+        # that the private file was; an attack review).
+        private = bool((privacy or {}).get("private"))
+        text = defang_text if private else _same
         for cell in self.cells:
             out_cells = []
             for o in cell.outputs:
                 if o.output_type == OutputType.STREAM:
-                    out_cells.append(v4.new_output("stream", name=o.name or "stdout", text=o.text or ""))
-                elif o.output_type == OutputType.EXECUTE_RESULT:
-                    out_cells.append(
-                        v4.new_output(
-                            "execute_result",
-                            data=_bundle(o.data),
-                            metadata=o.metadata or {},
-                            execution_count=cell.execution_count,
+                    out_cells.append(v4.new_output("stream", name=o.name or "stdout", text=text(o.text or "")))
+                elif o.output_type in (OutputType.EXECUTE_RESULT, OutputType.DISPLAY_DATA):
+                    data, metadata = _bundle(o.data), o.metadata or {}
+                    if private:
+                        clean = sanitize_bundle(data, metadata, private=True)
+                        data, metadata = _bundle(clean.data), clean.metadata
+                    if o.output_type == OutputType.EXECUTE_RESULT:
+                        out_cells.append(
+                            v4.new_output(
+                                "execute_result", data=data, metadata=metadata, execution_count=cell.execution_count
+                            )
                         )
-                    )
-                elif o.output_type == OutputType.DISPLAY_DATA:
-                    out_cells.append(v4.new_output("display_data", data=_bundle(o.data), metadata=o.metadata or {}))
+                    else:
+                        out_cells.append(v4.new_output("display_data", data=data, metadata=metadata))
                 elif o.output_type == OutputType.ERROR:
                     out_cells.append(
                         v4.new_output(
-                            "error", ename=o.ename or "Error", evalue=o.evalue or "", traceback=list(o.traceback or [])
+                            "error",
+                            ename=text(o.ename or "Error"),
+                            evalue=text(o.evalue or ""),
+                            traceback=[text(line) for line in o.traceback or []],
                         )
                     )
             nb_cell = v4.new_code_cell(source=cell.code, outputs=out_cells, execution_count=cell.execution_count)
@@ -602,6 +614,10 @@ class Notebook:
         path.parent.mkdir(parents=True, exist_ok=True)
         _atomic_write(path, nbformat.writes(nb))
         return path
+
+
+def _same(text: str) -> str:
+    return text
 
 
 def _bundle(data: dict[str, Any] | None) -> dict[str, Any]:

@@ -475,3 +475,32 @@ async def test_a_session_being_suspended_is_still_cut(registry: SessionRegistry,
     assert ifaces.read_text() == "['lo']", "the sandbox being suspended kept its network"
     assert took < 5, took
     await ending
+
+
+async def test_an_export_of_a_private_session_is_cleaned_as_private(registry: SessionRegistry, data_dir: Path) -> None:
+    """Outputs were cleaned as the session was when they came: a remote
+    image a cell showed while public stayed in the export of the session
+    made private, and a Lab without our page policy fetched it when the
+    file was opened (an attack review). Exported once private, they are
+    cleaned as private outputs are."""
+    import json
+
+    kw = ids(registry, "export")
+    r = await repl_execute_cell(
+        "from IPython.display import HTML, Markdown, display\n"
+        "display(HTML('<img src=\"https://tracker.example/open.png\"> <b>kept</b>'))\n"
+        "display(Markdown('![t](https://tracker.example/md.png) text'))\n"
+        "print('see https://tracker.example/printed')",
+        **kw,
+    )
+    public = (await repl_export_ipynb("public.ipynb", **kw)).text
+    session = await registry.get("alice", "export")
+    assert "tracker.example/open.png" in (session.workspace / "public.ipynb").read_text(), public  # public: kept
+    await repl_execute_cell("import sandbox_kernel.private as p\np.add_dataset('crm', 'SECRET')", **kw)
+    await repl_export_ipynb("private.ipynb", **kw)
+    nb = json.loads((session.workspace / "private.ipynb").read_text())
+    assert nb["metadata"]["sandbox_kernel"]["privacy"]["level"] == "SECRET"
+    text = json.dumps([cell["outputs"] for cell in nb["cells"]])  # the code keeps its text, as written
+    assert "tracker.example/open.png" not in text and "tracker.example/md.png" not in text, text[:2000]
+    assert "https://tracker.example/printed" not in text  # text is defanged as a private session's is
+    assert "<b>kept</b>" in text and "text" in text, r.text

@@ -191,6 +191,16 @@ class Cell:
 _SEAM = 16
 
 
+#: output events (stream chunks, displays, updates...) one cell's collector
+#: takes: the budget counts bytes, and a cell's 400,000 one-character outputs
+#: held 210 MiB of the agent's process and stalled its event loop (the privacy
+#: watcher's too) for 25 s at each later save (an attack review)
+MAX_OUTPUT_EVENTS = 20_000
+#: a stream output is joined up to this many characters, then another begins:
+#: each chunk joined copies the text before it
+STREAM_PIECE = 64 * 1024
+
+
 class OutputCollector:
     """Turns the engine's iopub-style events into a cell's outputs."""
 
@@ -201,30 +211,50 @@ class OutputCollector:
         #: chunk by the engine, and a marker split across two chunks is whole
         #: again once they are joined here
         self._private = private
+        self._events = 0
+        #: the outputs of each display id (an update looked through every output)
+        self._displays: dict[str, list[CellOutput]] = {}
+
+    def _clear(self) -> None:
+        self.cell.outputs.clear()
+        self._displays.clear()
 
     def __call__(self, kind: str, content: dict[str, Any]) -> None:
         outputs = self.cell.outputs
         if kind.startswith("comm_"):
             return  # widgets: an agent has no frontend to show them
+        self._events += 1
+        if self._events > MAX_OUTPUT_EVENTS:
+            if self._events == MAX_OUTPUT_EVENTS + 1:
+                note = (
+                    f"[sandbox_kernel] more than {MAX_OUTPUT_EVENTS:,} outputs: the rest of this cell's are dropped\n"
+                )
+                outputs.append(CellOutput(OutputType.STREAM, name="stderr", text=note))
+            return
         if kind == "clear_output":
             if content.get("wait"):
                 self._clear_pending = True
             else:
-                outputs.clear()
+                self._clear()
             return
         if kind == "update_display_data":
             display_id = (content.get("transient") or {}).get("display_id")
-            for out in outputs:
-                if display_id and out.display_id == display_id:
-                    out.data = content.get("data") or {}
-                    out.metadata = content.get("metadata") or {}
+            for out in self._displays.get(display_id, []) if isinstance(display_id, str) else []:
+                out.data = content.get("data") or {}
+                out.metadata = content.get("metadata") or {}
             return
         if self._clear_pending:
-            outputs.clear()
+            self._clear()
             self._clear_pending = False
         if kind == "stream":
             name, text = content.get("name"), content.get("text") or ""
-            if outputs and outputs[-1].output_type == OutputType.STREAM and outputs[-1].name == name:
+            last = outputs[-1] if outputs else None
+            if (
+                last is not None
+                and last.output_type == OutputType.STREAM
+                and last.name == name
+                and len(last.text or "") < STREAM_PIECE
+            ):
                 before = outputs[-1].text or ""
                 if self._private():
                     # only the seam is defanged again (a marker is a few
@@ -237,14 +267,15 @@ class OutputCollector:
                 outputs.append(CellOutput(OutputType.STREAM, name=name, text=text))
         elif kind == "display_data":
             display_id = (content.get("transient") or {}).get("display_id")
-            outputs.append(
-                CellOutput(
-                    OutputType.DISPLAY_DATA,
-                    data=content.get("data") or {},
-                    metadata=content.get("metadata") or {},
-                    display_id=display_id,
-                )
+            shown = CellOutput(
+                OutputType.DISPLAY_DATA,
+                data=content.get("data") or {},
+                metadata=content.get("metadata") or {},
+                display_id=display_id,
             )
+            outputs.append(shown)
+            if isinstance(display_id, str) and display_id:
+                self._displays.setdefault(display_id, []).append(shown)
         elif kind == "execute_result":
             outputs.append(
                 CellOutput(

@@ -504,3 +504,28 @@ async def test_an_export_of_a_private_session_is_cleaned_as_private(registry: Se
     assert "tracker.example/open.png" not in text and "tracker.example/md.png" not in text, text[:2000]
     assert "https://tracker.example/printed" not in text  # text is defanged as a private session's is
     assert "<b>kept</b>" in text and "text" in text, r.text
+
+
+async def test_a_flood_of_tiny_outputs_costs_the_agent_little(registry: SessionRegistry, data_dir: Path) -> None:
+    """The budget counts bytes, and the agent's notebook keeps each output as
+    an object, joins stream text by copying it, and looked through every
+    output at each display update: 400,000 one-character outputs held 210 MiB
+    and stalled the loop (the privacy watcher's too) at each later save
+    (an attack review). A cell keeps at most MAX_OUTPUT_EVENTS outputs."""
+    kw = ids(registry, "flood")
+    r = await repl_execute_cell(
+        "import sys\n"
+        "from IPython.display import display, update_display\n"
+        "for i in range(30_000):\n"
+        "    display(i, display_id=f'd{i % 50}')\n"
+        "    update_display(-i, display_id=f'd{i % 50}')\n"
+        "    (sys.stdout if i % 2 else sys.stderr).write('x')\n"
+        "    sys.stdout.flush(); sys.stderr.flush()",
+        **kw,
+    )
+    cell = (await notebook(registry, "flood")).cells[-1]
+    assert len(cell.outputs) <= 20_000 + 1, len(cell.outputs)  # tools/notebook.py: MAX_OUTPUT_EVENTS
+    assert any("the rest of this cell's are dropped" in (o.text or "") for o in cell.outputs), r.text[-500:]
+    updated = [o for o in cell.outputs if o.display_id == "d49"]
+    assert updated and all(o.data and o.data.get("text/plain", "").startswith("-") for o in updated)
+    assert "2" in (await repl_execute_cell("1 + 1", **kw)).text

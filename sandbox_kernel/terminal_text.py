@@ -62,6 +62,14 @@ _OUTPUT_CONTROLS = re.compile(
 
 _MAY_HOLD_CONTROLS = re.compile("[\x00-\x07\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
+# The bidirectional controls (embeddings, overrides, isolates, marks): in text
+# for an agent, ``invoice_\u202efdp.exe`` is shown as ``invoice_exe.pdf`` by
+# whatever displays the tool's result. Other format characters (the zero-width
+# joiners of emoji and of Indic and Persian text) are kept.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_AGENT_MAY_HOLD = re.compile(f"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f-\x9f{_BIDI}]")
+_AGENT_CONTROLS = re.compile(f"{_OUTPUT_CONTROLS.pattern}|[{_BIDI}]")
+
 
 def _keep_styles(match: re.Match[str]) -> str:
     return match.group("sgr") or match.group("cursor") or ""
@@ -71,10 +79,12 @@ def terminal_safe_output(text: str, keep_colours: bool = True) -> str:
     """``text`` (a cell's output) with colours, text styles, cursor moves and
     erasures kept (unless not ``keep_colours``: text for an agent) and every
     other escape sequence and control character removed (newline, carriage
-    return, tab and backspace kept)."""
-    if not _MAY_HOLD_CONTROLS.search(text):
-        return text
-    return _OUTPUT_CONTROLS.sub(_keep_styles if keep_colours else "", text)
+    return, tab and backspace kept). Without ``keep_colours`` the
+    bidirectional controls (U+202A-U+202E, U+2066-U+2069, U+200E, U+200F,
+    U+061C) go too: nothing but a terminal's own rendering needs them."""
+    if keep_colours:
+        return _OUTPUT_CONTROLS.sub(_keep_styles, text) if _MAY_HOLD_CONTROLS.search(text) else text
+    return _AGENT_CONTROLS.sub("", text) if _AGENT_MAY_HOLD.search(text) else text
 
 
 _DISPLAY_KINDS = frozenset({"display_data", "update_display_data", "execute_result"})

@@ -51,7 +51,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..privacy import default_user_id, validate_id
 from .catalog import CATALOG, ToolSpec, call_tool
 from .errors import ToolFatalError, ToolRetryError, classify
-from .render import ToolResult
+from .render import ToolResult, deliverable
 from .sessions import SESSION_ENV, USER_ENV, SessionRegistry
 
 log = logging.getLogger("sandbox_kernel.tools.mcp")
@@ -64,6 +64,7 @@ INSTRUCTIONS = (
 
 
 def _content(result: ToolResult) -> CallToolResult:
+    result = deliverable(result)  # a bounded number of images, each with a sane header
     blocks: list[Any] = [TextContent(type="text", text=result.text)]
     for mime, data in result.images:
         blocks.append(ImageContent(type="image", data=data, mime_type=mime))

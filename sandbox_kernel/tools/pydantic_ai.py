@@ -52,7 +52,7 @@ from ..sandbox.base import BindMount, SandboxSpec
 from ..sandbox.bwrap import SYSTEM_DIRS, BubblewrapSandbox, python_roots
 from .catalog import CATALOG, ToolSpec, call_tool
 from .errors import FATAL_PREFIX, ToolRetryError
-from .render import ToolResult
+from .render import ToolResult, deliverable
 from .sessions import SessionRegistry, current_identity, get_registry
 from .workspace import workspace_dir
 
@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 
 
 def _out(result: ToolResult) -> Any:
+    result = deliverable(result)  # a bounded number of images, each with a sane header
     if not result.images:
         return result.text
     images = [BinaryContent(data=base64.b64decode(data), media_type=mime) for mime, data in result.images]

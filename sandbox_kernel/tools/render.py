@@ -5,6 +5,16 @@ to get the full text; the full output stays in the notebook. Images are not
 put in the text: they are listed by a placeholder and returned next to the
 text (MCP image content, PydanticAI binary content).
 
+One result is bounded as a whole, not only output by output: a cell that
+printed 2600 outputs of 3999 characters each made one result of 10 MB, and a
+``display(Image)`` loop one of 20,000 images. The outputs of a result share
+:data:`MAX_RESULT_CHARS` (:data:`FULL_RESULT_CHARS` with ``full=True``), at
+most :data:`MAX_IMAGES` images go with it (:data:`FULL_MAX_IMAGES`), and each
+image's header is read first: one that does not parse, or declares more
+pixels than an agent's client should decode, is replaced by a note
+(:mod:`sandbox_kernel.outputs.images`). What is cut or left out is said, with
+how to see more.
+
 Once the session is private (``private=True``) every output's text is
 defanged here, whatever the engine already did: the text of an HTML-only
 output is made here (tags stripped, entities decoded), so ``https&#58;//``
@@ -21,6 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..outputs.images import image_problem
 from ..outputs.links import defang_text
 from ..terminal_text import terminal_safe_output
 from .notebook import Cell, CellOutput, CellState, Notebook, OutputType
@@ -28,6 +39,16 @@ from .notebook import Cell, CellOutput, CellState, Notebook, OutputType
 MAX_OUTPUT_CHARS = 4000
 MAX_CODE_LINES_IN_LIST = 3
 FULL_OUTPUT_CHARS = 200_000
+#: characters of all the outputs of one result (about: labels and notes aside)
+MAX_RESULT_CHARS = 20_000
+FULL_RESULT_CHARS = 500_000
+#: images returned with one result
+MAX_IMAGES = 10
+FULL_MAX_IMAGES = 50
+#: the least of an output's text kept when the result's budget is shared out
+_MIN_SHARE = 200
+#: what an output costs besides its text: its label line and a cut's note
+_BLOCK_OVERHEAD = 150
 
 _TAGS = re.compile(r"<(script|style)\b.*?</\1>|<[^>]+>", re.S | re.I)
 
@@ -41,6 +62,25 @@ class ToolResult:
 
     def __str__(self) -> str:
         return self.text
+
+
+def deliverable(result: ToolResult) -> ToolResult:
+    """``result`` as an adapter may hand it to an agent: at most
+    :data:`FULL_MAX_IMAGES` images, each with a header that parses and a sane
+    size. :func:`render_cell`'s results pass unchanged; this holds any other
+    maker of a ``ToolResult`` to the same rule, at the last point before the
+    images leave (MCP ``ImageContent``, PydanticAI ``BinaryContent``)."""
+    gate = ImageGate(FULL_MAX_IMAGES)
+    for mime, data in result.images:
+        gate.add(mime, data)
+    if len(gate.kept) == len(result.images):
+        return result
+    left = len(result.images) - len(gate.kept)
+    note = (
+        f"\n[{left} image(s) not returned: over {FULL_MAX_IMAGES} in one result, "
+        "or a header that did not parse or declared too many pixels]"
+    )
+    return ToolResult(result.text + note, gate.kept)
 
 
 def strip_ansi(text: str) -> str:
@@ -74,29 +114,98 @@ def bundle_text(data: dict[str, Any] | None) -> str:
     return f"[output of type {kinds}]"
 
 
-def output_text(out: CellOutput, image_counter: list[int], private: bool = False) -> tuple[str, str]:
+class ImageGate:
+    """Numbers the images of one result and decides which go with it: at most
+    ``limit`` (None: none are returned, they are only numbered, as in a
+    notebook's summary), each with a header that parses and a sane size."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.count = 0
+        self.kept: list[tuple[str, str]] = []
+        self.left_out = 0
+        self.refused = 0
+
+    def add(self, mime: str, data: str) -> str:
+        """The placeholder of the next image in the text (with why, when it is not returned)."""
+        self.count += 1
+        tag = f"[image #{self.count}: {mime}"
+        if self.limit is None:
+            return tag + "]"
+        if len(self.kept) >= self.limit:
+            self.left_out += 1
+            return tag + f", left out: over {self.limit} images in one result]"
+        problem = image_problem(mime, data)
+        if problem:
+            self.refused += 1
+            return tag + f", not returned: {problem}]"
+        self.kept.append((mime, data))
+        return tag + "]"
+
+
+def output_text(out: CellOutput, images: ImageGate, private: bool = False) -> tuple[str, str]:
     """(label, text) of one output, defanged when the session is ``private``."""
-    label, text = _output_text(out, image_counter)
+    label, text = _output_text(out, images)
     return label, defang_text(text) if private else text
 
 
-def _output_text(out: CellOutput, image_counter: list[int]) -> tuple[str, str]:
+def _output_text(out: CellOutput, images: ImageGate) -> tuple[str, str]:
     if out.output_type == OutputType.STREAM:
         return (out.name or "stdout", strip_ansi(out.text or ""))
     if out.output_type == OutputType.ERROR:
         tb = "\n".join(strip_ansi(line) for line in out.traceback or [])
-        return ("error", tb or f"{out.ename}: {out.evalue}")
+        # the name and value are any strings a cell chose (an empty traceback shows them)
+        return ("error", tb or strip_ansi(f"{out.ename}: {out.evalue}"))
     if out.images:
-        parts = []
-        for mime, _ in out.images:
-            image_counter[0] += 1
-            parts.append(f"[image #{image_counter[0]}: {mime}]")
+        parts = [images.add(mime, data) for mime, data in out.images]
         alt = (out.data or {}).get("text/plain")
         if isinstance(alt, str):
-            parts.append(alt)
+            parts.append(strip_ansi(alt))
         return ("display" if out.output_type == OutputType.DISPLAY_DATA else "result", "\n".join(parts))
     label = "result" if out.output_type == OutputType.EXECUTE_RESULT else "display"
     return (label, strip_ansi(bundle_text(out.data)))
+
+
+def _share(lengths: list[int], budget: int) -> int:
+    """The largest cap such that the ``lengths`` cut to it add up to at most
+    ``budget`` (short outputs whole, the long ones an equal share of the rest)."""
+    remaining = budget
+    ordered = sorted(lengths)
+    for i, length in enumerate(ordered):
+        share = remaining // (len(ordered) - i)
+        if length > share:
+            return max(share, _MIN_SHARE)
+        remaining -= length
+    return max(ordered, default=0)
+
+
+def _output_blocks(texts: list[tuple[str, str]], per: int, total: int, hint: str) -> list[str]:
+    """Each output as its label line and text, cut to ``per`` characters, and
+    all of them to about ``total``: an equal share for the long ones, and past
+    as many outputs as the budget can show, the middle ones left out (named)."""
+    blocks = [f"--- {label} ---\n{truncate(text, per, hint)}" for label, text in texts]
+    if sum(len(b) + 1 for b in blocks) <= total:
+        return blocks  # the common case, as it always was
+    shown = max(2, total // (_MIN_SHARE + _BLOCK_OVERHEAD))
+    head = list(range(len(texts)))
+    omitted = ""
+    if len(texts) > shown:
+        first, last = (shown + 1) // 2, shown // 2
+        middle = texts[first : len(texts) - last]
+        chars = sum(len(text) for _, text in middle)
+        omitted = (
+            f"[... {len(middle)} outputs ({chars} characters) left out: the result's outputs share "
+            f"{total} characters{'; ' + hint if hint else ''} ...]"
+        )
+        head = list(range(first)) + list(range(len(texts) - last, len(texts)))
+    cap = min(per, _share([len(texts[i][1]) for i in head], total - _BLOCK_OVERHEAD * len(head)))
+    out = []
+    for i in head:
+        label, text = texts[i]
+        out.append(f"--- {label} ---\n{truncate(text, cap, hint)}")
+        if omitted and i == (shown + 1) // 2 - 1:
+            out.append(omitted)
+    return out
 
 
 def render_cell(
@@ -115,15 +224,22 @@ def render_cell(
     lines = [head]
     if show_code:
         lines += ["--- code ---", cell.code]
-    budget = FULL_OUTPUT_CHARS if full else limit
-    images: list[tuple[str, str]] = []
-    counter = [0]
+    per = FULL_OUTPUT_CHARS if full else limit
+    gate = ImageGate(FULL_MAX_IMAGES if full else MAX_IMAGES)
     hint = f"call repl_show_cell({number}, full=True) for the full output"
-    for out in cell.outputs:
-        label, text = output_text(out, counter, private)
-        images += out.images
-        lines.append(f"--- {label} ---")
-        lines.append(truncate(text.rstrip("\n"), budget, "" if full else hint))
+    if full:  # what is still cut can only be seen by the cell writing it to a file
+        hint = "have the cell write it to a file in /workspace and read it in parts"
+    texts = [output_text(out, gate, private) for out in cell.outputs]
+    texts = [(label, text.rstrip("\n")) for label, text in texts]
+    lines += _output_blocks(texts, per, FULL_RESULT_CHARS if full else MAX_RESULT_CHARS, hint)
+    if gate.left_out:
+        see = "" if full else f"repl_show_cell({number}, full=True) returns up to {FULL_MAX_IMAGES}; "
+        lines.append(
+            f"[{gate.left_out} of {gate.count} images left out (at most {gate.limit} a result); "
+            f"{see}save the figures to files in /workspace to see the others]"
+        )
+    if gate.refused:
+        lines.append(f"[{gate.refused} image(s) not returned: their header did not parse or declared too many pixels]")
     if not cell.outputs and cell.state in (CellState.COMPLETED,):
         lines.append("(no output)")
     if cell.state == CellState.IDLE:
@@ -132,7 +248,7 @@ def render_cell(
         p = cell.privacy_raised
         ds = f" (datasets: {', '.join(p.get('datasets') or [])})" if p.get("datasets") else ""
         lines.append(f"--- privacy --- this cell raised the session from {p.get('from')} to {p.get('to')}{ds}")
-    return ToolResult("\n".join(lines), images)
+    return ToolResult("\n".join(lines), gate.kept)
 
 
 def render_notebook(nb: Notebook, header: str = "", private: bool = False) -> str:
@@ -151,11 +267,11 @@ def render_notebook(nb: Notebook, header: str = "", private: bool = False) -> st
         )
         summary = ""
         if cell.state == CellState.ERROR and cell.error is not None:
-            summary = f" -> {cell.error.ename}: {truncate(cell.error.evalue or '', 200)}"
+            summary = strip_ansi(f" -> {cell.error.ename}: {truncate(cell.error.evalue or '', 200)}")
             summary = defang_text(summary) if private else summary
         elif cell.outputs:
-            counter = [0]
-            first = " ".join(output_text(o, counter, private)[1] for o in cell.outputs).strip().replace("\n", " ")
+            numbered = ImageGate(None)
+            first = " ".join(output_text(o, numbered, private)[1] for o in cell.outputs).strip().replace("\n", " ")
             summary = f" -> {truncate(first, 120)}" if first else ""
         lines.append(f"[{i}] ({count}) {cell.state.value.upper()}{summary}\n    {shown}{more}")
     return "\n".join(lines)

@@ -133,6 +133,7 @@ async def sandbox_execute(
                 raise
             except Exception as exc:  # the daemon went away mid-session (requests' errors are OSErrors)
                 raise ToolFatalError(f"Docker failed: {type(exc).__name__}: {exc}") from exc
+            text = terminal_safe_output(text, keep_colours=False)  # as the local shell's: the container wrote it
         else:
             code, text, dropped = await _run_local(session, command, float(timeout))
         # read after the command: a rise during it (or made elsewhere meanwhile) counts

@@ -39,6 +39,23 @@ def _networked(client: Any, container_id: str) -> bool:
     return bool(networks) and bool((info.get("State") or {}).get("Running"))
 
 
+def _session(client: Any, image: str, tmp_path: Path, **config: Any) -> Session:
+    """A public session with a user-mode-like network, on a container through ``client``."""
+    sandbox = DockerSandbox(
+        client=client,
+        image=image,
+        read_only_mounts={"/usr": "/usr"},
+        memory_limit="256m",
+        pids_limit=64,
+        cpu_limit=1.0,
+        tmpfs_size="16m",
+    )
+    workspace = tmp_path / "project" / "ws"
+    workspace.mkdir(parents=True)
+    ratchet = Ratchet("alice", "s1", PrivacyStore(tmp_path / "state" / "privacy"), workspace=workspace)
+    return Session(EngineConfig(workspace=workspace, network="user", **config), sandbox=sandbox, ratchet=ratchet)
+
+
 async def _run(session: Session, code: str, count: int) -> tuple[str, str]:
     emitted: list[tuple[str, dict[str, Any]]] = []
     result = await session.execute(
@@ -51,22 +68,8 @@ async def _run(session: Session, code: str, count: int) -> tuple[str, str]:
 async def test_a_refused_disconnect_removes_the_busy_sandbox_before_its_state_moves(
     docker_client: Any, test_image: str, tmp_path: Path
 ) -> None:
-    sandbox = DockerSandbox(
-        client=DaemonRefusingDisconnect(docker_client),
-        image=test_image,
-        read_only_mounts={"/usr": "/usr"},
-        memory_limit="256m",
-        pids_limit=64,
-        cpu_limit=1.0,
-        tmpfs_size="16m",
-    )
-    workspace = tmp_path / "project" / "ws"
-    workspace.mkdir(parents=True)
-    ratchet = Ratchet("alice", "s1", PrivacyStore(tmp_path / "state" / "privacy"), workspace=workspace)
     # no idle checkpoint: the only one would be taken when the state moves
-    session = Session(
-        EngineConfig(workspace=workspace, network="user", checkpoint_delay=3600), sandbox=sandbox, ratchet=ratchet
-    )
+    session = _session(DaemonRefusingDisconnect(docker_client), test_image, tmp_path, checkpoint_delay=3600)
     try:
         status, text = await _run(
             session,
@@ -113,19 +116,7 @@ async def test_a_rise_while_the_daemon_is_unreachable_still_stops_the_container(
     measured with a second dockerd, SIGKILLed during a busy cell, the
     container's cgroup was gone within a second.)"""
     client = DaemonGoneAway(docker_client)
-    sandbox = DockerSandbox(
-        client=client,
-        image=test_image,
-        read_only_mounts={"/usr": "/usr"},
-        memory_limit="256m",
-        pids_limit=64,
-        cpu_limit=1.0,
-        tmpfs_size="16m",
-    )
-    workspace = tmp_path / "project" / "ws"
-    workspace.mkdir(parents=True)
-    ratchet = Ratchet("alice", "s1", PrivacyStore(tmp_path / "state" / "privacy"), workspace=workspace)
-    session = Session(EngineConfig(workspace=workspace, network="user"), sandbox=sandbox, ratchet=ratchet)
+    session = _session(client, test_image, tmp_path)
     try:
         status, text = await _run(session, "import socket, time\n" + IFACES, 1)
         assert status == "ok", text

@@ -31,6 +31,20 @@ from sandbox_kernel.tools import (
 pytestmark = pytest.mark.asyncio
 
 
+#: a cell leaving a daemon in its sandbox that writes the sandbox's
+#: interfaces to /workspace/ifaces every 20 ms
+IFACE_RECORDER = (
+    "import subprocess, sys\n"
+    "d = subprocess.Popen([sys.executable, '-c', '''\n"
+    "import os, socket, time\n"
+    "while True:\n"
+    "    open('/workspace/if.tmp', 'w').write(repr(sorted(n for _, n in socket.if_nameindex())))\n"
+    "    os.replace('/workspace/if.tmp', '/workspace/ifaces')\n"
+    "    time.sleep(0.02)\n"
+    "'''], start_new_session=True)"
+)
+
+
 def ids(reg: SessionRegistry, session: str = "s1", user: str = "alice") -> dict:
     return {"user_id": user, "session_id": session, "registry": reg}
 
@@ -408,14 +422,7 @@ async def test_idle_agent_session_is_cut_without_a_tool_call(registry: SessionRe
     registry.config.network = "user"  # FULL mode: the cut kills the user-mode network (PROXIED: test_proxied_kernel.py)
     kw = ids(registry, "idle")
     r = await repl_execute_cell(
-        "import subprocess, sys\n"
-        "d = subprocess.Popen([sys.executable, '-c', '''\n"
-        "import os, socket, time\n"
-        "while True:\n"
-        "    open('/workspace/if.tmp', 'w').write(repr(sorted(n for _, n in socket.if_nameindex())))\n"
-        "    os.replace('/workspace/if.tmp', '/workspace/ifaces')\n"
-        "    time.sleep(0.02)\n"
-        "'''], start_new_session=True)",
+        IFACE_RECORDER,
         **kw,
     )
     session = await registry.get("alice", "idle")
@@ -442,14 +449,7 @@ async def test_a_session_being_suspended_is_still_cut(registry: SessionRegistry,
     registry.config.network = "user"
     kw = ids(registry, how)
     r = await repl_execute_cell(
-        "import subprocess, sys, time\n"
-        "d = subprocess.Popen([sys.executable, '-c', '''\n"
-        "import os, socket, time\n"
-        "while True:\n"
-        "    open('/workspace/if.tmp', 'w').write(repr(sorted(n for _, n in socket.if_nameindex())))\n"
-        "    os.replace('/workspace/if.tmp', '/workspace/ifaces')\n"
-        "    time.sleep(0.02)\n"
-        "'''], start_new_session=True)\n"
+        IFACE_RECORDER + "\nimport time\n"
         "class Slow:\n"
         "    def __reduce__(self):\n"
         "        time.sleep(15)\n"

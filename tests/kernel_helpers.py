@@ -147,6 +147,14 @@ def shared_data_kernel(workspace: Path, tmp: Path, data_dir: Path, *args: str) -
     )
 
 
+def peak_mib(pid: int) -> int:
+    """A process's peak resident memory so far (VmHWM), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    raise AssertionError("no VmHWM")
+
+
 def ok(kernel: SandboxKernelHandle, code: str, timeout: float = 30) -> str:
     """The stdout of ``code``, which must succeed within ``timeout`` s."""
     return kernel.stdout_of(code, timeout=timeout)

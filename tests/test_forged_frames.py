@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from kernel_helpers import SandboxKernelHandle, bwrap_kernel, iopub_until
+from kernel_helpers import SandboxKernelHandle, bwrap_kernel, iopub_until, peak_mib
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -40,13 +40,6 @@ def kernel(tmp_path: Path) -> Iterator[SandboxKernelHandle]:
     handle = bwrap_kernel(tmp_path)
     yield handle
     handle.shutdown()
-
-
-def _peak_mib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) // 1024
-    raise AssertionError("no VmHWM")
 
 
 def test_a_burst_of_prompts_does_not_crash_the_kernel_or_garble_its_messages(kernel: SandboxKernelHandle) -> None:
@@ -125,7 +118,7 @@ def test_a_frame_of_millions_of_tiny_values_is_not_parsed(kernel: SandboxKernelH
     parsed (a 32 MB frame took 890 MB). A frame of more values than the host
     parses becomes a notice, and the sandbox and its state stay."""
     assert kernel.run("kept = 'state'").status == "ok"
-    before = _peak_mib(kernel.pid)
+    before = peak_mib(kernel.pid)
     run = kernel.run(
         FORGE + "junk = b'[' + b'{},' * ((16 << 20) // 3) + b'{}]'\n"
         'forge(None, b\'{"type": "stream", "name": "stdout", "text": "forged", "junk": \' + junk + b\'}\')\n'
@@ -133,7 +126,7 @@ def test_a_frame_of_millions_of_tiny_values_is_not_parsed(kernel: SandboxKernelH
         timeout=120,
     )
     assert run.status == "ok", (run.reply, run.stderr)
-    grown = _peak_mib(kernel.pid) - before
+    grown = peak_mib(kernel.pid) - before
     assert grown < 150, f"the host kernel's peak grew by {grown} MiB"
     assert run.stdout == "sent\n" and "JSON values from the sandbox was dropped" in run.stderr, run.stderr
     assert kernel.run("print(kept)").stdout == "state\n"

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from browser.lab_helpers import LabServer, notebook_json, serving
 from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
-from kernel_helpers import SandboxKernelHandle, require_bwrap, shared_data_kernel
+from kernel_helpers import SandboxKernelHandle, peak_mib, require_bwrap, shared_data_kernel
 from tornado.web import HTTPError
 
 from sandbox_kernel import lab_saves
@@ -108,14 +108,6 @@ def _get(server: LabServer, path: str, query: str = "content=1") -> tuple[int, A
         return exc.code, json.loads(exc.read() or b"{}").get("message", "")
 
 
-def _peak_mib(server: LabServer) -> int:
-    """The server process's peak resident memory so far (VmHWM)."""
-    for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) // 1024
-    raise AssertionError("no VmHWM")
-
-
 def _disk_bytes(path: Path) -> int:
     return path.stat().st_blocks * 512
 
@@ -125,7 +117,7 @@ def test_a_huge_file_or_notebook_is_refused_with_its_size_and_the_server_keeps_i
     servers: dict[str, LabServer],
 ) -> None:
     server = servers["guarded"]
-    before = _peak_mib(server)
+    before = peak_mib(server.proc.pid)
     for path, query in (
         ("work/results.csv", "type=file&format=text&content=1"),  # how Lab's editor opens it
         ("work/results.csv", "content=1"),
@@ -135,7 +127,7 @@ def test_a_huge_file_or_notebook_is_refused_with_its_size_and_the_server_keeps_i
         assert status == 403, (path, status, str(message)[:200])
         assert f"{path} is {HUGE:,} bytes" in message and "SandboxContents.max_open_bytes" in message, message
         assert "Download it instead" in message
-    assert _peak_mib(server) - before < 100, (before, _peak_mib(server))
+    assert peak_mib(server.proc.pid) - before < 100, (before, peak_mib(server.proc.pid))
     # the listing and a file's model without its content are as before
     status, listing = _get(server, "work", "content=1")
     assert status == 200 and {"results.csv", "nb.ipynb", "data"} <= {m["name"] for m in listing["content"]}
@@ -159,7 +151,7 @@ def test_larger_than_the_configured_limit_is_refused_smaller_opens_and_the_contr
 @pytest.mark.usefixtures("made")
 def test_a_download_of_a_file_too_large_to_open_is_streamed(servers: dict[str, LabServer]) -> None:
     server = servers["guarded"]
-    before = _peak_mib(server)
+    before = peak_mib(server.proc.pid)
     request = urllib.request.Request(
         f"{server.base_url}/files/work/results.csv?download=1", headers={"Authorization": f"token {server.token}"}
     )
@@ -167,7 +159,7 @@ def test_a_download_of_a_file_too_large_to_open_is_streamed(servers: dict[str, L
         assert int(answer.headers["Content-Length"]) == HUGE
         start = answer.read(8 * 2**20)
     assert start == bytes(8 * 2**20)
-    assert _peak_mib(server) - before < 100
+    assert peak_mib(server.proc.pid) - before < 100
 
 
 def test_duplicating_a_folder_and_checkpointing_keep_holes_as_holes(

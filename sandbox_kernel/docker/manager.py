@@ -143,6 +143,12 @@ def _format_seconds(seconds: float) -> str:
     return text or "0.001"
 
 
+def _join(thread: threading.Thread | None) -> None:
+    """Wait (bounded) for a stopped periodic thread, unless it is the caller."""
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(timeout=10)
+
+
 def _reap_once(manager: SandboxManager) -> bool:
     manager.reap_idle()
     return True
@@ -448,8 +454,7 @@ class SandboxManager:
         with self._lock:
             thread, self._watcher = self._watcher, None
             self._watcher_stop.set()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=10)
+        _join(thread)
 
     def _periodic(
         self, name: str, interval: float, stop: threading.Event, step: Callable[[SandboxManager], bool]
@@ -994,8 +999,7 @@ class SandboxManager:
         with self._lock:
             thread, self._reaper = self._reaper, None
             self._reaper_stop.set()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=10)
+        _join(thread)
 
     # ------------------------------------------------------------ async facade
 

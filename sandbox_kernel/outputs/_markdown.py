@@ -544,6 +544,12 @@ _FENCE_INFO = re.compile(r"(?m)^([ \t>*+\-.)0-9]*(?:`{3,}|~{3,}))([^\n]*)$")
 _ESCAPED_PUNCTUATION = re.compile(r"\\([!-/:-@\[-`{-~])")
 
 
+def _fence_info(m: re.Match[str]) -> str:
+    """A ``_FENCE_INFO`` match's info string as a markdown parser may read it:
+    backslash escapes and character references decoded."""
+    return html.unescape(_ESCAPED_PUNCTUATION.sub(r"\1", m.group(2)))
+
+
 def _private_diagrams(s: str, notes: Notes) -> str:
     """In private sessions a mermaid diagram is shown as its source.
 
@@ -557,8 +563,7 @@ def _private_diagrams(s: str, notes: Notes) -> str:
     ``mermaid…``), so nothing is drawn."""
 
     def neutral(m: re.Match[str]) -> str:
-        # the info string as a markdown parser may read it: escapes and references decoded
-        info = html.unescape(_ESCAPED_PUNCTUATION.sub(r"\1", m.group(2))).strip().lower()
+        info = _fence_info(m).strip().lower()
         if not info.startswith("mermaid"):
             return m.group(0)
         notes.add(f"mermaid diagram shown as its source in {WHERE} ({PRIVATE_REASON})")
@@ -589,7 +594,7 @@ def _safe_fence_info(s: str) -> str:
     info string, which the renderer ignores, goes with it)."""
 
     def safe(m: re.Match[str]) -> str:
-        first = _JS_WORD.match(html.unescape(_ESCAPED_PUNCTUATION.sub(r"\1", m.group(2))))
+        first = _JS_WORD.match(_fence_info(m))
         word = first.group(1) if first else ""
         if not word:
             return m.group(0)

@@ -18,7 +18,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from .. import __version__
 from ..outputs import sanitize_bundle
 from ..outputs.links import defang_text
 from ..worker.language import language_info
+from .frozen_json import freeze_dict, join_frozen, split_frozen, thaw_dict
 
 if TYPE_CHECKING:
     from ..engine import Session
@@ -88,7 +89,8 @@ class CellOutput:
     #: stream: "stdout" | "stderr"
     name: str | None = None
     text: str | None = None
-    #: execute_result / display_data: the (sanitised) MIME bundle
+    #: execute_result / display_data: the (sanitised) MIME bundle; here and in
+    #: ``metadata``, a structured value is kept as its text (``FrozenJson``)
     data: dict[str, Any] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     execution_count: int | None = None
@@ -109,7 +111,15 @@ class CellOutput:
         return bool(self.images)
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if v not in (None, {}) or k == "output_type"}
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("data", "metadata") and value:
+                value, frozen = split_frozen(value)
+                if frozen:
+                    out[f"{f.name}_json"] = frozen
+            if value not in (None, {}):
+                out[f.name] = list(value) if f.name == "traceback" else value
         out["output_type"] = self.output_type.value
         return out
 
@@ -117,11 +127,12 @@ class CellOutput:
     def from_json(cls, raw: Any) -> CellOutput:
         if not isinstance(raw, dict):
             raise ValueError("an output is not an object")
-        kw = {
-            k: raw.get(k)
-            for k in ("name", "text", "data", "execution_count", "display_id", "ename", "evalue", "traceback")
-        }
-        return cls(output_type=OutputType(raw.get("output_type")), metadata=raw.get("metadata") or {}, **kw)
+        kw = {k: raw.get(k) for k in ("name", "text", "execution_count", "display_id", "ename", "evalue", "traceback")}
+        data = (
+            join_frozen(raw.get("data"), raw.get("data_json"), "data") if "data" in raw or "data_json" in raw else None
+        )
+        metadata = join_frozen(raw.get("metadata"), raw.get("metadata_json"), "metadata")
+        return cls(output_type=OutputType(raw.get("output_type")), data=data, metadata=metadata, **kw)
 
 
 @dataclass
@@ -152,7 +163,7 @@ class Cell:
     @property
     def result(self) -> dict[str, Any] | None:
         results = [o for o in self.outputs if o.output_type == OutputType.EXECUTE_RESULT]
-        return results[-1].data if results else None
+        return thaw_dict(results[-1].data) if results else None
 
     @property
     def images(self) -> list[tuple[str, str]]:
@@ -240,8 +251,8 @@ class OutputCollector:
         if kind == "update_display_data":
             display_id = (content.get("transient") or {}).get("display_id")
             for out in self._displays.get(display_id, []) if isinstance(display_id, str) else []:
-                out.data = content.get("data") or {}
-                out.metadata = content.get("metadata") or {}
+                out.data = freeze_dict(content.get("data"))
+                out.metadata = freeze_dict(content.get("metadata"))
             return
         if self._clear_pending:
             self._clear()
@@ -269,8 +280,8 @@ class OutputCollector:
             display_id = (content.get("transient") or {}).get("display_id")
             shown = CellOutput(
                 OutputType.DISPLAY_DATA,
-                data=content.get("data") or {},
-                metadata=content.get("metadata") or {},
+                data=freeze_dict(content.get("data")),
+                metadata=freeze_dict(content.get("metadata")),
                 display_id=display_id,
             )
             outputs.append(shown)
@@ -280,8 +291,8 @@ class OutputCollector:
             outputs.append(
                 CellOutput(
                     OutputType.EXECUTE_RESULT,
-                    data=content.get("data") or {},
-                    metadata=content.get("metadata") or {},
+                    data=freeze_dict(content.get("data")),
+                    metadata=freeze_dict(content.get("metadata")),
                     execution_count=content.get("execution_count"),
                 )
             )
@@ -608,7 +619,7 @@ class Notebook:
                 if o.output_type == OutputType.STREAM:
                     out_cells.append(v4.new_output("stream", name=o.name or "stdout", text=text(o.text or "")))
                 elif o.output_type in (OutputType.EXECUTE_RESULT, OutputType.DISPLAY_DATA):
-                    data, metadata = _bundle(o.data), o.metadata or {}
+                    data, metadata = _bundle(thaw_dict(o.data)), thaw_dict(o.metadata)
                     if private:
                         clean = sanitize_bundle(data, metadata, private=True)
                         data, metadata = _bundle(clean.data), clean.metadata

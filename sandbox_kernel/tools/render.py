@@ -34,6 +34,7 @@ from typing import Any
 from ..outputs.images import image_problem
 from ..outputs.links import defang_text
 from ..terminal_text import terminal_safe_output
+from .frozen_json import FrozenJson
 from .notebook import Cell, CellOutput, CellState, Notebook, OutputType
 
 MAX_OUTPUT_CHARS = 4000
@@ -109,7 +110,12 @@ def bundle_text(data: dict[str, Any] | None) -> str:
     if isinstance(data.get("text/html"), str):
         return html.unescape(_TAGS.sub("", data["text/html"])).strip()
     if "application/json" in data:
-        return json.dumps(data["application/json"], indent=1)[:FULL_OUTPUT_CHARS]
+        value = data["application/json"]
+        if isinstance(value, FrozenJson):
+            if len(value.text) > FULL_OUTPUT_CHARS:
+                return value.text[:FULL_OUTPUT_CHARS]  # (not parsed again to be indented)
+            value = value.thaw()
+        return json.dumps(value, indent=1)[:FULL_OUTPUT_CHARS]
     kinds = ", ".join(sorted(data)) or "empty"
     return f"[output of type {kinds}]"
 

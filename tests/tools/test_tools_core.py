@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from sandbox_kernel.tools import (
     resolve_agent_path,
     sandbox_execute,
 )
+from sandbox_kernel.tools.notebook import Notebook
 
 pytestmark = pytest.mark.asyncio
 
@@ -529,3 +532,52 @@ async def test_a_flood_of_tiny_outputs_costs_the_agent_little(registry: SessionR
     updated = [o for o in cell.outputs if o.display_id == "d49"]
     assert updated and all(o.data and o.data.get("text/plain", "").startswith("-") for o in updated)
     assert "2" in (await repl_execute_cell("1 + 1", **kw)).text
+
+
+def held_bytes(root: object) -> int:
+    """The bytes of every object reachable from ``root`` (each counted once)."""
+    seen: set[int] = set()
+    todo, total = [root], 0
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, type):
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        todo.extend(gc.get_referents(obj))
+    return total
+
+
+async def test_json_outputs_are_kept_as_text(registry: SessionRegistry, data_dir: Path) -> None:
+    """A JSON output parsed is an object per value: a cell's ``[[], [], ...]``
+    displays within the 10 MB output budget held some hundreds of MB of the
+    agent's process (an attack review). The notebook keeps them as text, and
+    gives them back whole to the notebook file, an export and ``result``."""
+    kw = ids(registry, "json")
+    r = await repl_execute_cell(
+        "from IPython.display import display\n"
+        "for i in range(5):\n"
+        "    display({'application/json': [[]] * 300_000, 'text/plain': 'j'}, raw=True,\n"
+        "            metadata={'application/json': {'expanded': [i]}})\n"
+        "{'a': [1, {'b': None}]}",
+        **kw,
+    )
+    nb = await notebook(registry, "json")
+    cell = nb.cells[-1]
+    shown = [o for o in cell.outputs if o.output_type.value == "display_data"]
+    assert len(shown) == 5, r.text[-500:]
+    held = held_bytes(cell.outputs) / (1 << 20)
+    assert held < 30, f"the cell's outputs hold {held:.0f} MiB"  # 1.5 million values: about 100 MiB parsed
+    assert cell.result == {"text/plain": "{'a': [1, {'b': None}]}"}
+    # the notebook file and an export give the values back as JSON
+    stored = json.loads(nb.path.read_text())["cells"][-1]["outputs"][0]
+    assert json.loads(stored["data_json"]["application/json"]) == [[]] * 300_000
+    await repl_export_ipynb("/workspace/json.ipynb", **kw)
+    exported = nbformat.read(data_dir / "workspaces/alice/json/json.ipynb", as_version=4).cells[-1].outputs
+    assert exported[4]["data"]["application/json"] == [[]] * 300_000
+    assert exported[4]["metadata"] == {"application/json": {"expanded": [4]}}
+    assert exported[5]["data"]["text/plain"] == "{'a': [1, {'b': None}]}"
+    # and a tool server started again reads them back as text
+    reloaded = Notebook.load("alice", "json", nb.path)
+    assert held_bytes(reloaded.cells[-1].outputs) / (1 << 20) < 30
+    assert reloaded.to_nbformat().cells[-1].outputs[0]["data"]["application/json"] == [[]] * 300_000

@@ -100,6 +100,26 @@ def test_web_through_the_proxy_and_nothing_else(tmp_path: Path, origin: OriginSe
             "    print(e.errno == 30)"
         )
         assert run.stdout.strip() == "True", (run.stdout, run.stderr)
+        # the socket serves only a connection opening with this session's
+        # secret: another sandbox that can see it (a workspace that was /tmp,
+        # an attack review) gets nothing through it
+        run = k.run(
+            "import os, socket\n"
+            "def ask(opening):\n"
+            "    s = socket.socket(socket.AF_UNIX); s.settimeout(10)\n"
+            "    s.connect(os.environ['SANDBOX_KERNEL_EGRESS_SOCKET'])\n"
+            f"    s.sendall(opening + b'GET http://files.example:{origin.port}/small HTTP/1.1\\r\\n\\r\\n')\n"
+            "    got = b''\n"
+            "    while chunk := s.recv(65536): got += chunk\n"
+            "    return got.split(b'\\r\\n')[0].decode(), got.endswith(b'hello from the origin')\n"
+            "token = os.environ['SANDBOX_KERNEL_EGRESS_TOKEN'].encode()\n"
+            "print(ask(b''))\n"
+            "print(ask(b'SK-EGRESS ' + os.urandom(16).hex().encode() + b'\\r\\n'))\n"
+            "print(ask(b'SK-EGRESS ' + token + b'\\r\\n'))"
+        )
+        lines = run.stdout.strip().splitlines()
+        assert lines[:2] == ["('HTTP/1.1 403 Forbidden', False)"] * 2, (run.stdout, run.stderr)
+        assert lines[2].endswith(" 200 OK', True)"), (run.stdout, run.stderr)
     finally:
         k.shutdown()
 

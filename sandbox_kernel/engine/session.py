@@ -86,7 +86,7 @@ def _transient_start_failure(stderr_tail: Iterable[str]) -> bool:
 #: a one-off command of a PROXIED sandbox: start the forwarder, then exec the command
 FORWARDER_THEN_EXEC = (
     "import os, sys; sys.path.insert(0, %r); import proxy_forward as f; "
-    "s = f.start_from_env(); f.serve(s, os.environ[f.SOCKET_ENV]); "
+    "s = f.start_from_env(); f.serve(s, os.environ[f.SOCKET_ENV], os.environ.get(f.TOKEN_ENV, '')); "
     "pid = os.fork()\n"
     "if pid == 0: os.execvp(sys.argv[1], sys.argv[1:])\n"
     "_, status = os.waitpid(pid, 0); sys.exit(os.waitstatus_to_exitcode(status))"
@@ -370,6 +370,7 @@ class Session:
         if proxied and self.proxy is not None:
             egress_env = {
                 proxy_forward.SOCKET_ENV: f"{IN_EGRESS}/{self.proxy.socket_path.name}",
+                proxy_forward.TOKEN_ENV: self.proxy.token,
                 proxy_forward.PORT_ENV: str(proxy_forward.DEFAULT_PORT),
                 **proxy_forward.proxy_env(proxy_forward.DEFAULT_PORT),
             }

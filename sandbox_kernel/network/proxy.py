@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import ipaddress
 import logging
 import os
 import re
+import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -48,6 +50,8 @@ HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "upgrade"}
 )
 CUT_RULE = "no network: the session holds private data"
+#: a connection that did not open with the proxy's secret: another sandbox's
+FOREIGN_RULE = "refused: this egress proxy serves another sandbox"
 #: what a request's method may be (the log shows it; HTTP methods are short tokens)
 _METHOD = re.compile(r"[A-Z]{1,20}\Z")
 #: the characters a host name may have (IDNA names arrive as xn--)
@@ -104,8 +108,14 @@ class EgressProxy:
         header_timeout: float = 30.0,
         socket_mode: int = 0o666,
         max_connections: int = 256,
+        token: str | None = None,
     ) -> None:
         self.socket_path = Path(socket_path)
+        #: the secret that opens each connection (``proxy_forward.preamble``):
+        #: the socket is reachable by any process of the sandboxes' uid that
+        #: can see the folder, and serves only the sandbox given the secret
+        self.token = token or secrets.token_hex(16)
+        self._preamble = b"SK-EGRESS " + self.token.encode("ascii") + b"\r\n"
         self.policy = policy or EgressPolicy()
         self.log = egress_log or EgressLog()
         self._resolver = resolver or system_resolver
@@ -203,6 +213,8 @@ class EgressProxy:
     async def _serve(
         self, conn: _Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, entry: EgressEntry
     ) -> None:
+        if not await self._opened_by_owner(reader, entry):
+            return
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.header_timeout)
         except asyncio.LimitOverrunError:
@@ -253,6 +265,24 @@ class EgressProxy:
                 await self._relay_response_head(upstream_reader, writer, entry)
 
             await self._pump(reader, writer, upstream_reader, upstream_writer, entry, before_down=relay_head)
+
+    async def _opened_by_owner(self, reader: asyncio.StreamReader, entry: EgressEntry) -> bool:
+        """Whether the connection opens with this proxy's secret (False: it
+        was answered, or the client left before a line)."""
+        try:
+            line = await asyncio.wait_for(reader.readuntil(b"\n"), self.header_timeout)
+        except asyncio.LimitOverrunError:
+            line = b""
+        except asyncio.TimeoutError:
+            raise _BadRequest(408, f"no complete request within {self.header_timeout:g} s") from None
+        except asyncio.IncompleteReadError as exc:
+            if not exc.partial:
+                return False
+            line = b""
+        if hmac.compare_digest(line, self._preamble):
+            return True
+        entry.rule = FOREIGN_RULE
+        raise _BadRequest(403, FOREIGN_RULE)
 
     async def _relay_response_head(
         self, upstream: asyncio.StreamReader, writer: asyncio.StreamWriter, entry: EgressEntry

@@ -1349,7 +1349,9 @@ def main() -> None:
     os.close(read_fd)
     os.close(write_fd)
     if forwarder is not None:
-        proxy_forward.serve(forwarder, os.environ[proxy_forward.SOCKET_ENV])
+        proxy_forward.serve(
+            forwarder, os.environ[proxy_forward.SOCKET_ENV], os.environ.get(proxy_forward.TOKEN_ENV, "")
+        )
     _anchor()
 
 

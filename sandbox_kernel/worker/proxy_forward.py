@@ -17,6 +17,8 @@ import threading
 #: where the host's proxy socket appears inside the sandbox
 SOCKET_ENV = "SANDBOX_KERNEL_EGRESS_SOCKET"
 PORT_ENV = "SANDBOX_KERNEL_EGRESS_PORT"
+#: the session's secret, sent first on each connection (see :func:`preamble`)
+TOKEN_ENV = "SANDBOX_KERNEL_EGRESS_TOKEN"
 DEFAULT_PORT = 3128
 _CHUNK = 256 * 1024
 
@@ -44,8 +46,18 @@ def listen(port: int = DEFAULT_PORT) -> socket.socket:
     return server
 
 
-def serve(server: socket.socket, socket_path: str) -> threading.Thread:
+def preamble(token: str) -> bytes:
+    """The line that opens each connection to the host's proxy. Every
+    session's proxy socket lives under the host's /tmp, and a sandbox that
+    can see another session's socket (a workspace that was /tmp, an attack
+    review) must not reach the internet through it: each proxy serves only
+    the sandbox that holds its secret."""
+    return b"SK-EGRESS " + token.encode("ascii") + b"\r\n"
+
+
+def serve(server: socket.socket, socket_path: str, token: str) -> threading.Thread:
     """Accept connections in a daemon thread; each gets two pump threads."""
+    opening = preamble(token)
 
     def accept_loop() -> None:
         while True:
@@ -53,17 +65,18 @@ def serve(server: socket.socket, socket_path: str) -> threading.Thread:
                 client, _ = server.accept()
             except OSError:
                 return
-            threading.Thread(target=_bridge, args=(client, socket_path), daemon=True).start()
+            threading.Thread(target=_bridge, args=(client, socket_path, opening), daemon=True).start()
 
     thread = threading.Thread(target=accept_loop, name="egress-forwarder", daemon=True)
     thread.start()
     return thread
 
 
-def _bridge(client: socket.socket, socket_path: str) -> None:
+def _bridge(client: socket.socket, socket_path: str, opening: bytes) -> None:
     upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         upstream.connect(socket_path)
+        upstream.sendall(opening)
     except OSError:
         client.close()
         upstream.close()
@@ -101,4 +114,14 @@ def start_from_env() -> socket.socket | None:
     return listen(int(os.environ.get(PORT_ENV, DEFAULT_PORT)))
 
 
-__all__ = ["DEFAULT_PORT", "PORT_ENV", "SOCKET_ENV", "listen", "proxy_env", "serve", "start_from_env"]
+__all__ = [
+    "DEFAULT_PORT",
+    "PORT_ENV",
+    "SOCKET_ENV",
+    "TOKEN_ENV",
+    "listen",
+    "preamble",
+    "proxy_env",
+    "serve",
+    "start_from_env",
+]

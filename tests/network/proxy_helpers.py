@@ -118,10 +118,10 @@ class ProxyThread:
 class Forwarder:
     """The in-sandbox forwarder, here on the host's loopback, port chosen by the kernel."""
 
-    def __init__(self, socket_path: Path) -> None:
+    def __init__(self, socket_path: Path, token: str) -> None:
         self.server = proxy_forward.listen(0)
         self.port = self.server.getsockname()[1]
-        proxy_forward.serve(self.server, str(socket_path))
+        proxy_forward.serve(self.server, str(socket_path), token)
         self.url = f"http://127.0.0.1:{self.port}"
 
     def close(self) -> None:
@@ -157,7 +157,7 @@ def iter_setup(tmp_path: Path) -> Iterator[tuple[OriginServer, ProxyThread, Forw
         "other.example": ["127.0.0.1"],
     }
     proxy = ProxyThread(tmp_path / "egress.sock", policy, overrides)
-    forwarder = Forwarder(tmp_path / "egress.sock")
+    forwarder = Forwarder(tmp_path / "egress.sock", proxy.proxy.token)
     try:
         yield origin, proxy, forwarder
     finally:

@@ -25,7 +25,8 @@ from proxy_helpers import Forwarder, OriginServer, ProxyThread, iter_setup, raw_
 
 from sandbox_kernel.network import EgressEntry, EgressLog, EgressPolicy
 from sandbox_kernel.network.egress_rules import IPAddress
-from sandbox_kernel.network.proxy import CUT_RULE
+from sandbox_kernel.network.proxy import CUT_RULE, FOREIGN_RULE
+from sandbox_kernel.worker import proxy_forward
 
 Setup = tuple[OriginServer, ProxyThread, Forwarder]
 
@@ -255,6 +256,56 @@ def test_a_sandbox_cannot_hold_unbounded_connections(setup: Setup) -> None:
     assert status == 200
 
 
+def unix_request(path: Path, data: bytes) -> bytes:
+    """Send raw bytes straight to the proxy's socket (as a process seeing it does)."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(str(path))
+        sock.sendall(data)
+        chunks = []
+        while data := sock.recv(65536):
+            chunks.append(data)
+    return b"".join(chunks)
+
+
+def test_the_proxy_serves_only_the_sandbox_holding_its_secret(setup: Setup, tmp_path: Path) -> None:
+    """Every session's proxy socket is under the host's /tmp: a sandbox that
+    could see another session's socket sent a private session's data out
+    through it (an attack review, with a workspace that was /tmp). Each
+    connection now opens with the session's secret, which only its own
+    sandbox's environment holds."""
+    origin, proxy, fwd = setup
+    socket_path = tmp_path / "egress.sock"
+    request = f"GET http://files.example:{origin.port}/small HTTP/1.1\r\nHost: files.example\r\n\r\n".encode()
+    connect = f"CONNECT files.example:{origin.port} HTTP/1.1\r\nHost: files.example\r\n\r\n".encode()
+    other = ProxyThread(tmp_path / "other.sock", proxy.proxy.policy, {"files.example": ["127.0.0.1"]})
+    try:
+        assert other.proxy.token != proxy.proxy.token and len(proxy.proxy.token) >= 32
+        refused = [
+            unix_request(socket_path, request),  # no secret
+            unix_request(socket_path, connect),
+            unix_request(socket_path, proxy_forward.preamble(other.proxy.token) + request),  # another session's
+            unix_request(socket_path, proxy_forward.preamble(proxy.proxy.token[:-1]) + request),
+            unix_request(socket_path, proxy_forward.preamble(proxy.proxy.token).rstrip() + b"x\r\n" + request),
+        ]
+        for reply in refused:
+            assert reply.startswith(b"HTTP/1.1 403 ") and FOREIGN_RULE.encode() in reply, reply[:200]
+        ok = unix_request(socket_path, proxy_forward.preamble(proxy.proxy.token) + request)
+        assert ok.startswith(b"HTTP/1.") and ok.endswith(b"hello from the origin")
+        status, body, _ = get(fwd, f"http://files.example:{origin.port}/small")  # its own sandbox's forwarder
+        assert status == 200 and body == b"hello from the origin"
+    finally:
+        other.close()
+    deadline = time.monotonic() + 10  # (logged as each connection closes; repeated refusals are counted)
+    while proxy.log.summary()["allowed"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    entries = proxy.log.tail(10)
+    assert sum(e.get("count", 1) for e in entries if e["rule"] == FOREIGN_RULE) == 5, entries
+    assert proxy.log.summary()["refused"] == 5 and proxy.log.summary()["allowed"] == 2
+
+
 # ---- IP literals against a domain allow list --------------------------------------------
 
 PUBLIC_V4 = "93.184.216.34"
@@ -281,7 +332,7 @@ def diverted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Divert
         return await real_connect([ipaddress.ip_address("127.0.0.1")], port, entry)
 
     monkeypatch.setattr(proxy.proxy, "_connect", divert)
-    forwarder = Forwarder(tmp_path / "egress.sock")
+    forwarder = Forwarder(tmp_path / "egress.sock", proxy.proxy.token)
     try:
         yield origin, proxy, forwarder, attempts
     finally:
@@ -434,7 +485,7 @@ def test_a_cut_while_a_name_resolves_opens_no_connection(tmp_path: Path) -> None
 
     threading.Thread(target=accept, daemon=True).start()
     proxy = ProxyThread(tmp_path / "egress.sock", EgressPolicy(allow=["slow.test"], allow_addresses=["127.0.0.1"]), {})
-    fwd = Forwarder(tmp_path / "egress.sock")
+    fwd = Forwarder(tmp_path / "egress.sock", proxy.proxy.token)
 
     async def slow_dns(host: str, port: int) -> list[IPAddress]:
         await asyncio.sleep(1.0)

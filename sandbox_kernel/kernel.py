@@ -465,6 +465,8 @@ class SandboxKernel(Kernel, EngineSettings):
                 self._publish(kind, content, parent)
 
         async def ask_input(prompt: str, password: bool) -> str:
+            if self.engine.private:  # (text of the sandbox's, as streams are; other frontends link it)
+                prompt = defang_text(prompt)
             cancelled = threading.Event()
             try:
                 return await asyncio.to_thread(

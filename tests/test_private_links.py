@@ -125,6 +125,11 @@ def test_private_kernel_defangs_streams_errors_and_outputs(fresh_kernel: Sandbox
     # reply fields too: user_expressions and the pager
     run = k.run("1", user_expressions={"u": repr(SECRET_URL)})
     assert "https://evil" not in str(run.reply["user_expressions"])
+    # and an input() prompt (JupyterLab shows it as text; other frontends may link it)
+    run = k.run(f"print(input({SECRET_URL!r}))", allow_stdin=True, stdin_answers=["typed"])
+    prompts = [m["content"]["prompt"] for m in run.messages if m["msg_type"] == "input_request"]
+    assert len(prompts) == 1 and "evil.example" in prompts[0] and "https://evil" not in prompts[0], prompts
+    assert run.stdout == "typed\n"
 
 
 def test_policy_notes_quote_no_link_once_private(fresh_kernel: SandboxKernelHandle) -> None:

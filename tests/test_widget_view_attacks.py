@@ -284,12 +284,22 @@ def test_a_media_url_cannot_come_in_pieces_once_private() -> None:
     )
     with pytest.raises(WidgetRefused, match="loads no URL"):  # the value already sent would load
         w.from_sandbox(update_msg("p4", {"format": "url"}), [], private=True)
-    w.from_sandbox(update_msg("p4", {"format": "url"}), [], private=False)
+    w.from_sandbox(open_msg("p5", state("ImageModel", format="png"), [["value"]]), [b"\x89PNG"], private=False)
     with pytest.raises(WidgetRefused, match="cannot load external URL"):
-        w.from_sandbox(update_msg("p4", {}, paths=[["value"]]), [b"https://e.example/y"], private=True)
+        w.from_sandbox(update_msg("p5", {"format": "url"}, paths=[["value"]]), [b"https://e.example/y"], private=True)
     with pytest.raises(WidgetRefused, match="javascript: URL"):
-        w.from_sandbox(update_msg("p4", {}, paths=[["value"]]), [b"javascript:alert(1)"], private=False)
-    w.from_sandbox(update_msg("p4", {"format": "png"}, paths=[["value"]]), [b"\x89PNG"], private=True)
+        w.from_sandbox(update_msg("p5", {"format": "url"}, paths=[["value"]]), [b"javascript:alert(1)"], private=False)
+    w.from_sandbox(update_msg("p5", {"format": "png"}, paths=[["value"]]), [b"\x89PNG"], private=True)
+    # switched to url while public, p4's frontend model would load the value
+    # already sent in any view: once private it is neither shown nor changed
+    w.from_sandbox(update_msg("p4", {"format": "url"}), [], private=False)
+    with pytest.raises(WidgetRefused, match="made while the session was public"):
+        w.from_sandbox(update_msg("p4", {"format": "png"}, paths=[["value"]]), [b"\x89PNG"], private=True)
+    with pytest.raises(WidgetRefused, match="made while the session was public"):
+        w.from_sandbox(update_msg("p4", {}), [], private=True)
+    with pytest.raises(WidgetRefused, match="made while the session was public"):
+        w.view({"model_id": "p4"}, private=True)
+    assert w.view({"model_id": "p4"}, private=False) == {"model_id": "p4", "version_major": 2, "version_minor": 0}
 
 
 def _fetches(css: str | None) -> bool:
@@ -336,7 +346,9 @@ def test_a_truthy_allow_html_is_html(flag: Any) -> None:
         w, open_msg("h1", state(description=XSS + '<img src="//evil.example/d">', description_allow_html=flag))
     )
     assert sent["description_allow_html"] is True and "onerror" not in sent["description"]
-    private = sent_state(w, update_msg("h1", {"description": '<img src="//evil.example/d">'}), private=True)
+    # (h1 holds an image address sent while public: once private it is not changed any more)
+    sent_state(w, open_msg("h1p", state(description="plain", description_allow_html=flag)))
+    private = sent_state(w, update_msg("h1p", {"description": '<img src="//evil.example/d">'}), private=True)
     assert "evil.example/d" not in private["description"]
 
 
@@ -355,3 +367,98 @@ def test_refusals_quote_no_link_once_private() -> None:
     assert "evil.example" in str(refused.value) and "https://" not in str(refused.value)
     with pytest.raises(WidgetRefused, match="https://"):  # public: quoted as sent
         w.from_sandbox(open_msg("q1", state(_view_name="https://evil.example/")), [], private=False)
+
+
+# ---- 6. buffers go only where ipywidgets took one out -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ["__proto__", "trusted"],
+        ["constructor", "assign"],
+        ["value", "constructor", "prototype", "trim"],
+        ["prototype"],
+        ["description"],  # a value the state holds would be replaced by a buffer
+        ["items", 0],  # a list entry that is not a hole
+        ["items", 7],
+        ["items", True],
+        ["layout", "x"],  # through a string
+        ["missing", "x"],
+        [],
+    ],
+)
+def test_a_buffer_path_cannot_reach_the_pages_prototypes(path: list[Any]) -> None:
+    """The frontend's ``put_buffers`` walks each path with ``o = o[key]``:
+    ``["__proto__", "trusted"]`` set ``Object.prototype.trusted`` in the Lab
+    page, and Lab then rendered every markdown as trusted (an attack review)."""
+    w = WidgetComms()
+    st = state(description="d", value="v", items=["a", None], layout="IPY_MODEL_x")
+    with pytest.raises(WidgetRefused, match="buffer"):  # (a description's own rule may say it first)
+        w.from_sandbox(open_msg("b1", st, [path]), [b"x"], private=False)
+    w.from_sandbox(open_msg("b2", state()), [], private=False)
+    with pytest.raises(WidgetRefused, match="buffer"):
+        w.from_sandbox(update_msg("b2", {"value": "v", "items": ["a", None]}, [path]), [b"x"], private=False)
+    _control(w)
+    entry = {"model_name": "LabelModel", "model_module": CONTROLS, "model_module_version": "2.0.0", "state": st}
+    for bad in (["b2", "state", *path], ["b2", "__proto__", *path]):
+        try:
+            out = w.from_sandbox(_update_states({"b2": entry}, [bad]), [b"x"], private=False)
+        except WidgetRefused as exc:
+            assert "buffer path" in str(exc)
+        else:  # the model was left out for its own reason, and its buffer with it
+            assert out.content["data"]["buffer_paths"] == [] and out.buffers == [], out
+
+
+def test_the_buffer_paths_ipywidgets_makes_still_pass() -> None:
+    """ipywidgets deletes a bytes value from its object and puts None in its
+    place in a list (``_separate_buffers``): those places take buffers."""
+    w = WidgetComms()
+    st = state("ImageModel", data={"x": {"dtype": "f8"}, "rows": [None, {"k": 1}]})
+    paths = [["value"], ["data", "x", "buffer"], ["data", "rows", 0]]
+    out = w.from_sandbox(open_msg("ok1", st, paths), [b"1", b"2", b"3"], private=False)
+    assert out.content["data"]["buffer_paths"] == paths and out.buffers == [b"1", b"2", b"3"]
+    w.from_sandbox(update_msg("ok1", {}, [["value"]]), [b"4"], private=False)
+    _control(w)
+    entry = {"model_name": "ImageModel", "model_module": CONTROLS, "model_module_version": "2.0.0", "state": {}}
+    out = w.from_sandbox(_update_states({"ok1": entry}, [["ok1", "state", "value"]]), [b"5"], private=False)
+    assert out.content["data"]["buffer_paths"] == [["ok1", "state", "value"]]
+
+
+# ---- 7. widgets made while public are not shown once private ------------------------------
+
+
+def test_widgets_holding_addresses_from_public_days_are_not_shown_once_private() -> None:
+    """Made while public and never shown, a widget with an image address
+    fetches when a view of it is made: a private cell showing widget 5 of 8
+    told a server 5 (an attack review). Once private, such a widget is not
+    shown, named by another widget's state, or changed; widgets without
+    anything to fetch go on as before."""
+    w = WidgetComms()
+    w.from_sandbox(open_msg("img", state("HTMLModel", value='<img src="//evil.example/5">')), [], private=False)
+    w.from_sandbox(
+        open_msg("pic", state("ImageModel", format="url"), [["value"]]), [b"//evil.example/6"], private=False
+    )
+    w.from_sandbox(open_msg("sld", state("IntSliderModel", value=3, description="speed")), [], private=False)
+    w.from_sandbox(open_msg("box", state("VBoxModel", children=[])), [], private=False)
+    for model in ("img", "pic"):
+        with pytest.raises(WidgetRefused, match="made while the session was public"):
+            w.view({"model_id": model}, private=True)
+        with pytest.raises(WidgetRefused, match="made while the session was public"):
+            w.from_sandbox(update_msg("box", {"children": [f"IPY_MODEL_{model}"]}), [], private=True)
+        with pytest.raises(WidgetRefused, match="made while the session was public"):
+            w.from_sandbox(update_msg(model, {"description": "x"}), [], private=True)
+        assert w.view({"model_id": model}, private=False) is not None  # (while public they show)
+    # a model of no live comm (a replaced sandbox's) cannot be named once private
+    with pytest.raises(WidgetRefused, match="not one of this sandbox"):
+        w.from_sandbox(open_msg("box2", state("VBoxModel", children=["IPY_MODEL_gone"])), [], private=True)
+    # the slider and the box had nothing to fetch: they show, change and nest
+    assert w.view({"model_id": "sld"}, private=True) == {"model_id": "sld", "version_major": 2, "version_minor": 0}
+    assert sent_state(w, update_msg("sld", {"value": 4}), private=True) == {"value": 4}
+    assert sent_state(w, update_msg("box", {"children": ["IPY_MODEL_sld"]}), private=True) == {
+        "children": ["IPY_MODEL_sld"]
+    }
+    # made once private, a widget is cleaned as private and so shows
+    w.from_sandbox(open_msg("img2", state("HTMLModel", value='<img src="//evil.example/7">')), [], private=True)
+    assert w.view({"model_id": "img2"}, private=True) is not None
+    w.from_sandbox(update_msg("box", {"children": ["IPY_MODEL_img2"]}), [], private=True)

@@ -277,6 +277,38 @@ def test_links_are_defanged_once_private(tmp_path: Path) -> None:
         handle.shutdown()
 
 
+def test_widgets_made_while_public_are_not_shown_once_private(tmp_path: Path) -> None:
+    """Widgets made while public and never shown held image addresses; after
+    the rise (PROXIED: the same sandbox and comms) a cell showing one of them
+    per bit of a secret made the browser fetch that address (an attack
+    review). Widgets with nothing to fetch go on as before."""
+    require_bwrap()
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "tmp").mkdir()
+    handle = SandboxKernelHandle(tmp_path / "ws", tmp_path / "tmp", extra_args=["--SandboxKernel.backend=bwrap"])
+    try:
+        run = handle.run(
+            "import ipywidgets as w\n"
+            "imgs = [w.HTML(f'<img src=\"//127.0.0.1:9/leak-{i}\">') for i in range(4)]\n"
+            "s = w.IntSlider(value=3)"
+        )
+        assert len(opened(run, "HTMLModel")) == 4 and "leak-2" in str(run.of("comm_open"))
+        slider = comm_id_of(run, "IntSliderModel")
+        assert handle.run("%private payroll").status == "ok"
+        run = handle.run("display(imgs[2])\nbox = w.VBox([imgs[1]])\ndisplay(s)\nprint('shown')")
+        assert run.status == "ok" and "shown" in run.stdout
+        views = [d["data"][VIEW]["model_id"] for d in run.of("display_data") if VIEW in d["data"]]
+        assert views == [slider], views  # the slider shows; the image widget is text only
+        assert "made while the session was public" in run.stderr, run.stderr
+        assert opened(run, "VBoxModel") == []
+        # made once private, an image widget is cleaned as private and shows
+        run = handle.run("display(w.HTML('<img src=\"//127.0.0.1:9/leak-9\">'))")
+        assert [d for d in run.of("display_data") if VIEW in d["data"]], run.stderr
+        assert "127.0.0.1:9/leak-9" not in str(run.of("comm_open"))
+    finally:
+        handle.shutdown()
+
+
 def test_forged_comm_frames_are_refused(kernel: SandboxKernelHandle) -> None:
     """A cell writing comm frames to the channel itself, malformed on purpose."""
     run = kernel.run(

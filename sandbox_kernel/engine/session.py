@@ -1529,12 +1529,16 @@ class Session:
                 view = None
                 if isinstance(data, Mapping) and WIDGET_VIEW_MIME in data:
                     # a view of one of this session's widgets: the model was checked when it opened
-                    view = self.widgets.view(data[WIDGET_VIEW_MIME])
+                    try:
+                        view = self.widgets.view(data[WIDGET_VIEW_MIME], private=private)
+                    except WidgetRefused as exc:
+                        _note_once(notes, f"a widget view was dropped: {exc}", emit, private)
+                    else:
+                        if view is None:
+                            _note_once(
+                                notes, "a widget view was dropped: it names no widget of this session", emit, private
+                            )
                     data = {k: v for k, v in data.items() if k != WIDGET_VIEW_MIME}
-                    if view is None:
-                        _note_once(
-                            notes, "a widget view was dropped: it names no widget of this session", emit, private
-                        )
                 clean = sanitize_bundle(  # a non-mapping is named in clean.removed, never trusted
                     data,  # type: ignore[arg-type]
                     content.get("metadata"),

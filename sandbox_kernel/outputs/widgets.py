@@ -19,10 +19,17 @@ passes the same policy (guarantee 8):
   cleaned like ``text/html``; an Output widget's outputs like any output
   bundle; style and layout values like CSS; ``update_states`` must name each
   model as it was opened;
+- a binary buffer goes only where ipywidgets took one out of the state (a
+  missing key of an object, a ``None`` in a list): the frontend walks a
+  buffer's path with no guard, and ``__proto__`` led to ``Object.prototype``;
 - once the session is private, every string is defanged, links are removed
   and nothing is fetched: no ``url()`` in styles, no Image/Video/Audio with
   ``format="url"`` but a ``data:`` image, no math command that fetches in a
   string MathJax typesets (a Label's value, a description);
+- a model whose state, sent while public, private cleaning would have
+  changed is *armed*: once private it is not shown, named by another model
+  (a Box's children) or changed, since a view of it would fetch what it holds;
+  a state names only live models of this sandbox;
 - a message over ``max_message_bytes`` or beyond ``rate`` messages a second is
   dropped, with a notice.
 
@@ -67,6 +74,12 @@ FRONTEND_TARGETS: frozenset[str] = frozenset({"jupyter.widget", "jupyter.widget.
 SANDBOX_METHODS: frozenset[str] = frozenset({"update", "echo_update", "custom", "update_states"})
 MAX_COMMS = 10_000
 _COMM_ID = re.compile(r"[0-9A-Za-z_-]{1,64}\Z")
+#: keys a frontend's ``put_buffers`` must never walk: ``o = o[key]`` through
+#: them reaches ``Object.prototype`` (a Label's ``[["__proto__", "trusted"]]``
+#: made every markdown render in the Lab page trusted; an attack review)
+_PROTOTYPE_KEYS = frozenset({"__proto__", "constructor", "prototype"})
+#: how a state names another model (ipywidgets' ``unpack_models``)
+MODEL_REF = "IPY_MODEL_"
 
 
 class WidgetRefused(ValueError):
@@ -122,6 +135,11 @@ class _Comm:
     allow_html: bool = False
     description: str = ""
     url_format: bool = False
+    #: the frontend holds state of this model, sent while the session was
+    #: public, that private cleaning would have changed (a URL, an image
+    #: address, math that fetches): a view of it made later would fetch, so
+    #: once private it is neither shown, nor named, nor rendered again
+    armed: bool = False
 
     @property
     def view(self) -> tuple[str | None, str | None]:
@@ -212,13 +230,17 @@ class WidgetComms:
             cid: {"target_name": c.target} for cid, c in self._comms.items() if target is None or c.target == target
         }
 
-    def view(self, value: Any) -> dict[str, Any] | None:
-        """A widget-view bundle entry, if it names a model of this session."""
+    def view(self, value: Any, *, private: bool = False) -> dict[str, Any] | None:
+        """A widget-view bundle entry, if it names a model of this session
+        (raises :class:`WidgetRefused` for a model made public and shown once
+        private, see ``_Comm.armed``)."""
         if not isinstance(value, Mapping) or not self.owns(value.get("model_id")):
             return None
         major, minor = value.get("version_major", 2), value.get("version_minor", 0)
         if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 100 for v in (major, minor)):
             return None
+        if private and self._comms[value["model_id"]].armed:
+            raise WidgetRefused(_armed_refusal(value["model_id"]))
         return {"model_id": value["model_id"], "version_major": major, "version_minor": minor}
 
     # ---- frontend -> sandbox --------------------------------------------------------------
@@ -300,6 +322,10 @@ class WidgetComms:
             known = self._comms.get(comm_id)
             if known is None:
                 raise WidgetRefused(f"comm {comm_id} is not a widget of this session")
+            if private and known.armed:
+                # any change re-renders its views from the state the frontend
+                # holds, and which widgets a cell touches would be the message
+                raise WidgetRefused(_armed_refusal(comm_id))
             probe = replace(known)  # kept only if the whole message passes
             clean["data"] = self._clean_widget_data(probe, data, buffers, private, notes)
             self._comms[comm_id] = probe
@@ -348,6 +374,10 @@ class WidgetComms:
                 raise WidgetRefused("a widget's state must be an object")
             placed = _buffers_by_key(out.get("buffer_paths") or [], buffers, prefix=())
             out["state"] = self._clean_state(comm, state, placed, private, notes)
+            for path in out.get("buffer_paths") or []:
+                _check_buffer_target(out["state"], path)
+        elif out.get("buffer_paths") and method != "custom":
+            raise WidgetRefused("buffer_paths name places in a state, and this message has none")
         if method == "custom" and private:
             out["content"] = defang_json(data.get("content"), urls=True)
         return out
@@ -373,6 +403,9 @@ class WidgetComms:
         kept_buffers = []
         for path, buffer in zip(paths or [], buffers, strict=True):
             if isinstance(path, list) and path and path[0] in kept:
+                if len(path) < 3 or path[1] != "state":
+                    raise WidgetRefused(f"a buffer path of update_states must lead into a model's state: {path!r:.120}")
+                _check_buffer_target(kept[path[0]]["state"], path[2:])
                 kept_paths.append(path)
                 kept_buffers.append(buffer)
         buffers[:] = kept_buffers
@@ -387,6 +420,8 @@ class WidgetComms:
         another model would be cleaned as that one)."""
         if not self.owns(model_id) or not isinstance(entry, Mapping):
             raise WidgetRefused(f"{str(model_id)[:80]} is not a widget of this session")
+        if private and self._comms[model_id].armed:
+            raise WidgetRefused(_armed_refusal(model_id))
         state = entry.get("state")
         if not isinstance(state, Mapping):
             raise WidgetRefused("a widget's state must be an object")
@@ -436,6 +471,43 @@ class WidgetComms:
         """One piece of a widget's state, checked against what the comm already
         holds (``comm`` is updated: the caller keeps it only if all passes).
         ``placed`` are the buffers the frontend puts into top-level keys."""
+        before = replace(comm)
+        out = self._clean_state_as(comm, state, placed, private, notes)
+        if private:
+            self._check_references(out)
+        elif not comm.armed:
+            # what private cleaning would have sent instead: if it differs, a
+            # view of this model made once private would show (and fetch)
+            # what a private output may not (an attack review: widgets made
+            # while public, each with an image address, shown after the rise
+            # one per bit of a secret)
+            try:
+                again = self._clean_state_as(before, state, placed, True, Notes())
+            except WidgetRefused:
+                comm.armed = True
+            else:
+                comm.armed = again != out
+        return out
+
+    def _check_references(self, state: Mapping[str, Any]) -> None:
+        """Once private, a state names only live models of this sandbox that
+        are not armed: a Box's children, a layout, a link's source (a model of
+        a replaced sandbox, or one made public, would be shown through it)."""
+
+        def check(text: str) -> str:
+            if text.startswith(MODEL_REF):
+                model_id = text[len(MODEL_REF) :]
+                if not self.owns(model_id):
+                    raise WidgetRefused(f"the state names widget {model_id[:64]!r}, which is not one of this sandbox")
+                if self._comms[model_id].armed:
+                    raise WidgetRefused(_armed_refusal(model_id))
+            return text
+
+        map_json_strings(state, check)
+
+    def _clean_state_as(
+        self, comm: _Comm, state: Mapping[str, Any], placed: Mapping[str, bytes | None], private: bool, notes: Notes
+    ) -> dict[str, Any]:
         self._take_identity(comm, state)
         out = dict(state)
         where = f"widget {comm.model_name or 'state'}"
@@ -491,6 +563,45 @@ class WidgetComms:
         problem = view_problem((comm.model_module, comm.model_name), comm.view)
         if problem:
             raise WidgetRefused(problem)
+
+
+def _armed_refusal(model_id: Any) -> str:
+    return (
+        f"widget {str(model_id)[:64]} was made while the session was public and holds what a private "
+        "session may not show (an address, an image to fetch): it is not shown or changed any more. "
+        "Create the widget again"
+    )
+
+
+def _check_buffer_target(state: Any, path: list[Any]) -> None:
+    """A buffer goes where ipywidgets took one out of the state: a key missing
+    from an object, or a ``None`` in a list, reached through objects and lists
+    the state holds. The frontend's ``put_buffers`` walks ``o = o[key]`` with
+    no guard, so any other path writes wherever it leads, ``Object.prototype``
+    included."""
+    node = state
+    for depth, key in enumerate(path):
+        last = depth == len(path) - 1
+        if isinstance(node, Mapping) and isinstance(key, str) and key not in _PROTOTYPE_KEYS:
+            if last:
+                if key in node:
+                    break  # a buffer never replaces a value the state holds
+                return
+            node = node.get(key)
+        elif isinstance(node, list) and isinstance(key, int) and not isinstance(key, bool) and 0 <= key < len(node):
+            if last:
+                if node[key] is not None:
+                    break
+                return
+            node = node[key]
+        else:
+            break
+        if not isinstance(node, (Mapping, list)):
+            break
+    raise WidgetRefused(
+        f"buffer path {path!r:.120} does not lead to a place the state left for a buffer "
+        "(a missing key of an object or a None in a list)"
+    )
 
 
 def _buffers_by_key(paths: list[Any], buffers: list[bytes], prefix: tuple[Any, ...]) -> dict[str, bytes | None]:

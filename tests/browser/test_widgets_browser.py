@@ -117,6 +117,24 @@ def test_malicious_widgets_are_neutralised(page: Page, lab: LabServer, shot: Sho
     assert cell.locator(".jp-OutputArea [onerror], .jp-OutputArea script").count() == 0
     assert "onerror" not in cell.locator(".jp-OutputArea").inner_html()
     assert re.search(r"Evil\(", output_text(cell2))  # the text fallback is what remains
+    # buffer paths are walked by the frontend with o = o[key]: through
+    # __proto__ a Label's buffer became Object.prototype.trusted, and every
+    # markdown Lab rendered after it was trusted (an attack review)
+    cell3, _ = run_cell(
+        page,
+        "lbl = w.Label('x'); [lbl.comm.send({'method': 'update', 'state': {}, 'buffer_paths': [p]}, buffers=[b'x']) "
+        "for p in (['__proto__', 'skPolluted'], ['constructor', 'assign'], ['value', 'constructor', 'prototype', 'trim'])]; "
+        "print('sent')",
+    )
+    expect(cell3.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')).to_contain_text(
+        "does not lead to a place the state left for a buffer"
+    )
+    assert "sent" in stdout_text(cell3)
+    assert page.evaluate("() => [({}).skPolluted, typeof Object.assign, typeof ''.trim]") == [
+        None,
+        "function",
+        "function",
+    ]
 
 
 def test_notebook7_slider(page: Page, lab: LabServer, shot: Shots) -> None:

@@ -139,6 +139,9 @@ def test_the_hosts_own_comm_ids_cannot_be_taken() -> None:
     w.host_comm = lambda comm_id: comm_id == "status-1"
     with pytest.raises(WidgetRefused, match="already open"):
         w.from_sandbox(open_msg("status-1", state()), [], private=False)
+    # nor by a frontend's widget comm of that id, which the sandbox would then answer on
+    with pytest.raises(WidgetRefused, match="already open"):
+        w.for_sandbox("comm_open", {"comm_id": "status-1", "target_name": "jupyter.widget", "data": {}})
 
 
 @pytest.mark.parametrize("comm_id", [None, 3, "", "x" * 65, "../x", "a b", "id\n"])

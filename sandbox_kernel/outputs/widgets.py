@@ -253,7 +253,7 @@ class WidgetComms:
         if msg_type == "comm_open":
             if content.get("target_name") not in FRONTEND_TARGETS:
                 return False  # the host's own targets (the status comm) or none
-            if _comm_id(content) in self._comms:
+            if _comm_id(content) in self._comms or self.host_comm(content["comm_id"]):
                 raise WidgetRefused(f"comm {content['comm_id']} is already open")
         elif msg_type not in ("comm_msg", "comm_close") or not self.owns(content.get("comm_id")):
             return False

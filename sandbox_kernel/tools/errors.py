@@ -8,16 +8,32 @@ corrupt notebook file): retrying will not help, the run should stop.
 
 from __future__ import annotations
 
+from ..terminal_text import terminal_safe_output
+
 FATAL_PREFIX = "[FATAL]"
+#: characters of an error's text an agent is given: an error may quote what
+#: a sandbox wrote (a Docker error quotes the command's output)
+MAX_ERROR_CHARS = 4000
+
+
+def _shown(text: str) -> str:
+    """An error's text as the agent reads it: no terminal or bidirectional
+    controls (an OSC 52 sets the clipboard of the terminal showing the
+    agent's transcript), and bounded."""
+    text = terminal_safe_output(text, keep_colours=False)
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[:MAX_ERROR_CHARS] + f" [... {len(text) - MAX_ERROR_CHARS} characters cut]"
+    return text
 
 
 class ToolRetryError(ValueError):
-    pass
+    def __str__(self) -> str:
+        return _shown(super().__str__())
 
 
 class ToolFatalError(RuntimeError):
     def __str__(self) -> str:
-        text = super().__str__()
+        text = _shown(super().__str__())
         return text if text.startswith(FATAL_PREFIX) else f"{FATAL_PREFIX} {text}"
 
 

@@ -19,6 +19,8 @@ import pytest
 from sandbox_kernel.terminal_text import terminal_safe_output
 from sandbox_kernel.tools import (
     SessionRegistry,
+    ToolFatalError,
+    ToolRetryError,
     ToolsConfig,
     repl_execute_cell,
     repl_show_cell,
@@ -172,3 +174,30 @@ async def test_docker_shell_output_is_made_terminal_safe(data_dir: Path, monkeyp
     finally:
         await reg.aclose()
     assert r.text == "Exit code: 0\nbeforeafter exe.pdf", repr(r.text)
+
+
+@pytest.mark.asyncio
+async def test_tool_errors_are_made_terminal_safe_and_bounded(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Docker error quotes what the daemon said, which may quote what a
+    container printed: its ``[FATAL] Docker failed: ...`` text went to the
+    agent with OSC 52 and screen clears (an attack review). Every tool error
+    is made terminal safe and bounded."""
+    reg = SessionRegistry(ToolsConfig(backend="bwrap", shell_backend="docker", network="none"))
+
+    class Manager:
+        def prepare_workspace(self, user_id: str, session_id: str) -> None:
+            pass
+
+        async def aexecute_command(self, *args: Any, **kwargs: Any) -> tuple[int, str]:
+            raise RuntimeError(f"exec failed: {OSC52} \u202eexe.pdf " + "x" * 100_000)
+
+    monkeypatch.setattr(reg, "docker_manager", lambda: Manager())
+    try:
+        with pytest.raises(ToolFatalError) as failed:
+            await sandbox_execute("true", **ids(reg, "derr"))
+    finally:
+        await reg.aclose()
+    text = str(failed.value)
+    assert text.startswith("[FATAL] Docker failed: RuntimeError: exec failed:"), text[:200]
+    assert not [s for s in SEQUENCES if s in text] and "characters cut]" in text and len(text) < 5000, repr(text[:300])
+    assert str(ToolRetryError(f"bad {OSC52}")) == "bad " and str(ToolFatalError("[FATAL] x\x1b[2J")) == "[FATAL] x"

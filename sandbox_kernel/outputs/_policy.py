@@ -26,6 +26,11 @@ class Notes:
 
 
 PRIVATE_REASON = "private session: rendered output must not fetch from the network"
+#: Why CSS may not fetch in a public session either: style sheets are global to
+#: the page and a rule can wait (for a class, a selector that matches later
+#: content, an element it unhides), so a public style's fetch could be set off
+#: later by a private output that names no URL at all.
+CSS_FETCH_REASON = "styles never fetch, in any session: a public one could be set off later by a private output"
 
 # ----------------------------------------------------------------------------- URLs
 
@@ -117,14 +122,12 @@ def decode_css_escapes(css: str) -> str:
     return _CSS_ESCAPE.sub(repl, css)
 
 
-def _css_url_ok(target: str, *, private: bool) -> bool:
+def _css_url_ok(target: str) -> bool:
+    """Only a reference into the page (``#id``) or an inline ``data:`` image
+    or font: in any session, since a public style can fetch later (see
+    :data:`CSS_FETCH_REASON`)."""
     target = normalise_url(decode_css_escapes(target))
-    if target.startswith("#") or _DATA_IMAGE.match(target) or _DATA_FONT.match(target):
-        return True
-    if private:
-        return False
-    scheme = url_scheme(target)
-    return scheme is None or scheme in {"http", "https"}
+    return target.startswith("#") or bool(_DATA_IMAGE.match(target) or _DATA_FONT.match(target))
 
 
 # Cheap substring checks before the (slow, case-insensitive) regexes.
@@ -132,7 +135,7 @@ _ALWAYS_BAD_WORDS = ("expression", "script", "binding", "behavior")
 _FETCHING_WORDS = ("image", "cross-fade", "src")
 
 
-def _first_bad(css: str, *, private: bool) -> str | None:
+def _first_bad(css: str) -> str | None:
     """Name of the first dangerous construct left in ``css`` (already comment-free)."""
     low = css.lower()
     m = _CSS_ALWAYS_BAD.search(css) if any(w in low for w in _ALWAYS_BAD_WORDS) else None
@@ -140,35 +143,39 @@ def _first_bad(css: str, *, private: bool) -> str | None:
         return m.group(0).rstrip("(: ").lower()
     for u in _CSS_URL.finditer(css) if "url" in low else ():
         target = next((g for g in u.groups() if g is not None), "")
-        if not _css_url_ok(target, private=private):
+        if not _css_url_ok(target):
             return "url()"
-    if private:
-        if "@import" in low:
-            return "@import"
-        m = _CSS_FETCHING_FUNCS.search(css) if any(w in low for w in _FETCHING_WORDS) else None
-        if m:
-            return m.group(0).rstrip("( ").lower() + "()"
+    if "@import" in low:
+        return "@import"
+    m = _CSS_FETCHING_FUNCS.search(css) if any(w in low for w in _FETCHING_WORDS) else None
+    if m:
+        return m.group(0).rstrip("( ").lower() + "()"
     return None
 
 
-def clean_css(css: str, *, private: bool, notes: Notes, where: str, why: str = PRIVATE_REASON) -> str | None:
+def clean_css(css: str, *, private: bool, notes: Notes, where: str, why: str | None = None) -> str | None:
     """Clean a style sheet or ``style`` attribute.
 
-    Always removes what could run code (IE ``expression()``, ``javascript:``,
-    ``-moz-binding``, ``behavior``); in private sessions also everything that
-    makes the browser fetch (``url()`` other than ``#id``/``data:``, ``@import``,
-    ``image-set()``...). Returns None when escapes hide something that could not
-    be removed in place: then the whole style goes. ``<`` is escaped so a
-    style sheet can never close its ``<style>`` element."""
+    Removes what could run code (IE ``expression()``, ``javascript:``,
+    ``-moz-binding``, ``behavior``) and everything that makes the browser
+    fetch (``url()`` other than ``#id``/``data:``, ``@import``, ``image-set()``,
+    ``@font-face`` sources...), in every session: CSS is global to the page, so
+    a public rule that fetches nothing yet (it matches nothing, its element is
+    hidden, its font is unused) would fetch once a later private output, with
+    no URL in it, matches it. ``private`` and ``why`` only choose the reason the
+    notes give. Returns None when escapes hide something that could not be
+    removed in place: then the whole style goes. ``<`` is escaped so a style
+    sheet can never close its ``<style>`` element."""
+    why = why or (PRIVATE_REASON if private else CSS_FETCH_REASON)
     if "/*" in css:
         css = _CSS_COMMENT.sub(" ", css)
     low = css.lower()  # stages below only remove, so absent words stay absent
 
     def fix_url(m: re.Match[str]) -> str:
         target = next((g for g in m.groups() if g is not None), "")
-        if _css_url_ok(target, private=private):
+        if _css_url_ok(target):
             return m.group(0)
-        what = describe_url_removal(decode_css_escapes(target), private=private, why=why)
+        what = describe_url_removal(decode_css_escapes(target), private=True, why=why)
         notes.add(f"CSS url() with {what} removed from {where}")
         return "none"
 
@@ -181,24 +188,23 @@ def clean_css(css: str, *, private: bool, notes: Notes, where: str, why: str = P
 
     if any(w in low for w in _ALWAYS_BAD_WORDS):
         css = _CSS_ALWAYS_BAD.sub(fix_bad, css)
-    if private:
-        if "@import" in low and _CSS_IMPORT.search(css):
-            notes.add(f"CSS @import removed from {where} ({why})")
-            css = _CSS_IMPORT.sub(" ", css)
+    if "@import" in low and _CSS_IMPORT.search(css):
+        notes.add(f"CSS @import removed from {where} ({why})")
+        css = _CSS_IMPORT.sub(" ", css)
 
-        def fix_fetch(m: re.Match[str]) -> str:
-            notes.add(f"CSS {m.group(0).rstrip('( ').lower()}() removed from {where} ({why})")
-            return "invalid("
+    def fix_fetch(m: re.Match[str]) -> str:
+        notes.add(f"CSS {m.group(0).rstrip('( ').lower()}() removed from {where} ({why})")
+        return "invalid("
 
-        if any(w in low for w in _FETCHING_WORDS):
-            css = _CSS_FETCHING_FUNCS.sub(fix_fetch, css)
+    if any(w in low for w in _FETCHING_WORDS):
+        css = _CSS_FETCHING_FUNCS.sub(fix_fetch, css)
     # The removals above can join pieces into something new ("url(" + removed
     # "@import ..." leaves "url(x " at the end, a valid url token), and escapes
     # can spell what the passes did not see: when anything is left, drop it all.
-    bad = _first_bad(css, private=private)
+    bad = _first_bad(css)
     if bad is None and "\\" in css:
         decoded = _CSS_COMMENT.sub(" ", decode_css_escapes(css))
-        bad = _first_bad(decoded, private=private) or _first_bad(re.sub(r"\s+", "", decoded), private=private)
+        bad = _first_bad(decoded) or _first_bad(re.sub(r"\s+", "", decoded))
     if bad:
         notes.add(f"CSS removed from {where} ({bad} could not be removed on its own)")
         return None
@@ -356,7 +362,9 @@ _CELL = {"align", "valign", "halign", "char", "charoff"}
 HTML_ATTRIBUTES: dict[str, set[str]] = {
     "*": {"class", "style", "id", "title", "lang", "dir"},
     "a": {"href", "hreflang"},
-    "img": {"src", "srcset", "alt", "width", "height", "align", "loading", "decoding"},
+    # no ``loading``: a lazy image waits for its place on screen, which a later
+    # private output's style (no URL in it) can bring into view
+    "img": {"src", "srcset", "alt", "width", "height", "align", "decoding"},
     "table": {"border", "cellpadding", "cellspacing", "width", "height", "align", "summary", "frame", "rules"},
     "td": _CELL | {"colspan", "rowspan", "width", "height", "nowrap", "headers", "abbr", "scope"},
     "th": _CELL | {"colspan", "rowspan", "width", "height", "nowrap", "headers", "abbr", "scope"},

@@ -6,7 +6,10 @@ user's browser (guarantee 8). The bundle arrives as JSON from an untrusted
 process, so types are checked first (guarantee 7: bad input is named, never
 raised on); then only allow-listed MIME types are kept and each is cleaned for
 its kind. Once the session holds private data, rendered output must not fetch
-anything either, so external URLs go too, even from trusted outputs.
+anything either, so external URLs go too, even from trusted outputs. Nor may a
+public output leave a fetch waiting for later content (CSS is global to the
+page: a rule for a class a private output uses later, a hidden element a
+private style shows): styles fetch in no session and images load at once.
 """
 
 from __future__ import annotations

@@ -22,8 +22,9 @@ passes the same policy (guarantee 8):
 - a binary buffer goes only where ipywidgets took one out of the state (a
   missing key of an object, a ``None`` in a list): the frontend walks a
   buffer's path with no guard, and ``__proto__`` led to ``Object.prototype``;
+- styles fetch nothing in any session (outputs/_policy.py ``clean_css``);
 - once the session is private, every string is defanged, links are removed
-  and nothing is fetched: no ``url()`` in styles, no Image/Video/Audio with
+  and nothing is fetched: no Image/Video/Audio with
   ``format="url"`` but a ``data:`` image, no math command that fetches in a
   string MathJax typesets (a Label's value, a description);
 - a model whose state, sent while public, private cleaning would have
@@ -670,8 +671,8 @@ def _check_media_url(comm: _Comm, out: Mapping[str, Any], placed: Mapping[str, b
 
 def _clean_style_values(out: dict[str, Any], private: bool, notes: Notes, where: str) -> dict[str, Any]:
     """A style or layout model's values become CSS properties
-    (``style.setProperty``): each passes the CSS cleaner, so nothing runs and,
-    once private, nothing is fetched (``background: url(...)``). A value that
+    (``style.setProperty``): each passes the CSS cleaner, so nothing runs and
+    nothing is fetched (``background: url(...)``), in any session. A value that
     cannot be cleaned in place is sent as ``None``, which removes the property."""
     for key, value in out.items():
         if key.startswith("_") or value is None or isinstance(value, (bool, int, float)):

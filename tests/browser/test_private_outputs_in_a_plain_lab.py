@@ -29,7 +29,16 @@ media, markdown images and references.
 The control is the same session while public, when the browser may fetch:
 the payloads reach the recorder, so each is live in this frontend. Once the
 session is private none does: the diagram is shown as its source (the note
-says why) and the math is still typeset.
+says why) and the math is still typeset. CSS is the exception: a style sheet
+is global to the page and a rule can wait for content that comes later, so a
+public output could arm a fetch that a private output, naming no URL, sets
+off (a rule for a class the private output uses, a hidden element whose
+inline background a private style unhides, a font a private output names).
+Styles therefore fetch in no session; their control is the same Lab with the
+output policy off (``trust_outputs``), where the CSS payloads fetch while
+public and the armed ones fire when the private output comes. A lazy image
+is armed the same way (a private style brings it into view): images load at
+once, in a Lab whose table of contents is off, where nothing else loads it.
 
 Scripts: Lab shows live outputs as trusted (their HTML inserted as it is,
 their ``<script>`` elements run), so here the output policy alone keeps a
@@ -118,6 +127,49 @@ BATTERY: list[tuple[str, str, str]] = [
         ' height="5"/><style>@import url(@AT@-svg-output);</style></svg>',
     ),
 ]
+
+#: The battery's CSS payloads: each fetches while public in the control
+#: (``trust_outputs``), and none does under the output policy, in any session.
+CSS_PAYLOADS = {name for name, _, _ in BATTERY if name.startswith(("css-", "style-"))}
+#: of these, what this Lab fetches (Chromium loads no ``filter: url()`` of another
+#: document; ``css-backslash`` and ``css-tls`` name another host or port)
+LIVE_CSS = CSS_PAYLOADS - {"css-filter", "css-backslash", "css-tls"}
+
+#: Fetches a public output can arm and a later private output, naming no URL,
+#: sets off (name, MIME type, the public output, the private output); the
+#: addresses are ``@AT@-<name>``. Helper 44's two (a style rule waiting for a
+#: class; a hidden element with an inline background, unhidden by a style),
+#: a font waiting to be used, and a hidden lazy image a style shows.
+ARMED: list[tuple[str, str, str, str]] = [
+    (
+        "armed-class",
+        "text/html",
+        "<style>"
+        + "".join(f".sk-armed{i} {{background-image: url(@AT@-armed-class{i})}}" for i in range(8))
+        + "</style><p>armed</p>",
+        '<div class="sk-armed5" style="width:9px;height:9px">.</div>',
+    ),
+    (
+        "armed-unhide",
+        "text/html",
+        '<div class="sk-unhide" style="display:none;width:9px;height:9px;background-image:url(@AT@-armed-unhide)">.</div>',
+        "<style>.sk-unhide {display: block !important}</style><p>unhidden</p>",
+    ),
+    (
+        "armed-font",
+        "text/html",
+        "<style>@font-face {font-family: skarmed; src: url(@AT@-armed-font)}</style><p>font</p>",
+        '<span style="font-family: skarmed">x</span>',
+    ),
+    (
+        "armed-lazy",
+        "text/html",
+        '<div class="sk-lazy" style="display:none"><img loading="lazy" width="5" height="5" src="@AT@-armed-lazy"></div>',
+        "<style>.sk-lazy {display: block !important}</style><p>shown</p>",
+    ),
+]
+#: what the private outputs set off when the public ones are not cleaned
+ARMED_FIRED = {"armed-class5", "armed-unhide", "armed-font", "armed-lazy"}
 
 #: Ways an output can carry a script (name, MIME type, content), each calling
 #: the page's probe ``__skRan(name)`` when it runs: Lab shows live outputs as
@@ -247,6 +299,23 @@ def battery(tag, start, stop):
         text = content.replace("@AT@", "//RECORDER/" + tag).replace("@HOST@", "RECORDER")
         display({mime: text.replace("@TAG@", tag).replace("@TLS@", "TLS"), "text/plain": name}, raw=True)
     print(tag, "battery from", start, "shown")
+
+
+def battery_of(tag, names):
+    for index, (name, _, _) in enumerate(BATTERY):
+        if name in names:
+            battery(tag, index, index + 1)
+    print(tag, "battery of", len(names), "shown")
+
+
+ARMED = json.loads(ARMED_JSON)
+
+
+def armed(tag, private):
+    for name, mime, public_output, private_output in ARMED:
+        content = private_output if private else public_output.replace("@AT@", "//RECORDER/" + tag)
+        display({mime: content, "text/plain": name}, raw=True)
+    print(tag, "armed", "private" if private else "public", "shown")
 """
 
 
@@ -282,6 +351,7 @@ def _notebook(
     folder.mkdir()
     module = PAYLOAD_MODULE.replace("BATTERY_JSON", repr(json.dumps(BATTERY)))
     module = module.replace("SCRIPTS_JSON", repr(json.dumps(SCRIPT_BATTERY + CLICK_BATTERY)))
+    module = module.replace("ARMED_JSON", repr(json.dumps(ARMED)))
     module = module.replace("RECORDER", f"127.0.0.1:{recorder.port}").replace("TLS", f"127.0.0.1:{tls.port}")
     (folder / "payloads.py").write_text(module)
     notebook = notebook_json()
@@ -344,14 +414,9 @@ def test_a_private_sessions_diagrams_and_math_fetch_nothing_in_a_plain_lab(
 #: the battery's entries that fetch while the session is public (the control:
 #: each is live in this Lab). The public policy removes the others' addresses
 #: (frames, objects, links, media, SVG images and fills, MathML, posters,
-#: ``background`` attributes), and Chromium loads no ``filter: url()`` of
-#: another document.
+#: ``background`` attributes) and every CSS fetch (:data:`CSS_PAYLOADS`, whose
+#: control is :func:`test_control_without_the_output_policy_styles_fetch_and_can_be_armed`).
 LIVE_WHILE_PUBLIC = {
-    *(f"css-{prop}" for prop in CSS_PROPERTIES if prop != "filter"),
-    "css-escaped",
-    "css-image-set",
-    "style-block",
-    "style-import",
     "img",
     "img-backslash",
     "img-slash-backslash",
@@ -394,6 +459,8 @@ def test_a_private_sessions_outputs_fetch_nothing_in_a_plain_lab(
     while not _heard(recorder, "public") >= LIVE_WHILE_PUBLIC and time.monotonic() < deadline:
         page.wait_for_timeout(500)
     assert _heard(recorder, "public") >= LIVE_WHILE_PUBLIC, f"the control fetched only {recorder.heard}"
+    # styles fetch in no session: a public one could be set off by a later private output
+    assert not _heard(recorder, "public") & CSS_PAYLOADS, f"a public style fetched: {recorder.heard}"
     assert tls.accepted > 0, "the control made no connection for https:host without slashes"
     connections = tls.accepted
 
@@ -507,3 +574,100 @@ def test_a_sandboxs_outputs_run_no_script_in_a_plain_lab(
     ran, clickable = _scripts(page, lab, recorder, tls)
     assert ran == set(), f"scripts from a sandbox's outputs ran in the page: {sorted(ran)}"
     assert clickable == [], f"a click would run a sandbox's script: {clickable}"
+
+
+def _without_table_of_contents(root: Path) -> None:
+    """Lab's table of contents parses every HTML output in a detached element,
+    where a lazy image loads at once: switched off (as people may), a lazy
+    image waits for its place on screen, as in other frontends."""
+    page_config = root / "jupyter" / "config" / "labconfig" / "page_config.json"
+    page_config.parent.mkdir(parents=True, exist_ok=True)
+    page_config.write_text(json.dumps({"disabledExtensions": {"@jupyterlab/toc-extension": True}}))
+
+
+@pytest.fixture(scope="module")
+def lab_without_toc(
+    chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: Path
+) -> Iterator[LabServer]:
+    """The plain Lab, its table of contents off."""
+    root = tmp_path_factory.mktemp("lab-plain-armed")
+    _without_table_of_contents(root)
+    with serving(root, artifacts / "jupyter-lab-plain-armed.log", protected=False) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def trusting_lab_without_toc(
+    chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: Path
+) -> Iterator[LabServer]:
+    """The control: the plain Lab, its table of contents off, the kernel's output policy off (``trust_outputs``)."""
+    root = tmp_path_factory.mktemp("lab-plain-armed-trusting")
+    _without_table_of_contents(root)
+    config = "c.SandboxKernel.trust_outputs = True\n"
+    with serving(
+        root, artifacts / "jupyter-lab-plain-armed-trusting.log", kernel_config=config, protected=False
+    ) as server:
+        yield server
+
+
+def _armed(
+    page: Page, lab: LabServer, recorder: RecordingHTTPServer, tls: LoopbackListener, first: list[str]
+) -> tuple[set[str], set[str], str]:
+    """Run ``first``, the armed public outputs, the ratchet and the private
+    outputs: what was heard before the private outputs, what after, and the
+    public outputs' text (their notes)."""
+    cells = [*first, 'armed("armed", False)', RATCHET_CELL, 'armed("armed", True)']
+    open_notebook(page, lab, _notebook(lab, "armed", recorder, tls, cells))
+    notebook = page.locator(".jp-Notebook .jp-Cell")
+    for index, shown in enumerate([*[None] * (len(first) - 1), f"battery of {len(CSS_PAYLOADS)} shown"]):
+        _run(page, notebook.nth(index))
+        if shown:
+            expect(notebook.nth(index).locator(".jp-OutputArea-output", has_text=shown)).to_have_count(
+                1, timeout=CELL_TIMEOUT
+            )
+    public = notebook.nth(len(first))
+    _run(page, public)
+    expect(public.locator(".jp-OutputArea-output", has_text="armed public shown")).to_have_count(
+        1, timeout=CELL_TIMEOUT
+    )
+    page.wait_for_timeout(3000)
+    before = _heard(recorder, "armed")
+    _run(page, notebook.nth(len(first) + 1))
+    expect(status_item(page)).to_have_attribute("data-network", "none", timeout=CELL_TIMEOUT)
+    private = notebook.nth(len(first) + 2)
+    _run(page, private)
+    expect(private.locator(".jp-OutputArea-output", has_text="armed private shown")).to_have_count(
+        1, timeout=CELL_TIMEOUT
+    )
+    expect(private.locator(".jp-OutputArea-output", has_text="unhidden")).to_have_count(1)
+    page.wait_for_timeout(3000)
+    text = "\n".join(public.locator(".jp-OutputArea-output").all_text_contents())
+    return before, _heard(recorder, "armed") - before, text
+
+
+def test_control_without_the_output_policy_styles_fetch_and_can_be_armed(
+    page: Page, trusting_lab_without_toc: LabServer, recorder: RecordingHTTPServer, tls: LoopbackListener
+) -> None:
+    """The control of the CSS payloads and of the armed fetches: with the
+    output policy off for public outputs (private ones are cleaned even so),
+    the battery's styles fetch while public, and the armed outputs fetch
+    nothing until a private output that names no address sets them off."""
+    first = ["from payloads import armed, battery_of", f"battery_of('public', {sorted(CSS_PAYLOADS)!r})"]
+    before, after, _ = _armed(page, trusting_lab_without_toc, recorder, tls, first)
+    assert _heard(recorder, "public") >= LIVE_CSS, f"the control's styles fetched only {recorder.heard}"
+    assert before == set(), f"an armed output fetched before it was set off: {before}"
+    assert after == ARMED_FIRED, f"the private outputs set off only {after}"
+
+
+def test_a_public_output_arms_no_fetch_a_private_output_sets_off_in_a_plain_lab(
+    page: Page, lab_without_toc: LabServer, recorder: RecordingHTTPServer, tls: LoopbackListener
+) -> None:
+    """Helper 44's attack: a public output's style waits, a private output with
+    no address in it sets it off. Styles fetch in no session and images load
+    at once, so nothing is left to set off; the note says why."""
+    first = ["from payloads import armed, battery_of", f"battery_of('public', {sorted(CSS_PAYLOADS)!r})"]
+    before, after, text = _armed(page, lab_without_toc, recorder, tls, first)
+    assert after == set(), f"a private output set off a fetch a public one armed: {after}"
+    assert before == {"armed-lazy"}, f"before the private outputs: {before}"  # the image loads at once
+    assert not _heard(recorder, "public") & CSS_PAYLOADS, f"a public style fetched: {recorder.heard}"
+    assert "a public one could be set off later by a private output" in text, text

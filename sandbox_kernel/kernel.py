@@ -13,7 +13,6 @@ import fcntl
 import fnmatch
 import os
 import platform
-import shutil
 import signal
 import threading
 import uuid
@@ -29,7 +28,7 @@ from tornado.ioloop import PeriodicCallback
 from traitlets import Float, Int, List, Unicode
 
 from . import __version__, requests
-from .engine import Session
+from .engine import Session, owned_dirs
 from .engine.ratchet import Ratchet
 from .engine.settings import EngineSettings
 from .host_streams import iopub_barrier
@@ -821,9 +820,11 @@ class SandboxKernel(Kernel, EngineSettings):
         else:
             await self.engine.shutdown()
         if self._state_root is not None:
-            shutil.rmtree(self._state_root, ignore_errors=True)  # a clean stop: the next kernel starts afresh
+            # a clean stop: the next kernel starts afresh (a removal that never
+            # raises: a cell's 3,000-deep folder chain made rmtree raise RecursionError)
+            await asyncio.to_thread(owned_dirs.remove_tree, self._state_root)
             if self._throwaway_session and not restart:
                 # every papermill run left its layer (what a cell wrote there,
                 # without a cap) in a folder of its own, for good
-                shutil.rmtree(self._packages_dir, ignore_errors=True)
+                await asyncio.to_thread(owned_dirs.remove_tree, self._packages_dir)
         return {"status": "ok", "restart": restart}

@@ -31,7 +31,7 @@ import os
 import secrets
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -365,19 +365,186 @@ def make_folders(root: str, path: str, mode: int = 0o777) -> None:
 def remove_tree(root: str, path: str) -> None:
     """``shutil.rmtree`` of the folder ``path``, by descriptor, through no
     link below ``root``: a link inside is removed itself, and a folder
-    swapped for a link meanwhile is refused (what was removed stays removed)."""
+    swapped for a link meanwhile is refused (what was removed stays removed).
+    Iterative (:func:`_remove_dir`): a sandbox's folder chain thousands deep
+    is removed like a flat one."""
     with _in_folder(root, path) as (folder, name):
         _remove_dir(folder, name, path)
 
 
-def _remove_dir(parent: int, name: str, path: str) -> None:
-    with _closing(_open_dir(parent, name, path)) as folder:
-        for entry in os.listdir(folder):
-            if stat.S_ISDIR(os.stat(entry, dir_fd=folder, follow_symlinks=False).st_mode):
-                _remove_dir(folder, entry, os.path.join(path, entry))
-            else:
-                os.unlink(entry, dir_fd=folder)
-    os.rmdir(name, dir_fd=parent)
+@dataclass
+class Removal:
+    """What :func:`_remove_dir` did not remove (when told not to stop at the first error)."""
+
+    #: entries left (could not be removed, on another file system, or past the limit)
+    left: int = 0
+    #: the first few reasons, for a log line
+    reasons: list[str] = field(default_factory=list)
+    #: the walk stopped before the end (the limit, or a folder moved meanwhile)
+    stopped: bool = False
+
+    def note(self, path: str, why: object) -> None:
+        self.left += 1
+        if len(self.reasons) < 5:
+            shown = path if len(path) <= 200 else f"{path[:90]}...{path[-90:]}"  # a chain thousands deep
+            self.reasons.append(f"{shown}: {why}")
+
+
+@dataclass
+class _Level:
+    name: str
+    path: str
+    identity: tuple[int, int]
+    #: entries of this folder left in place
+    skipped: set[str] = field(default_factory=set)
+    #: entries still to look at (listed when the walk first enters the folder)
+    pending: list[str] | None = None
+
+
+def _listing(fd: int, budget: int) -> list[str]:
+    """The names in the folder ``fd``, to be taken from the end; at most one
+    more than ``budget`` (negative: no limit)."""
+    names: list[str] = []
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            names.append(entry.name)
+            if 0 <= budget < len(names):
+                break
+    names.reverse()
+    return names
+
+
+def _remove_dir(
+    parent: int,
+    name: str,
+    path: str,
+    *,
+    strict: bool = True,
+    limit: int = 0,
+    one_device: bool = False,
+) -> Removal:
+    """Remove the folder ``name`` of ``parent`` and all it holds, never
+    following a link (a link is removed itself), one folder open at a time.
+
+    Why iterative: a sandbox makes a folder chain thousands deep in no time;
+    a walk recursing once per level (``shutil.rmtree``, the walk this
+    replaced) raised RecursionError there, which ``ignore_errors`` does not
+    catch, and one descriptor held per level would run out of descriptors.
+    Going down opens the child with ``O_NOFOLLOW``; going up opens ``..``
+    and checks it is the very folder left (device and inode): a folder moved
+    meanwhile stops the walk rather than removing elsewhere.
+
+    ``strict``: the first error is raised (what was removed stays removed).
+    Otherwise nothing is raised for the entries: what could not be removed is
+    counted in the returned :class:`Removal`; ``limit`` (0: none) bounds the
+    entries looked at, and ``one_device`` leaves folders of other file
+    systems (mount points) alone."""
+    done = Removal()
+    budget = limit or -1
+    fd = _open_dir(parent, name, path)
+    stack: list[_Level] = []
+    try:
+        info = os.fstat(fd)
+        device = info.st_dev
+        _own_writable(fd, info)
+        stack.append(_Level(name, path, (info.st_dev, info.st_ino)))
+        while True:
+            level = stack[-1]
+            if level.pending is None:
+                # listed once (a folder of many sub-folders is not listed
+                # again after each: that was quadratic), at most what the
+                # limit lets be looked at
+                level.pending = _listing(fd, budget)
+            below: int | None = None
+            while level.pending:
+                if budget == 0:
+                    done.stopped = True
+                    done.note(level.path, f"more than {limit:,} entries looked at: the rest was left")
+                    break
+                budget -= 1
+                entry_name = level.pending.pop()
+                entry_path = os.path.join(level.path, entry_name)
+                try:
+                    kind = os.stat(entry_name, dir_fd=fd, follow_symlinks=False)
+                    if not stat.S_ISDIR(kind.st_mode):
+                        os.unlink(entry_name, dir_fd=fd)
+                        continue
+                    if one_device and kind.st_dev != device:
+                        raise OSError(errno.EXDEV, "another file system is mounted there")
+                    below = _open_child(fd, entry_name, entry_path, kind)
+                except FileNotFoundError:
+                    continue  # gone meanwhile
+                except (OSError, Refused) as exc:
+                    if strict:
+                        raise
+                    level.skipped.add(entry_name)
+                    done.note(entry_path, exc)
+                    continue
+                break
+            if below is not None:
+                os.close(fd)
+                fd = below
+                info = os.fstat(fd)
+                _own_writable(fd, info)
+                stack.append(_Level(entry_name, entry_path, (info.st_dev, info.st_ino)))
+                continue
+            if done.stopped:
+                return done
+            if len(stack) == 1:
+                break
+            up = os.open("..", _FOLDER, dir_fd=fd)
+            upper = os.fstat(up)
+            os.close(fd)
+            fd = up
+            finished = stack.pop()
+            if (upper.st_dev, upper.st_ino) != stack[-1].identity:
+                if strict:
+                    raise OSError(errno.ESTALE, "a folder was moved while it was being removed", finished.path)
+                done.stopped = True
+                done.note(finished.path, "its folder was moved meanwhile: the walk stopped")
+                return done
+            try:
+                os.rmdir(finished.name, dir_fd=fd)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                if strict:
+                    raise
+                stack[-1].skipped.add(finished.name)
+                if not finished.skipped:  # else counted below already
+                    done.note(finished.path, exc)
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=parent)
+    except OSError as exc:
+        if strict:
+            raise
+        if not stack or not stack[0].skipped:
+            done.note(path, exc)
+    return done
+
+
+def _open_child(folder: int, name: str, path: str, info: os.stat_result) -> int:
+    """:func:`_open_dir`; a folder of this user it may not read (a cell's
+    ``chmod 000``) is made readable first, through a descriptor of the
+    folder itself (``O_PATH``: nothing followed)."""
+    if info.st_uid == os.geteuid() and info.st_mode & 0o500 != 0o500:
+        with contextlib.suppress(OSError):
+            itself = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=folder)
+            try:
+                os.chmod(f"/proc/self/fd/{itself}", stat.S_IMODE(info.st_mode) | 0o700)
+            finally:
+                os.close(itself)
+    return _open_dir(folder, name, path)
+
+
+def _own_writable(fd: int, info: os.stat_result) -> None:
+    """A folder of this user that this user cannot empty (a cell's ``chmod
+    500``) is made writable first, as ``rm -rf`` would need."""
+    if info.st_uid == os.geteuid() and info.st_mode & 0o300 != 0o300:
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, stat.S_IMODE(info.st_mode) | 0o700)
 
 
 def trash(root: str, path: str) -> None:

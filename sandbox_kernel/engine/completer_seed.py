@@ -38,7 +38,6 @@ import functools
 import hashlib
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ..worker.protocol import COMPLETER_SEED_ENV as SEED_ENV
+from . import owned_dirs
 
 #: where a sandbox sees the seed
 IN_COMPLETER_SEED = "/.sandbox_kernel/completer-seed"
@@ -118,7 +118,7 @@ def build() -> Path | None:
         try:
             return _fill(work, root / key)
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            owned_dirs.remove_tree(work)
     return None
 
 

@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import secrets
-import shutil
 import sys
 import tempfile
 import time
@@ -631,7 +630,9 @@ class Session:
                 emit("stream", {"name": "stderr", "text": notice})
             else:
                 self._pending_notices.append(notice)
-        spec = self._spec(withhold_mounts=bool(withheld))  # a refused workspace raises SandboxUnavailable
+        # a refused workspace raises SandboxUnavailable; the workspace policy
+        # scans the folder (up to 20,000 entries): off the event loop
+        spec = await asyncio.to_thread(functools.partial(self._spec, withhold_mounts=bool(withheld)))
         # a public "none" sandbox: no interface, and no private mounts until private
         self._public_unmounted = (
             self.isolate_network and not self.sandbox_proxied and not withheld and self.network_allowed
@@ -742,8 +743,8 @@ class Session:
         if self.proxy is not None:
             await self.proxy.stop()
             self.proxy.log.close()
-            shutil.rmtree(self.proxy.socket_path.parent, ignore_errors=True)
-        shutil.rmtree(self._runtime, ignore_errors=True)
+            await asyncio.to_thread(owned_dirs.remove_tree, self.proxy.socket_path.parent)
+        await asyncio.to_thread(owned_dirs.remove_tree, self._runtime)  # (a sandbox wrote there: never raises)
         if self._enforcement is not None:
             self._enforcement.close()
 

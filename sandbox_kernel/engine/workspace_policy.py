@@ -33,6 +33,7 @@ import pwd
 import site
 import stat
 import sys
+import tempfile
 import threading
 from collections import deque
 from collections.abc import Iterable
@@ -41,6 +42,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from ..sandbox.base import BindMount
+from . import owned_dirs
 
 log = logging.getLogger("sandbox_kernel.workspace")
 _said_lock = threading.Lock()
@@ -150,6 +152,30 @@ SCAN_ENTRIES = 20_000
 #: directory names the scan does not descend into (big, and never repositories)
 SCAN_SKIP = frozenset({"node_modules", "__pycache__", ".cache", ".tox", ".mypy_cache", ".pytest_cache"})
 
+#: the most masks one workspace gets. Each is a mount: bwrap refuses more
+#: than 9000 arguments (three a mount), and a cell can plant thousands of
+#: ``.git`` folders. Past it, folders holding them are made read-only as a
+#: whole (:func:`_collapse`), and at worst the whole workspace.
+MAX_MASKS = 500
+#: hard links looked for (:func:`_aliased`): entries of one ``.git/hooks``, files in all
+ALIAS_HOOKS = 64
+ALIAS_FILES = 2_000
+#: bytes of a repository's ``.git/config`` read for ``core.hooksPath``, and of
+#: all repositories' configs together (past it, the workspace is read-only)
+CONFIG_BYTES = 1 << 20
+CONFIG_BUDGET = 16 << 20
+#: repositories whose hooks' places are looked for one by one (more: the
+#: workspace is read-only, see :func:`_collapse`)
+MAX_REPOS = 2_000
+
+#: shared temporary and runtime folders: every user and program makes its own
+#: folders there, and so does this host (each session's egress proxy socket
+#: in ``/tmp/sk-egress-*``, a second kernel's state in ``$TMPDIR/sandbox-kernel-*``):
+#: a workspace that is or holds one would hand them to a sandbox
+SHARED_TEMP: tuple[str, ...] = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/var/run", "/var/lock", "/run/lock")
+#: runtime folders (sockets of the user's services): not even a folder inside is a workspace
+RUNTIME: tuple[str, ...] = ("/run", "/var/run")
+
 HIDE = "hide"
 READONLY = "readonly"
 
@@ -207,6 +233,10 @@ class WorkspacePlan:
     notes: tuple[str, ...] = ()
     #: whether the bounded scan stopped before the end of the folder
     scan_truncated: bool = False
+    #: the whole workspace is read-only (more protected places than
+    #: MAX_MASKS even folder by folder); ``home_rule`` is then set too, with
+    #: no writable entry, so every consumer of the plan mounts it read-only
+    read_only: bool = False
 
 
 # ---------------------------------------------------------------- the host's places
@@ -413,6 +443,46 @@ def _inside(path: Path, root: Path) -> bool:
     return p == r or p.startswith(r if r.endswith("/") else r + "/")
 
 
+def _shared_places() -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """The shared temporary and runtime folders of this host (resolved), and
+    the runtime ones among them (a workspace may not even lie inside those)."""
+    runtime = [*RUNTIME, os.environ.get("XDG_RUNTIME_DIR")]
+    shared = [*SHARED_TEMP, tempfile.gettempdir(), *owned_dirs.bases(), *runtime]
+    resolved = tuple(dict.fromkeys(p for p in map(_abs, shared) if p is not None))
+    return resolved, tuple(p for p in map(_abs, runtime) if p is not None)
+
+
+def _check_shared(workspace: Path) -> None:
+    """Refuse a workspace that is or holds a shared temporary or runtime
+    folder, or is world-writable with the sticky bit (a ``/tmp``-like folder
+    of its own). Why: other sessions' host-owned folders live there (each
+    egress proxy's socket, a second kernel's state), and a private kernel
+    whose workspace was ``/tmp`` sent data out through a public session's
+    proxy. A folder strictly inside ``/tmp`` is fine (its own content only)."""
+    shared, runtime = _shared_places()
+    for place in shared:
+        inside_runtime = place in runtime and _inside(workspace, place)
+        if _inside(place, workspace) or inside_runtime:
+            what = "is" if place == workspace else "lies inside" if inside_runtime else "contains"
+            raise WorkspaceRefused(
+                f"the workspace {workspace} {what} the shared temporary or runtime folder {place}, where "
+                f"other programs and other sandbox sessions keep their own folders and sockets (the egress "
+                f"proxies of other sessions among them): a sandbox would reach them. Open the notebook from "
+                f"a project folder (a folder inside {tempfile.gettempdir()} is fine) or set {WORKSPACE_SETTING}"
+            )
+    try:
+        mode = os.stat(workspace).st_mode
+    except OSError:
+        return
+    if mode & stat.S_ISVTX and mode & stat.S_IWOTH:
+        raise WorkspaceRefused(
+            f"the workspace {workspace} is writable by every user with the sticky bit set (mode "
+            f"{stat.S_IMODE(mode):o}), like /tmp: a shared temporary folder where other users and programs "
+            f"keep their own folders and sockets, which a sandbox would reach. Open the notebook from a "
+            f"project folder, make this one private (chmod 755 {workspace}) or set {WORKSPACE_SETTING}"
+        )
+
+
 def check_workspace(workspace: Path, places: ProtectedPlaces) -> None:
     """Raise :class:`WorkspaceRefused` when ``workspace`` may not be mounted at all."""
     if workspace == Path("/"):
@@ -420,6 +490,7 @@ def check_workspace(workspace: Path, places: ProtectedPlaces) -> None:
             f"the workspace is '/', the whole file system: a sandbox would reach every file and "
             f"configuration of the host. Open the notebook from a project folder or set {WORKSPACE_SETTING}"
         )
+    _check_shared(workspace)
     for home in places.homes:
         if home != workspace and workspace in home.parents:
             raise WorkspaceRefused(
@@ -504,14 +575,23 @@ def _scan(workspace: Path, skip: set[Path], depth: int, limit: int) -> tuple[lis
     return found, False
 
 
-def _hooks_path(git_dir: Path) -> str | None:
+class _OverBudget(Exception):
+    """The repositories' configs together are larger than CONFIG_BUDGET."""
+
+
+def _hooks_path(git_dir: Path, budget: list[int] | None = None) -> str | None:
     """``core.hooksPath`` of a repository's own config (``git config`` syntax:
-    sections, case-insensitive keys, an optionally quoted value), or None."""
+    sections, case-insensitive keys, an optionally quoted value), or None.
+    ``budget``: the bytes all configs may still take (raises :class:`_OverBudget`)."""
     try:
         with open(git_dir / "config", encoding="utf-8", errors="replace") as config:
-            text = config.read(1 << 20)
+            text = config.read(CONFIG_BYTES)
     except OSError:
         return None
+    if budget is not None:
+        budget[0] -= len(text)
+        if budget[0] < 0:
+            raise _OverBudget
     section, found = "", None
     for raw in text.splitlines():
         line = raw.strip()
@@ -529,7 +609,7 @@ def _hooks_path(git_dir: Path) -> str | None:
     return found or None
 
 
-def _hook_places(repo: Path, workspace: Path) -> list[Path]:
+def _hook_places(repo: Path, workspace: Path, budget: list[int] | None = None) -> list[Path]:
     """The existing places in the workspace that a repository's hooks run
     besides ``.git/hooks``: its hook managers' configs (HOOK_CONFIGS, at the
     work tree's top) and the folder ``core.hooksPath`` names. Symlinks are
@@ -538,7 +618,7 @@ def _hook_places(repo: Path, workspace: Path) -> list[Path]:
     top = repo.parent
     candidates = [top / name for name in HOOK_CONFIGS]
     if repo.name == ".git":
-        hooks = _hooks_path(repo)
+        hooks = _hooks_path(repo, budget)
         if hooks:
             candidates.append(Path(os.path.expanduser(hooks)) if hooks.startswith(("/", "~")) else top / hooks)
     places = []
@@ -554,6 +634,18 @@ def _hook_places(repo: Path, workspace: Path) -> list[Path]:
     return places
 
 
+def _found_places(scanned: list[Path], workspace: Path) -> list[Path]:
+    """The scan's repositories and venvs with the places their hooks run
+    (raises :class:`_OverBudget` when their configs are too large to read)."""
+    found: list[Path] = []
+    budget = [CONFIG_BUDGET]
+    for repo in scanned:
+        found.append(repo)
+        if repo.name in REPO_DIRS:
+            found += _hook_places(repo, workspace, budget)
+    return found
+
+
 def _aliased(masks: dict[Path, Mask]) -> list[Path]:
     """Protected files with more than one name. A mask covers a path, not the
     file: a hard link a sandbox made while the file was not yet protected (it
@@ -562,17 +654,22 @@ def _aliased(masks: dict[Path, Mask]) -> list[Path]:
     ``config`` and hooks."""
     files: list[Path] = []
     for path in masks:
+        if len(files) >= ALIAS_FILES:
+            break  # bounded: a cell can plant thousands of repositories with thousands of hooks
         if path.name == ".git":
             files.append(path / "config")
             try:
                 with os.scandir(path / "hooks") as hooks:
-                    files.extend(Path(entry.path) for entry in hooks)
+                    for count, entry in enumerate(hooks):
+                        if count >= ALIAS_HOOKS:
+                            break
+                        files.append(Path(entry.path))
             except OSError:
                 pass
         else:
             files.append(path)
     aliased = []
-    for path in files:
+    for path in files[:ALIAS_FILES]:
         st = _lexists(path)
         if st is not None and stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
             aliased.append(path)
@@ -603,6 +700,7 @@ def plan_workspace(
     home_rule = workspace in places.homes
 
     masks: dict[Path, Mask] = {}
+    kinds_at: dict[str, str] = {}
 
     def add(path: Path, kind: str) -> None:
         if path == workspace or not _inside(path, workspace):
@@ -610,22 +708,27 @@ def plan_workspace(
         current = masks.get(path)
         if current is not None and current.kind == HIDE:
             return
-        if any(m.kind == HIDE and _inside(path, p) and p != path for p, m in masks.items()):
+        if _covered(path, workspace, kinds_at, (HIDE,)):
             return  # already hidden by a parent
         masks[path] = Mask(path, kind)
+        kinds_at[str(path)] = kind
 
     for place in places.hidden:
         add(place, HIDE)
     for place in (*places.readonly, *places.import_roots):
         add(place, READONLY)
+    fixed = dict(masks)  # the host's places: few, and not of a sandbox's making
     scanned, truncated = _scan(workspace, set(masks), scan_depth, scan_entries)
-    for repo in scanned:
-        add(repo, READONLY)
-        if repo.name in REPO_DIRS:
-            for place in _hook_places(repo, workspace):
-                add(place, READONLY)
+    # what the scan found and what their hooks run; None: too many to look at
+    found: list[Path] | None = None
+    if len(scanned) <= MAX_REPOS:
+        try:
+            found = _found_places(scanned, workspace)
+        except _OverBudget:
+            pass
+    for path in found or ():
+        add(path, READONLY)
 
-    hidden = [p for p, m in masks.items() if m.kind == HIDE]
     writable: list[Path] = []
     notes: list[str] = []
     if home_rule:
@@ -656,6 +759,19 @@ def plan_workspace(
             f"notebook from a project folder or set {WORKSPACE_SETTING}"
         )
     aliased = _aliased(masks)
+    read_only = False
+    final = _final_masks(workspace, masks, home_rule, writable)
+    if found is None or len(final) + len(writable) > MAX_MASKS:
+        # Too many to mount one by one (a cell planted them, or a folder of
+        # many clones): their folders, or the whole workspace, read-only.
+        level = _collapse(workspace, fixed, found, home_rule, writable)
+        if level is None:
+            read_only, home_rule, writable = True, True, []
+            masks = dict(fixed)
+        else:
+            masks, writable = level
+        final = _final_masks(workspace, masks, home_rule, writable)
+        notes.append(_crowded_note(workspace, scanned, truncated, read_only, final, set(fixed)))
     if aliased:
         shown = ", ".join(str(path) for path in aliased[:5]) + (" ..." if len(aliased) > 5 else "")
         notes.append(
@@ -663,26 +779,6 @@ def plan_workspace(
             f"have been able to change them before they were protected: {shown}; find the other names with "
             f"`find {workspace} -samefile <file>`"
         )
-    final: list[Mask] = []
-    for path, mask in sorted(masks.items(), key=lambda item: (len(item[0].parts), str(item[0]))):
-        if any(h != path and _inside(path, h) for h in hidden):
-            continue  # a hidden parent covers it
-        if mask.kind == READONLY and any(p != path and _inside(path, p) for p in masks):
-            continue  # a read-only parent covers it
-        exists = _lexists(path) is not None
-        if home_rule and workspace / path.relative_to(workspace).parts[0] not in writable:
-            # Under the read-only top level: read-only already, and nothing missing
-            # there can be created by a sandbox. Only secrets need a mask.
-            if mask.kind == HIDE and exists:
-                final.append(mask)
-            continue
-        if not exists:
-            if not _is_file_place(path):
-                final.append(Mask(path, mask.kind, create=True))
-            # a missing FILE cannot be masked without creating it (an empty rc file
-            # changes what a shell reads): known limit, see docs/security.md
-            continue
-        final.append(mask)
     _check_renamable(workspace, final, set(places.hidden) | set(places.readonly), writable if home_rule else None)
     return WorkspacePlan(
         workspace=workspace,
@@ -691,6 +787,122 @@ def plan_workspace(
         writable_entries=tuple(writable),
         notes=tuple(notes),
         scan_truncated=truncated,
+        read_only=read_only,
+    )
+
+
+def _covered(path: Path, workspace: Path, kinds_at: dict[str, str], kinds: tuple[str, ...]) -> bool:
+    """A folder above ``path``, below ``workspace``, is masked with one of
+    ``kinds`` (``kinds_at``: each mask's kind by its path as a string). One
+    look-up per level of ``path``: comparing every mask with every other
+    one cost 17.9 s for 4,000 planted repositories."""
+    text, top = str(path), len(str(workspace))
+    cut = text.rfind("/")
+    while cut > top:
+        text = text[:cut]
+        if kinds_at.get(text) in kinds:
+            return True
+        cut = text.rfind("/")
+    return False
+
+
+def _kinds(masks: dict[Path, Mask]) -> dict[str, str]:
+    return {str(path): mask.kind for path, mask in masks.items()}
+
+
+def _final_masks(workspace: Path, masks: dict[Path, Mask], home_rule: bool, writable: list[Path]) -> list[Mask]:
+    """The masks to mount: those no parent covers, missing folders to create,
+    and under the home rule only what a writable entry needs (and secrets)."""
+    final: list[Mask] = []
+    writable_set = {str(p) for p in writable}
+    kinds_at = _kinds(masks)
+    for path, mask in sorted(masks.items(), key=lambda item: (len(item[0].parts), str(item[0]))):
+        if _covered(path, workspace, kinds_at, (HIDE,)):
+            continue  # a hidden parent covers it
+        if mask.kind == READONLY and _covered(path, workspace, kinds_at, (HIDE, READONLY)):
+            continue  # a read-only parent covers it
+        if home_rule and str(workspace / path.relative_to(workspace).parts[0]) not in writable_set:
+            # Under the read-only top level: read-only already, and nothing missing
+            # there can be created by a sandbox. Only secrets need a mask.
+            if mask.kind == HIDE and _lexists(path) is not None:
+                final.append(mask)
+            continue
+        if _lexists(path) is None:
+            if not _is_file_place(path):
+                final.append(Mask(path, mask.kind, create=True))
+            # a missing FILE cannot be masked without creating it (an empty rc file
+            # changes what a shell reads): known limit, see docs/security.md
+            continue
+        final.append(mask)
+    return final
+
+
+def _collapse(
+    workspace: Path,
+    fixed: dict[Path, Mask],
+    found: list[Path] | None,
+    home_rule: bool,
+    writable: list[Path],
+) -> tuple[dict[Path, Mask], list[Path]] | None:
+    """Masks for a workspace with too many protected places to mask one by
+    one: the places ``found`` by the scan (repositories, venvs, their hooks'
+    places) that share a folder ``level`` names below the workspace are
+    replaced by that folder, read-only as a whole (one alone keeps its own
+    mask), at the deepest level that stays within MAX_MASKS.
+    None when no level does (or ``found`` is None: more than MAX_REPOS
+    repositories, or configs past CONFIG_BUDGET, so their hooks' places are
+    unknown): the whole workspace must be read-only.
+
+    Why not refuse: the user's work stays readable, and writable outside the
+    crowded folders; why not mask the first MAX_MASKS: every one left out
+    would be a repository whose hooks a sandbox could rewrite."""
+    if found is None:
+        return None
+    depth = max((len(p.relative_to(workspace).parts) for p in found), default=0)
+    for level in range(depth - 1, 0, -1):
+        masks = dict(fixed)
+        kinds_at = _kinds(masks)
+        kept = list(writable)
+        groups: dict[Path, list[Path]] = {}
+        for path in found:
+            groups.setdefault(workspace.joinpath(*path.relative_to(workspace).parts[:level]), []).append(path)
+        for folder, members in groups.items():
+            if len(members) == 1 and not (home_rule and level == 1):
+                folder = members[0]  # alone in its folder: masked itself, the folder stays writable
+            if folder in masks or _covered(folder, workspace, kinds_at, (HIDE,)):
+                continue
+            if home_rule and level == 1:
+                # a writable top-level entry of a home: no longer bound, so the
+                # read-only top level covers it (one mount per target, for Docker)
+                if folder in kept:
+                    kept.remove(folder)
+                continue
+            masks[folder] = Mask(folder, READONLY)
+            kinds_at[str(folder)] = READONLY
+        if len(_final_masks(workspace, masks, home_rule, kept)) + len(kept) <= MAX_MASKS:
+            return masks, kept
+    return None
+
+
+def _crowded_note(
+    workspace: Path, scanned: list[Path], truncated: bool, read_only: bool, final: list[Mask], fixed: set[Path]
+) -> str:
+    """What the user reads when the workspace had too many places to mask."""
+    shown = ", ".join(str(p.relative_to(workspace)) for p in sorted(scanned)[:5])
+    count = f"{len(scanned):,}{' or more' if truncated else ''}"
+    if read_only:
+        what = "the whole workspace is read-only for sandboxes"
+    else:
+        folders = sorted(str(m.path.relative_to(workspace)) for m in final if m.path not in fixed)
+        what = f"these folders are read-only for sandboxes as a whole: {', '.join(folders[:5])}" + (
+            f" and {len(folders) - 5:,} more" if len(folders) > 5 else ""
+        )
+    return (
+        f"the workspace {workspace} holds {count} git repositories or Python virtual environments "
+        f"({shown}{' ...' if len(scanned) > 5 else ''}), more than the {MAX_MASKS} that can each be "
+        f"protected on their own, so {what}. If a cell made them, remove them on the host (list them with "
+        f"`find {workspace} -maxdepth {SCAN_DEPTH + 1} \\( -name .git -o -name {VENV_MARKER} \\)`) and "
+        f"restart the kernel; or open the notebook from a folder that does not hold them ({WORKSPACE_SETTING})"
     )
 
 

@@ -476,7 +476,7 @@ class WidgetComms:
         out = self._clean_state_as(comm, state, placed, private, notes)
         if private:
             self._check_references(out)
-        elif not comm.armed:
+        elif not comm.armed and (comm.loads_media() or _holds_text(out)):
             # what private cleaning would have sent instead: if it differs, a
             # view of this model made once private would show (and fetch)
             # what a private output may not (an attack review: widgets made
@@ -564,6 +564,22 @@ class WidgetComms:
         problem = view_problem((comm.model_module, comm.model_name), comm.view)
         if problem:
             raise WidgetRefused(problem)
+
+
+def _holds_text(state: Mapping[str, Any]) -> bool:
+    """Whether a state holds a string anywhere: private cleaning changes
+    only strings (and a media model's URL), so a slider's ``{"value": 5}``
+    needs no second cleaning to know it arms nothing."""
+    todo: list[Any] = [state]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, str):
+            return True
+        if isinstance(node, Mapping):
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+    return False
 
 
 def _armed_refusal(model_id: Any) -> str:

@@ -287,3 +287,34 @@ def test_a_second_open_of_the_live_status_comm_leaves_it_working(fresh_kernel: S
     k.run("%private patients CONFIDENTIAL")
     states = [r for r in comm.send({"version": 1, "type": "request_state"}) if r["type"] == "state"]
     assert states and states[-1]["state"]["level"] == "CONFIDENTIAL", states
+
+
+def test_a_cell_naming_many_datasets_keeps_the_store_small(tmp_path: Path) -> None:
+    """Each dataset record lengthens every later write of the session's file,
+    and a cell's requests are answered on the host's event loop: a cell adding
+    2,000 datasets took 154 s of it. Past MAX_CELL_DATASETS (100) a cell's new
+    dataset raises the level as a mark, unlisted, said once; the ratchet still
+    only goes up."""
+    session = f"s-{uuid.uuid4().hex[:8]}"
+    k = new_kernel(tmp_path, "--SandboxKernel.user_id=tester", f"--SandboxKernel.session_id={session}")
+    store = PrivacyStore(k.data_dir / "privacy")
+    try:
+        k.run(
+            "import sandbox_kernel.private as p\np.add_dataset('first', 'CONFIDENTIAL')"
+        )  # (the rise replaces the sandbox)
+        run = k.run(
+            "import sandbox_kernel.private as p\n"
+            "for i in range(150):\n"
+            "    p.add_dataset(f'd{i}', 'CONFIDENTIAL')\n"
+            "print('added')",
+            timeout=300,
+        )
+        assert run.stdout == "added\n" and run.stderr.count("are not listed") == 1, run.stderr
+        state = store.read("tester", session)
+        assert len(state.datasets) == 100 and state.sensitivity.name == "CONFIDENTIAL"
+        assert k.run("p.add_dataset('d7', 'SECRET'); p.add_dataset('late', 'SECRET')").status == "ok"
+        state = store.read("tester", session)
+        assert state.sensitivity.name == "SECRET" and len(state.datasets) == 100
+        assert next(d for d in state.datasets if d.name == "d7").sensitivity.name == "SECRET"  # a listed one rises
+    finally:
+        k.shutdown()

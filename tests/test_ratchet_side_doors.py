@@ -158,11 +158,14 @@ def test_a_private_notebook_raises_every_notebook_sharing_its_folder(tmp_path: P
     folder, public with network, must not read them with network; nor a
     notebook beside A's folder once a notebook in the folder holding both is
     private (its cells can copy the rows there)."""
-    folder = tmp_path / "project"
-    a = _kernel_in(folder, tmp_path / "a-tmp")
-    b = _kernel_in(folder, tmp_path / "b-tmp")
-    parent = _kernel_in(tmp_path, tmp_path / "p-tmp")  # its workspace contains the folder
-    sibling = _kernel_in(tmp_path / "other", tmp_path / "s-tmp")
+    # (the kernels' temporary folders beside the parent's workspace: a workspace
+    # holding a kernel's TMPDIR is refused, see tests/test_workspace_dos.py)
+    root, tmps = tmp_path / "root", tmp_path / "tmps"
+    folder = root / "project"
+    a = _kernel_in(folder, tmps / "a-tmp")
+    b = _kernel_in(folder, tmps / "b-tmp")
+    parent = _kernel_in(root, tmps / "p-tmp")  # its workspace contains the folder
+    sibling = _kernel_in(root / "other", tmps / "s-tmp")
     try:
         for k in (a, b, parent, sibling):
             assert len(eval(k.run(IFACES).stdout)) > 1

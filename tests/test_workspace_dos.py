@@ -294,3 +294,29 @@ def test_a_cell_planting_thousands_of_repositories_does_not_stop_later_kernels(t
         assert "read-only" in run.stderr and "3,000" in run.stderr, run.stderr
     finally:
         later.shutdown()
+
+
+def test_another_kernels_runtime_folder_in_a_workspace_is_hidden(tmp_path: Path) -> None:
+    """A kernel's TMPDIR may lie in another kernel's workspace; its runtime
+    folder (``sandbox-kernel-<pid>-*``: a second kernel's state, granted to the
+    sandboxes' uid) is then hidden from that workspace's sandboxes."""
+    require_bwrap()
+    ws_b, tmp_b = tmp_path / "b-ws", tmp_path / "b-tmp"
+    ws_b.mkdir()
+    tmp_b.mkdir()
+    tmp_a = ws_b / "a-tmp"
+    tmp_a.mkdir()
+    (tmp_path / "a-ws").mkdir()
+    a = SandboxKernelHandle(tmp_path / "a-ws", tmp_a, extra_args=["--SandboxKernel.backend=bwrap"])
+    try:
+        assert a.run("x = 1").status == "ok"
+        (runtime,) = [p.name for p in tmp_a.iterdir() if p.name.startswith("sandbox-kernel-")]
+        assert any((tmp_a / runtime).iterdir())
+        b = SandboxKernelHandle(ws_b, tmp_b, extra_args=["--SandboxKernel.backend=bwrap"])
+        try:
+            run = b.run(f"import os\nprint(os.listdir('/workspace/a-tmp/{runtime}'))")
+            assert run.stdout == "[]\n", (run.stdout, run.stderr)
+        finally:
+            b.shutdown()
+    finally:
+        a.shutdown()

@@ -30,7 +30,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sandbox_kernel.engine.workspace_policy import apply_policy
+from sandbox_kernel.engine.workspace_policy import apply_policy, hide_private_sources
 from sandbox_kernel.privacy.enforcement import EnforcementRecord
 from sandbox_kernel.privacy.modes import NetworkMode
 from sandbox_kernel.privacy.sensitivity import Sensitivity
@@ -339,15 +339,70 @@ class SandboxManager:
 
     # ----------------------------------------------------------------- ratchet
 
+    def mounted_folders(self, user_id: str, session_id: str) -> list[Path]:
+        """Every host folder a container of the session mounts: its workspace
+        first, then the read-only mounts (``config.read_only_mounts`` and this
+        manager's)."""
+        user_id, session_id = validate_ids(user_id, session_id)
+        return [self.workspace_root / user_id / session_id, *self.read_only_sources()]
+
+    def read_only_sources(self) -> list[Path]:
+        """The host side of every read-only mount of this manager's containers."""
+        return [Path(source) for source in {**self.config.read_only_mounts, **self.read_only_mounts}]
+
+    def _folders_mode(self, user_id: str, session_id: str) -> NetworkMode:
+        """The network the folders a container mounts allow: none when any of
+        them holds, lies in or is private data (its folder level, over every
+        store of the host: ``privacy/workspace_levels.py``), whatever the
+        getter says. A getter knows the session, not what this manager mounts
+        beside its workspace (a read-only ``/ref`` that a private kernel
+        writes into), and the default one ignores folder levels altogether.
+
+        The workspace is then recorded at that level too: the container can
+        copy what it reads into it, and every sandbox sharing the workspace
+        (the tools' cells, a kernel in that folder) must rise with it."""
+        from sandbox_kernel.privacy.workspace_levels import FOLDER_LEVELS, levels_at, read_all_folders
+
+        own = levels_at(self._levels_store().parent / FOLDER_LEVELS)
+        workspace, *mounts = self.mounted_folders(user_id, session_id)
+        state = read_all_folders([workspace, *mounts], own)
+        if state.has_private_data:
+            why = state.mark.reason if state.mark is not None and state.mark.reason else state.sensitivity.name
+            try:
+                own.record(
+                    workspace,
+                    state.sensitivity,
+                    f"{why}; the Docker shell of session {session_id} of {user_id} mounts that folder",
+                )
+            except (OSError, ValueError) as exc:
+                log.error(
+                    "could not record the level of %s (its containers get no network all the same): %s", workspace, exc
+                )
+        return state.network_mode
+
+    def _levels_store(self) -> Path:
+        """The store beside which this manager records folder levels: its
+        enforcement store, else the default one (every reader reads both)."""
+        root = self._enforcement_root()
+        if root is not None:
+            return root
+        from sandbox_kernel.privacy.store import default_store
+
+        return default_store().root
+
     def network_mode_for(self, user_id: str, session_id: str) -> NetworkMode:
-        """The effective mode: getter, config and this manager's memory, most restrictive."""
+        """The effective mode: getter, config, the levels of the folders the
+        container mounts and this manager's memory, most restrictive."""
         user_id, session_id = validate_ids(user_id, session_id)
         reported = coerce_network_mode(
             self._getter(user_id, session_id), "network mode returned by network_mode_getter"
         )
         key = (user_id, session_id)
         with self._lock:
-            mode = most_restrictive(self.config.network_mode, reported, self._ratchet.get(key, NetworkMode.FULL))
+            known = most_restrictive(self.config.network_mode, reported, self._ratchet.get(key, NetworkMode.FULL))
+        folders = self._folders_mode(user_id, session_id) if known is NetworkMode.FULL else known
+        with self._lock:
+            mode = most_restrictive(known, folders, self._ratchet.get(key, NetworkMode.FULL))
             if mode is not NetworkMode.FULL:
                 self._ratchet[key] = mode
         return mode
@@ -422,7 +477,9 @@ class SandboxManager:
                     if root is None:
                         return
                     workspace = self.workspace_root / key[0] / key[1]
-                    record = self._records[key] = EnforcementRecord(root, *key, workspace=workspace)
+                    record = self._records[key] = EnforcementRecord(
+                        root, *key, workspace=workspace, reads=self.read_only_sources()
+                    )
                 record.report(Sensitivity.PUBLIC, True)
             elif record is not None:
                 del self._records[key]
@@ -503,6 +560,9 @@ class SandboxManager:
             max_cpus=self._daemon_cpus(),
         )
         kwargs["mounts"] += [to_docker_mount(m) for m in (policy_mounts if plan.home_rule else policy_mounts[1:])]
+        # private dataset sources inside the read-only folders (docs/security.md, "Private dataset sources")
+        for src, tgt in {**self.config.read_only_mounts, **self.read_only_mounts}.items():
+            kwargs["mounts"] += [to_docker_mount(m) for m in hide_private_sources(Path(src), tgt)]
         kwargs = join_sandbox_network(self.client, kwargs)
         container_id = self._create_and_start(name, kwargs, replace_stale=None if ephemeral else (user_id, session_id))
         try:

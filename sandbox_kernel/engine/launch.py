@@ -95,7 +95,11 @@ def plan_launch(
     if sandbox.isolates:
         # The workspace policy: refused folders, masks over secrets and config,
         # the home rule (engine/workspace_policy.py, docs/security.md).
-        mounts, plan = apply_policy(workspace, IN_WORKSPACE, store_dirs, allowed_roots)
+        # A private dataset's source in the workspace is hidden there from
+        # every sandbox, this session's too: a private one reads it only at
+        # /private/<name> (read-only), a public one not at all.
+        sources = ratchet.private_sources() if ratchet is not None else ()
+        mounts, plan = apply_policy(workspace, IN_WORKSPACE, store_dirs, allowed_roots, sources)
         notes = plan.notes
         mounts += extra_mounts
         if isolate_network and ratchet is not None and private_mounts is not False:

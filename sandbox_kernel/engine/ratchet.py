@@ -24,7 +24,7 @@ from ..privacy import (
     validate_id,
 )
 from ..privacy.live_folder import LiveFolder
-from ..privacy.workspace_levels import WorkspaceLevels
+from ..privacy.workspace_levels import WorkspaceLevels, read_all_folders, read_everywhere
 from ..sandbox import BindMount
 
 SYSTEM_NOTICE = (
@@ -34,6 +34,11 @@ SYSTEM_NOTICE = (
 PRIVATE_ROOT = "/private"
 #: characters of a refused ratchet request's error sent back to the cell
 MAX_ERROR_TEXT = 1000
+#: datasets a session's cells may name; past it, a cell's new dataset raises
+#: the level as a mark does, without a record of its own. Each record makes
+#: every later write of the session's file longer: a cell adding 2,000 took
+#: 154 s of the host's event loop (each request is answered there)
+MAX_CELL_DATASETS = 100
 #: what to do about a backend that isolates nothing (said in every refusal)
 UNISOLATED_FIX = (
     "Install bubblewrap (package 'bubblewrap') or choose the docker backend "
@@ -98,12 +103,23 @@ class Ratchet:
     ) -> None:
         self.data = PrivateData(user_id, session_id, store)
         self.mounts = {name: PrivateMount.parse(name, spec) for name, spec in (mounts or {}).items()}
+        # recorded host-wide before any sandbox starts: every sandbox of every
+        # kernel whose workspace holds a source hides it (docs/security.md)
+        self.private_sources()
         #: the folder the session's sandboxes mount read-write: its level is
         #: shared with every session whose workspace overlaps it
         self._workspace = LiveFolder(workspace) if workspace is not None else None
         self.folders = WorkspaceLevels.beside(self.data.store) if workspace is not None else None
+        #: host folders the sandboxes mount read-only besides the workspace (a
+        #: Docker backend's read_only_mounts): their levels count as the folder's
+        self.read_folders: tuple[Path, ...] = ()
         #: the last level read from the store, and when (see :meth:`recent_state`)
         self._memo: tuple[float, PrivacyState] | None = None
+        #: whether a cell was told that its datasets past MAX_CELL_DATASETS go unlisted
+        self._said_cell_cap = False
+        #: the highest mark a cell's request recorded (such datasets are marks
+        #: too): a request at most this high needs no store read or write
+        self._cell_cap_level: Sensitivity | None = None
         #: the name of the session's backend when it isolates nothing (set by
         #: whoever chose the backend): :meth:`notice` then says the network
         #: was NOT cut instead of claiming a cut that cannot happen
@@ -176,7 +192,13 @@ class Ratchet:
                 self.folders.rise(workspace, own, f"session {self.session_id} of {self.user_id}")
             except (PrivacyStoreError, OSError, ValueError) as exc:
                 return merge(own, PrivacyState.build(error=f"the folder's level could not be recorded: {exc}"))
-        folder = self.folders.read(workspace)
+        # every store's records of the folder, not only those beside this
+        # session's store: a kernel with another privacy_dir or data_dir may
+        # share the folder (privacy/workspace_levels.py, read_everywhere)
+        if self.read_folders:
+            folder = read_all_folders([workspace, *self.read_folders], self.folders)
+        else:
+            folder = read_everywhere(workspace, self.folders)
         if folder.sensitivity <= own.sensitivity and folder.error is None:
             return own  # nothing the session does not already have (its own rise is recorded there too)
         if folder.has_private_data and folder.sensitivity > own.sensitivity:
@@ -208,6 +230,18 @@ class Ratchet:
     def network_allowed(self) -> bool:
         return self.state.network_mode == NetworkMode.FULL
 
+    def private_sources(self) -> list[Path]:
+        """The configured datasets' sources, each recorded (again: it refreshes
+        the entry) in the host-wide list of dataset sources, which the
+        workspace policy hides from every sandbox whose workspace holds one.
+        The caller's own list is hidden even where recording failed."""
+        from ..privacy.dataset_registry import register
+
+        sources = [m.source for m in self.mounts.values()]
+        for source in sources:
+            register(source)
+        return sources
+
     def bind_mounts(self) -> list[BindMount]:
         return [BindMount(m.source, f"{PRIVATE_ROOT}/{m.name}", readonly=True) for m in self.mounts.values()]
 
@@ -224,13 +258,36 @@ class Ratchet:
                 name = payload.get("name")
                 if not isinstance(name, str):
                     raise ValueError(f"dataset name must be a string, not {type(name).__name__}")
-                state = self.data.add_private_dataset(
-                    name, Sensitivity.parse(payload.get("sensitivity", "CONFIDENTIAL")), source="cell"
-                )
+                level = Sensitivity.parse(payload.get("sensitivity", "CONFIDENTIAL"))
+                capped = self._cell_cap_level
+                if capped is not None and level <= capped:
+                    # recorded already (a mark at least this high): no store
+                    # read or write for a loop of datasets past the cap
+                    return {"ok": True, "level": capped.name}
+                now = self.recent_state()
+                named = sum(1 for d in now.datasets if d.source == "cell")
+                if named >= MAX_CELL_DATASETS and name not in {d.name for d in now.datasets}:
+                    state = self.data.mark_private(
+                        level, source="cell", reason=f"more than {MAX_CELL_DATASETS} datasets named by cells"
+                    )
+                    self._cell_cap_level = max(level, capped) if capped is not None else level
+                    reply = {"ok": True, "level": max(state.sensitivity, self.state.sensitivity).name}
+                    if not self._said_cell_cap:  # (once: a loop would print it at every dataset)
+                        self._said_cell_cap = True
+                        reply["warning"] = (
+                            f"dataset {name[:100]!r} and the datasets cells name after it raise the session's "
+                            f"level but are not listed: a session lists at most {MAX_CELL_DATASETS} datasets "
+                            "named by cells"
+                        )
+                    return reply
+                state = self.data.add_private_dataset(name, level, source="cell")
             elif kind == "mark":
-                state = self.mark(
-                    str(payload.get("sensitivity", "CONFIDENTIAL")), str(payload.get("reason", ""))[:1000], "cell"
-                )
+                level = Sensitivity.parse(str(payload.get("sensitivity", "CONFIDENTIAL")))
+                capped = self._cell_cap_level
+                if capped is not None and level <= capped:
+                    return {"ok": True, "level": capped.name}  # a mark this high is recorded: no store I/O
+                state = self.mark(level.name, str(payload.get("reason", ""))[:1000], "cell")
+                self._cell_cap_level = max(level, capped) if capped is not None else level
             elif kind == "mount":
                 name = payload.get("name")
                 mount = self.mounts.get(name) if isinstance(name, str) else None

@@ -136,6 +136,12 @@ class Session:
         self.sandbox = sandbox or get_sandbox(self.config.backend)
         #: None: no ratchet, and no network either (the safe default)
         self.ratchet = ratchet
+        # Host folders the backend mounts read-only besides the workspace
+        # (DockerSandbox.read_only_mounts): their folder levels count too, or a
+        # public container would read a folder another session made private.
+        reads = tuple(Path(p) for p in getattr(self.sandbox, "read_only_mounts", None) or {})
+        if ratchet is not None and reads:
+            ratchet.read_folders = reads
         self.on_privacy_change = on_privacy_change
         self._last_privacy = ratchet.state.to_json() if ratchet else None
         self.replay = ReplayLog()
@@ -211,6 +217,7 @@ class Session:
                 ratchet.user_id,
                 ratchet.session_id,
                 workspace=Path(self.config.workspace),
+                reads=reads,
             )
 
     # ---- public facts ----------------------------------------------------------------

@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import pwd
+import re
 import site
 import stat
 import sys
@@ -178,6 +179,10 @@ RUNTIME: tuple[str, ...] = ("/run", "/var/run")
 
 HIDE = "hide"
 READONLY = "readonly"
+#: a folder on the way from the workspace to a private dataset source, bound
+#: read-write onto itself: a mount point cannot be renamed or removed, so a
+#: sandbox cannot move the source away from the path every later sandbox hides
+PIN = "pin"
 
 
 class WorkspaceRefused(ValueError):
@@ -207,6 +212,10 @@ class ProtectedPlaces:
     #: editable mode is fine: the sandbox can only add modules under a name the
     #: host does not import.
     import_roots: tuple[Path, ...] = ()
+    #: private dataset sources (files or folders; ``privacy/dataset_registry.py``):
+    #: hidden from every sandbox where a workspace holds them, reachable only at
+    #: ``/private/<name>`` of a sandbox without network; a workspace inside one is refused
+    private_sources: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -214,7 +223,7 @@ class Mask:
     """One protected host path inside the workspace and how it is masked."""
 
     path: Path
-    kind: str  # HIDE | READONLY
+    kind: str  # HIDE | READONLY | PIN
     #: a missing directory the host creates (empty, 0700) so a mount can cover it
     create: bool = False
 
@@ -301,6 +310,7 @@ def collect_protected_places(
     store_dirs: Iterable[Path] = (),
     allowed_roots: Iterable[Path] = (),
     within: Path | None = None,
+    private_sources: Iterable[Path] = (),
 ) -> ProtectedPlaces:
     """The protected places of this host process, read now (``within``: the
     resolved workspace they are for; registered stores of other processes that
@@ -322,6 +332,12 @@ def collect_protected_places(
     rule keeps a home's top level read-only and masks what is inside it, and a
     hidden home would swallow those masks. Such a store place is logged and
     only what lies strictly inside stays hidden.
+
+    ``private_sources`` are the sources of the caller's own private datasets;
+    with them, every source another host process recorded
+    (``privacy/dataset_registry.py``) and that exists: each is hidden in any
+    workspace holding it, whoever configured it (docs/security.md, "Private
+    dataset sources").
     """
     from jupyter_core.paths import (
         jupyter_config_dir,
@@ -331,6 +347,7 @@ def collect_protected_places(
         jupyter_runtime_dir,
     )
 
+    from ..privacy.dataset_registry import registered_sources
     from ..privacy.store import default_data_dir
     from ..privacy.store_registry import data_dir_of, registered_stores, store_places
 
@@ -381,6 +398,14 @@ def collect_protected_places(
     def unique(paths: Iterable[Path | None]) -> tuple[Path, ...]:
         return tuple(dict.fromkeys(p for p in paths if p is not None))
 
+    sources: list[Path | None] = []
+    for source in dict.fromkeys([*(Path(s) for s in private_sources), *registered_sources()]):
+        real = _abs(source)
+        if real is None or not os.path.lexists(real):
+            continue  # gone: nothing to hide (and no mount point is made in its place)
+        if within is None or _inside(real, within) or _inside(within, real):
+            sources.append(real)
+
     # A home on sys.path (a REPL started there) must not swallow the places inside
     # it: the home rule already keeps its top level (new modules) read-only.
     readonly = [p for p in readonly if p not in homes]
@@ -392,6 +417,7 @@ def collect_protected_places(
         readonly=tuple(p for p in _outermost(unique(readonly)) if not any(_inside(p, h) for h in hidden_t)),
         allowed_roots=unique(allowed),
         import_roots=tuple(p for p in unique(import_roots) if p not in homes),
+        private_sources=unique(sources),
     )
 
 
@@ -491,6 +517,15 @@ def check_workspace(workspace: Path, places: ProtectedPlaces) -> None:
             f"configuration of the host. Open the notebook from a project folder or set {WORKSPACE_SETTING}"
         )
     _check_shared(workspace)
+    for source in places.private_sources:
+        if _inside(workspace, source):
+            what = "is" if source == workspace else "lies inside"
+            raise WorkspaceRefused(
+                f"the workspace {workspace} {what} the private dataset source {source}: a sandbox with "
+                f"network would read the private data. Configured datasets reach sandboxes only at "
+                f"/private/<name>, once they have no network; open the notebook from a folder that does "
+                f"not lie in the dataset or set {WORKSPACE_SETTING}"
+            )
     for home in places.homes:
         if home != workspace and workspace in home.parents:
             raise WorkspaceRefused(
@@ -536,10 +571,32 @@ def _lexists(path: Path) -> os.stat_result | None:
         return None
 
 
-def _scan(workspace: Path, skip: set[Path], depth: int, limit: int) -> tuple[list[Path], bool]:
+#: the names of the host's own runtime folders (``owned_dirs.make``: a prefix,
+#: the kernel's pid, mkdtemp's suffix): another kernel's state and sockets
+_RUNTIME_NAME = re.compile(r"(?:sandbox-kernel-|sk-egress-)[0-9]+-[A-Za-z0-9_]{8}\Z")
+
+
+def _runtime_folder(entry: os.DirEntry[str]) -> bool:
+    """A runtime folder of a kernel of this host's user: by name, owner and a
+    private mode. Another kernel's TMPDIR may lie anywhere (in a workspace
+    too): its folders hold that session's state (checkpoints of private
+    data, granted to the sandboxes' uid) and egress socket."""
+    if not _RUNTIME_NAME.match(entry.name):
+        return False
+    try:
+        info = entry.stat(follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o077
+
+
+def _scan(
+    workspace: Path, skip: set[Path], depth: int, limit: int, runtime: list[Path] | None = None
+) -> tuple[list[Path], bool]:
     """Repositories (``.git``, ``.hg``, a ``.git`` file) and venvs in the workspace, breadth first,
     at most ``depth`` levels down and ``limit`` entries looked at. Symlinks are
-    never followed. Returns the found directories and whether the scan was cut."""
+    never followed. Returns the found directories and whether the scan was cut;
+    ``runtime`` gets the host's runtime folders met (:func:`_runtime_folder`)."""
     found: list[Path] = []
     queue: deque[tuple[Path, int]] = deque([(workspace, 0)])
     seen = 0
@@ -568,6 +625,9 @@ def _scan(workspace: Path, skip: set[Path], depth: int, limit: int) -> tuple[lis
                 path = Path(entry.path)
                 if entry.name in REPO_DIRS:
                     found.append(path)
+                    continue
+                if runtime is not None and _runtime_folder(entry):
+                    runtime.append(path)
                     continue
                 if path in skip or entry.name in SCAN_SKIP or level + 1 > depth:
                     continue
@@ -706,19 +766,34 @@ def plan_workspace(
         if path == workspace or not _inside(path, workspace):
             return
         current = masks.get(path)
-        if current is not None and current.kind == HIDE:
-            return
+        if current is not None and (current.kind == HIDE or kind == PIN):
+            return  # a pin never replaces a mask (a read-only or hidden mount point holds too)
         if _covered(path, workspace, kinds_at, (HIDE,)):
             return  # already hidden by a parent
         masks[path] = Mask(path, kind)
         kinds_at[str(path)] = kind
 
-    for place in places.hidden:
+    for place in (*places.hidden, *places.private_sources):
         add(place, HIDE)
     for place in (*places.readonly, *places.import_roots):
         add(place, READONLY)
+    for source in places.private_sources:
+        # Each folder between the workspace and the source becomes a mount
+        # point: renaming one would carry the source to a path the next
+        # sandbox does not hide. Pins are added last: any other mask wins.
+        for folder in source.parents:
+            if folder == workspace or not _inside(folder, workspace):
+                break
+            add(folder, PIN)
     fixed = dict(masks)  # the host's places: few, and not of a sandbox's making
-    scanned, truncated = _scan(workspace, set(masks), scan_depth, scan_entries)
+    runtime: list[Path] = []
+    scanned, truncated = _scan(
+        workspace, {p for p, m in masks.items() if m.kind != PIN}, scan_depth, scan_entries, runtime
+    )
+    for path in runtime:
+        add(path, HIDE)
+        if path in masks:
+            fixed[path] = masks[path]  # (few: kept when crowded places are collapsed)
     # what the scan found and what their hooks run; None: too many to look at
     found: list[Path] | None = None
     if len(scanned) <= MAX_REPOS:
@@ -758,7 +833,7 @@ def plan_workspace(
             f"configuration and secret files are protected; for a fully writable folder open the "
             f"notebook from a project folder or set {WORKSPACE_SETTING}"
         )
-    aliased = _aliased(masks)
+    aliased = _aliased({p: m for p, m in masks.items() if m.kind != PIN and p not in places.private_sources})
     read_only = False
     final = _final_masks(workspace, masks, home_rule, writable)
     if found is None or len(final) + len(writable) > MAX_MASKS:
@@ -819,8 +894,10 @@ def _final_masks(workspace: Path, masks: dict[Path, Mask], home_rule: bool, writ
     for path, mask in sorted(masks.items(), key=lambda item: (len(item[0].parts), str(item[0]))):
         if _covered(path, workspace, kinds_at, (HIDE,)):
             continue  # a hidden parent covers it
-        if mask.kind == READONLY and _covered(path, workspace, kinds_at, (HIDE, READONLY)):
+        if mask.kind in (READONLY, PIN) and _covered(path, workspace, kinds_at, (HIDE, READONLY)):
             continue  # a read-only parent covers it
+        if mask.kind == PIN and (str(path) in writable_set or _lexists(path) is None):
+            continue  # a home's entry bound read-write is a mount point already; a missing one holds nothing
         if home_rule and str(workspace / path.relative_to(workspace).parts[0]) not in writable_set:
             # Under the read-only top level: read-only already, and nothing missing
             # there can be created by a sandbox. Only secrets need a mask.
@@ -869,8 +946,9 @@ def _collapse(
         for folder, members in groups.items():
             if len(members) == 1 and not (home_rule and level == 1):
                 folder = members[0]  # alone in its folder: masked itself, the folder stays writable
-            if folder in masks or _covered(folder, workspace, kinds_at, (HIDE,)):
-                continue
+            current = masks.get(folder)
+            if (current is not None and current.kind != PIN) or _covered(folder, workspace, kinds_at, (HIDE,)):
+                continue  # a pin is replaced: a read-only folder cannot be renamed either
             if home_rule and level == 1:
                 # a writable top-level entry of a home: no longer bound, so the
                 # read-only top level covers it (one mount per target, for Docker)
@@ -977,9 +1055,36 @@ def workspace_mounts(plan: WorkspacePlan, target: str) -> list[BindMount]:
     for mask in sorted(plan.masks, key=lambda m: (len(m.path.parts), str(m.path))):
         if mask.kind == HIDE:
             mounts.append(BindMount(mask.path, inside(mask.path), readonly=True, kind="hide"))
+        elif mask.kind == PIN:
+            mounts.append(BindMount(mask.path, inside(mask.path)))
         else:
             mounts.append(BindMount(mask.path, inside(mask.path), readonly=True))
     return mounts
+
+
+def hide_private_sources(folder: Path, target: str, private_sources: Iterable[Path] = ()) -> list[BindMount]:
+    """Masks for a host folder mounted READ-ONLY into a sandbox other than as
+    its workspace (the agent tools' ``docker_read_only_mounts``): each private
+    dataset source inside it, recorded or in ``private_sources``, hidden at
+    ``target``'s matching path (read-only: nothing can be renamed, so no pins).
+    Raises :class:`WorkspaceRefused` when ``folder`` is or lies inside one."""
+    from ..privacy.dataset_registry import registered_sources
+
+    real = Path(os.path.realpath(folder))
+    masks = []
+    for source in dict.fromkeys([*(Path(s) for s in private_sources), *registered_sources()]):
+        place = _abs(source)
+        if place is None or not os.path.lexists(place):
+            continue
+        if _inside(real, place):
+            raise WorkspaceRefused(
+                f"the folder {folder} mounted at {target} is or lies inside the private dataset source {place}: "
+                f"a sandbox with network would read the private data"
+            )
+        if _inside(place, real):
+            rel = place.relative_to(real).as_posix()
+            masks.append(BindMount(place, f"{target.rstrip('/')}/{rel}", readonly=True, kind="hide"))
+    return masks
 
 
 def apply_policy(
@@ -987,11 +1092,12 @@ def apply_policy(
     target: str,
     store_dirs: Iterable[Path] = (),
     allowed_roots: Iterable[Path] = (),
+    private_sources: Iterable[Path] = (),
 ) -> tuple[list[BindMount], WorkspacePlan]:
     """Everything a caller needs: collect, plan, create mount points, mounts.
     Raises :class:`WorkspaceRefused`."""
     resolved = Path(os.path.realpath(workspace))
-    places = collect_protected_places(store_dirs, allowed_roots, within=resolved)
+    places = collect_protected_places(store_dirs, allowed_roots, within=resolved, private_sources=private_sources)
     plan = plan_workspace(resolved, places)
     prepare(plan)
     return workspace_mounts(plan, target), plan
@@ -999,6 +1105,7 @@ def apply_policy(
 
 __all__ = [
     "HIDE",
+    "PIN",
     "READONLY",
     "Mask",
     "ProtectedPlaces",
@@ -1007,6 +1114,7 @@ __all__ = [
     "apply_policy",
     "check_workspace",
     "collect_protected_places",
+    "hide_private_sources",
     "plan_workspace",
     "prepare",
     "workspace_mounts",

@@ -10,6 +10,12 @@ level with no network, or times out naming the ones that did not.
 
 Files live beside the store (``<store>-enforced/<user>/<session>/``), written
 atomically; a holder whose process is gone is ignored (and removed).
+
+A holder names its workspace and the other host folders its sandboxes can
+read (a Docker shell's read-only mounts: ``reads``). A rise waits for the
+session's own holders and for every holder, in ANY store of the host, whose
+workspace or read folders overlap the session's folder: those sessions rise
+with it (folder levels are read across every store, ``workspace_levels``).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +53,20 @@ def _alive(pid: int) -> bool:
 class EnforcementRecord:
     """One holder's entry (an engine session in this process)."""
 
-    def __init__(self, store_root: Path, user_id: str, session_id: str, workspace: Path | None = None) -> None:
+    def __init__(
+        self,
+        store_root: Path,
+        user_id: str,
+        session_id: str,
+        workspace: Path | None = None,
+        reads: Iterable[str | os.PathLike[str]] = (),
+    ) -> None:
         self.dir = enforced_root(store_root) / validate_id(user_id, "user_id") / validate_id(session_id, "session_id")
         self.path = self.dir / f"{os.getpid()}-{uuid.uuid4().hex[:12]}.json"
+        self._store_root = Path(store_root)
         self.workspace = os.path.realpath(workspace) if workspace is not None else None
+        #: other host folders the holder's sandboxes read (read-only mounts)
+        self.reads = sorted({os.path.realpath(folder) for folder in reads})
         self._last: tuple[str, bool, str | None] | None = None
 
     def report(self, level: Sensitivity, has_network: bool, workspace: Path | None = None) -> None:
@@ -60,11 +77,19 @@ class EnforcementRecord:
         now = (level.name, has_network, self.workspace)
         if now == self._last:
             return
+        # Listed before its first holder file: a raiser of another store finds
+        # holders through the registry (a Docker shell's store may hold no
+        # session record yet, so nothing else registered it).
+        from .store_registry import register
+
+        register(self._store_root)
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.path.with_suffix(".tmp")
-        data = json.dumps(
-            {"pid": os.getpid(), "level": level.name, "network": has_network, "workspace": self.workspace}
-        ).encode()
+        entry: dict[str, Any] = {"pid": os.getpid(), "level": level.name, "network": has_network}
+        entry["workspace"] = self.workspace
+        if self.reads:
+            entry["reads"] = self.reads
+        data = json.dumps(entry).encode()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             try:
@@ -141,30 +166,54 @@ def _overlap(a: str, b: str) -> bool:
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
+def _reads(entry: dict[str, Any]) -> list[str]:
+    reads = entry.get("reads")
+    return [r for r in reads if isinstance(r, str)] if isinstance(reads, list) else []
+
+
+def _every_root(store_root: Path) -> list[Path]:
+    """``store_root`` and every other store of the host (the default one and
+    the registered ones), each once."""
+    from .store_registry import all_store_roots
+
+    roots, _ = all_store_roots()
+    return list(dict.fromkeys([Path(store_root), *(Path(root) for root in roots)]))
+
+
 def pending_holders(store_root: Path, user_id: str, session_id: str, level: Sensitivity) -> list[str]:
     """Live holders that must, and do not yet, enforce ``level`` without network:
-    the session's own, and those of every session whose workspace overlaps one
-    of the session's (they rise with it, see ``workspace_levels``)."""
+    the session's own, and those of every session, in any store of the host,
+    whose workspace or read folders overlap one of the session's (they rise
+    with it, see ``workspace_levels``)."""
     validate_id(user_id, "user_id")
     validate_id(session_id, "session_id")
-    holders = _holders(store_root)
-    own = [h for h in holders if h[0] == user_id and h[1] == session_id]
+    own_holders = _holders(store_root)
+    own = [h for h in own_holders if h[0] == user_id and h[1] == session_id]
+    holders = [
+        (root, h)
+        for root in _every_root(store_root)
+        for h in (own_holders if root == Path(store_root) else _holders(root))
+    ]
     folders = {str(h[3]["workspace"]) for h in own if isinstance(h[3].get("workspace"), str)}
-    # A live holder whose folder contains one of these rises with it and
-    # records its own folder (engine/ratchet.py): the sessions in that folder
+    # A live holder whose folder contains one of these, or that reads one of
+    # them (a read-only mount), rises with it and records its own folder
+    # (engine/ratchet.py, docker/manager.py): the sessions in that folder
     # rise too (a sibling of the private folder), so they are waited for.
     grown = True
     while grown:
         grown = False
-        for _, _, _, entry in holders:
+        for _, (_, _, _, entry) in holders:
             around = entry.get("workspace")
-            if isinstance(around, str) and around not in folders and any(_inside(f, around) for f in folders):
+            if not isinstance(around, str) or around in folders:
+                continue
+            if any(_inside(f, around) for f in folders) or any(_overlap(r, f) for r in _reads(entry) for f in folders):
                 folders.add(around)
                 grown = True
     pending = []
-    for user, session, path, entry in holders:
-        mine = user == user_id and session == session_id
-        shared = isinstance(entry.get("workspace"), str) and any(_overlap(entry["workspace"], f) for f in folders)
+    for root, (user, session, path, entry) in holders:
+        mine = root == Path(store_root) and user == user_id and session == session_id
+        places = [entry["workspace"]] if isinstance(entry.get("workspace"), str) else []
+        shared = any(_overlap(place, f) for place in places + _reads(entry) for f in folders)
         if not (mine or shared):
             continue
         if entry.get("unreadable"):

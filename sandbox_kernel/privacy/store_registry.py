@@ -103,6 +103,17 @@ def register(root: Path) -> None:
     folder = registry_dir()
     if _inside(os.path.realpath(path), os.path.realpath(folder.parent)):
         return
+    record(
+        folder,
+        path,
+        f"could not record the privacy store {path} in {folder} ({{reason}}): the sandboxes of other kernels "
+        "and agent tools whose workspace contains it will not hide it",
+    )
+
+
+def record(folder: Path, path: str, failure: str) -> None:
+    """Write (or refresh) the entry for the absolute ``path`` in the registry
+    ``folder``. Never raises: ``failure`` (with ``{reason}``) is logged once."""
     content = os.fsencode(path) + b"\n"
     name = entry_name(path)
     try:
@@ -113,11 +124,7 @@ def register(root: Path) -> None:
     try:
         _write_entry(folder, name, content)
     except OSError as exc:
-        _say_once(
-            logging.ERROR,
-            f"could not record the privacy store {path} in {folder} ({exc.strerror or exc}): the sandboxes of "
-            "other kernels and agent tools whose workspace contains it will not hide it",
-        )
+        _say_once(logging.ERROR, failure.format(reason=exc.strerror or exc))
 
 
 def _age(entry: Path) -> float:
@@ -159,20 +166,21 @@ def _read_entry(folder: Path, name: str) -> bytes:
 
 #: a reading is kept only when the folder had not changed for this long (ns)
 SETTLED_NS = 2_000_000_000
-#: the last reading of the registry, keyed by its folder's identity and mtime
-_read_cache: tuple[tuple[str, int, int, int], list[tuple[str, Path]], list[str]] | None = None
+#: the last reading of each registry folder, keyed by the folder's identity and mtime
+_read_cache: dict[str, tuple[tuple[str, int, int, int], list[tuple[str, Path]], list[str]]] = {}
 
 
-def _entries() -> tuple[list[tuple[str, Path]], list[str]]:
+def _entries(folder: Path | None = None) -> tuple[list[tuple[str, Path]], list[str]]:
     """Every usable entry (its file name and the store it records), and a
     sentence per entry that could not be used. Never raises.
 
     Read again only when the folder changed (an entry is only ever added,
     replaced or removed by a rename or unlink in it, which moves its mtime):
     every sandbox start reads the registry, and a machine that ran a test
-    suite holds a hundred entries."""
-    global _read_cache
-    folder = registry_dir()
+    suite holds a hundred entries. ``folder``: another registry than the
+    stores' (``privacy/dataset_registry.py``)."""
+    if folder is None:
+        folder = registry_dir()
     try:
         st = os.stat(folder)
         names = sorted(os.listdir(folder))
@@ -181,7 +189,7 @@ def _entries() -> tuple[list[tuple[str, Path]], list[str]]:
     except OSError as exc:
         return [], [f"the privacy store registry {folder} cannot be read ({exc.strerror or exc})"]
     key = (str(folder), st.st_dev, st.st_ino, st.st_mtime_ns)
-    cached = _read_cache
+    cached = _read_cache.get(str(folder))
     if cached is not None and cached[0] == key:
         return list(cached[1]), list(cached[2])
     entries, problems = _read_entries(folder, names)
@@ -189,7 +197,7 @@ def _entries() -> tuple[list[tuple[str, Path]], list[str]]:
     # clock tick as the one read (mtimes are as coarse as a few ms) would
     # otherwise leave the mtime as it was, and a new store unhidden.
     if time.time_ns() - st.st_mtime_ns > SETTLED_NS:
-        _read_cache = (key, entries, problems)
+        _read_cache[str(folder)] = (key, entries, problems)
     return list(entries), list(problems)
 
 
@@ -205,7 +213,7 @@ def _read_entries(folder: Path, names: list[str]) -> tuple[list[tuple[str, Path]
             continue  # removed meanwhile
         except (OSError, ValueError) as exc:
             reason = str(exc) if isinstance(exc, ValueError) else f"cannot be read ({exc.strerror or exc})"
-            problems.append(f"privacy store registry entry {folder / name} {reason}; ignored")
+            problems.append(f"registry entry {folder / name} {reason}; ignored")
     return entries, problems
 
 
@@ -270,6 +278,31 @@ def registered_stores() -> list[Path]:
     return live
 
 
+def all_store_roots() -> tuple[list[Path], str | None]:
+    """The default store's root and every registered store's (whether or not
+    anything of it exists: the caller checks what it needs), and a sentence
+    when the registry's folder exists but cannot be read, so that a reader
+    that must see every store's records can fail closed. Bad entries are
+    logged once and skipped (as :func:`registered_stores`); removes nothing,
+    so it is cheap enough for every read of a folder's level (one ``stat``
+    and one ``listdir`` while the registry is unchanged)."""
+    from .store import default_store
+
+    problem = None
+    try:
+        os.stat(registry_dir())
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        problem = f"the privacy store registry {registry_dir()} cannot be read ({exc.strerror or exc})"
+    entries, problems = _entries()
+    for message in problems:
+        _say_once(logging.WARNING, message)
+    if problem is None and problems and problems[0].startswith("the privacy store registry "):
+        problem = problems[0]  # its folder could not be listed (see _entries)
+    return list(dict.fromkeys([default_store().root, *(root for _, root in entries)])), problem
+
+
 def _remove_if_stale(entry: Path) -> None:
     """Remove the entry of a store wholly gone if it was last written over
     STALE_AFTER ago.
@@ -307,6 +340,7 @@ def _remove_if_stale(entry: Path) -> None:
 __all__ = [
     "DATA_DIR_STORE",
     "REGISTRY",
+    "all_store_roots",
     "data_dir_of",
     "entry_name",
     "read_registry",

@@ -25,13 +25,24 @@ a host shell (``mv``, where JupyterLab's checks cannot see it) is found again
 by its identity, from its new path and from every folder inside it; the read
 that finds it records it under its new path too, so the folders now around it
 rise as well (``below``), from then on.
+
+**Every store counts.** Two processes on one folder may keep their sessions in
+different stores (``--SandboxKernel.privacy_dir``, another ``data_dir``,
+``ToolsConfig.data_dir``), each with its folder levels beside it. A folder's
+level is therefore the highest recorded beside ANY store of the host
+(:func:`read_everywhere`): the default store's and every store in the
+registry (:mod:`.store_registry`). A store whose records cannot be read
+fails closed, as the session's own does; so does a registry that cannot be
+listed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .folder_identity import folder_identity
@@ -219,3 +230,132 @@ class WorkspaceLevels:
         """``folder`` and its ancestors hold a private folder (found inside
         ``folder`` by its identity)."""
         self._mark_all([(BELOW, _key(place)) for place in (folder, *folder.parents)], mark)
+
+
+#: the folder levels of every store this process has read, kept so that their
+#: identity caches (and the stores' stat caches) last from one read to the next
+_kept: dict[Path, WorkspaceLevels] = {}
+_kept_lock = threading.Lock()
+
+
+def levels_at(root: Path) -> WorkspaceLevels:
+    """The (kept) folder levels whose own store is at ``root``
+    (``<store>/../workspace-levels``)."""
+    with _kept_lock:
+        found = _kept.get(root)
+        if found is None:
+            if len(_kept) >= _IDENTITIES_KEPT:
+                _kept.clear()
+            found = _kept[root] = WorkspaceLevels(root)
+        return found
+
+
+def every_levels(own: WorkspaceLevels | None = None) -> tuple[list[WorkspaceLevels], str | None]:
+    """The folder levels beside every store of the host that has any (``own``
+    first, then the default store's and each registered store's), and a
+    sentence when the store registry cannot be read (the caller fails closed).
+    A store's levels count when their folder or its high-water marks exist (a
+    ``lstat`` or two per store): without either, every read of them is PUBLIC."""
+    from .store import _highwater_root
+    from .store_registry import all_store_roots
+
+    roots, problem = all_store_roots()
+    found: list[WorkspaceLevels] = [own] if own is not None else []
+    seen = {Path(own.store.root)} if own is not None else set()
+    for root in roots:
+        place = Path(root).parent / FOLDER_LEVELS
+        if place in seen:
+            continue
+        seen.add(place)
+        if os.path.lexists(place) or os.path.lexists(_highwater_root(place)):
+            found.append(levels_at(place))
+    return found, problem
+
+
+def read_everywhere(workspace: str | os.PathLike[str], own: WorkspaceLevels | None = None) -> PrivacyState:
+    """The least state of every session whose sandbox can read ``workspace``
+    (:meth:`WorkspaceLevels.read`) over the folder levels beside every store
+    of the host (:func:`every_levels`). Fails closed: an unreadable record
+    in any of them, or an unreadable registry, makes the answer SECRET."""
+    return read_all_folders([workspace], own)
+
+
+#: a reading of other stores' levels is reused only when everything it looked
+#: at is older than this (timestamps are coarse: a change within the same tick
+#: as the reading would otherwise go unseen), as the stores' own caches do
+_SETTLE_NS = 2_000_000_000
+#: folders -> (what the reading looked at, its state): see read_all_folders
+_others_cache: dict[tuple[Path, ...], tuple[tuple[object, ...], PrivacyState]] = {}
+_OTHERS_KEPT = 256
+
+
+#: store root -> the folders whose mtimes tell whether its records changed
+_watched: dict[Path, tuple[str, ...]] = {}
+
+
+def _record_folders(root: Path) -> tuple[str, ...]:
+    found = _watched.get(root)
+    if found is None:
+        from .store import _highwater_root
+
+        bases = (root, _highwater_root(root))
+        found = tuple(str(base / kind) for base in bases for kind in ("", EXACT, BELOW, SAME_EXACT, SAME_BELOW))
+        if len(_watched) >= _OTHERS_KEPT:
+            _watched.clear()
+        _watched[root] = found
+    return found
+
+
+def _fingerprint(folders: Sequence[Path], others: Sequence[WorkspaceLevels]) -> tuple[object, ...] | None:
+    """What a reading of ``others`` for ``folders`` depends on: each folder's
+    and ancestor's inode and change time (identities, renames), and each
+    store's record folders (every record and marker is made, replaced or
+    removed by a rename or unlink in one of them, which moves its mtime).
+    None when something changed too recently to be trusted, or cannot be
+    looked at: read again then."""
+    parts: list[object] = []
+    oldest_allowed = time.time_ns() - _SETTLE_NS
+    try:
+        places = [str(place) for folder in folders for place in (folder, *folder.parents)]
+        places += [path for levels in others for path in _record_folders(Path(levels.store.root))]
+        for place in places:
+            try:
+                st = os.lstat(place)
+            except FileNotFoundError:
+                parts.append(None)
+                continue
+            if st.st_ctime_ns >= oldest_allowed:
+                return None
+            parts.append((st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
+    except OSError:
+        return None
+    return tuple(parts)
+
+
+def read_all_folders(folders: Iterable[str | os.PathLike[str]], own: WorkspaceLevels | None = None) -> PrivacyState:
+    """:func:`read_everywhere` of several folders (a container's workspace and
+    its read-only mounts) at once: the highest of them.
+
+    ``own`` (the caller's store) is read every time, as before. The other
+    stores' reading is reused while nothing it looked at changed (see
+    :func:`_fingerprint`: about ten ``lstat`` per store and one ``stat`` per
+    ancestor, instead of a few reads per ancestor and store); a reading that
+    failed closed is never reused."""
+    resolved = tuple(folder_of(folder) for folder in folders)
+    levels, problem = every_levels(own)
+    others = levels[1:] if own is not None else levels
+    states = [own.read(folder) for folder in resolved] if own is not None else []
+    if problem is not None:
+        states.append(PrivacyState.build(error=f"{problem}; folder levels kept beside other stores are unknown"))
+    seen = _fingerprint(resolved, others)
+    cached = _others_cache.get(resolved)
+    if seen is not None and cached is not None and cached[0] == seen:
+        states.append(cached[1])
+    else:
+        found = merge(PrivacyState.public(), *(one.read(folder) for folder in resolved for one in others))
+        if seen is not None and found.error is None and seen == _fingerprint(resolved, others):
+            if len(_others_cache) >= _OTHERS_KEPT:
+                _others_cache.clear()
+            _others_cache[resolved] = (seen, found)
+        states.append(found)
+    return merge(PrivacyState.public(), *states)

@@ -52,6 +52,7 @@ from traitlets import Dict, Float, Int, Unicode
 from traitlets.config import Application, Configurable
 from traitlets.traitlets import MetaHasTraits
 
+from ..engine.workspace_policy import hide_private_sources
 from .base import BindMount, Sandbox, SandboxProcess, SandboxSpec
 from .bwrap import python_roots
 from .host_ids import AccessGrantError, grant
@@ -445,6 +446,9 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
                     continue
                 mounts.append(Mount(target=tgt, source=src, type="bind", read_only=True))
                 taken.add(tgt)
+                # a private dataset's source inside it is hidden, as in a workspace
+                # (docs/security.md, "Private dataset sources")
+                mounts += [to_docker_mount(m) for m in hide_private_sources(Path(src), tgt)]
         except ValueError as exc:
             raise DockerSandboxError(f"refused to build the container: {exc}") from exc
 

@@ -453,7 +453,11 @@ class SessionRegistry:
             key = (shell.user_id, shell.session_id, shell.container_id)
             workspace = workspace_dir(shell.user_id, shell.session_id, self.config.root())
             record = self._shell_records.get(key) or EnforcementRecord(
-                store_root, shell.user_id, shell.session_id, workspace=workspace
+                store_root,
+                shell.user_id,
+                shell.session_id,
+                workspace=workspace,
+                reads=self._docker.read_only_sources(),  # its read-only mounts rise it too (docker/manager.py)
             )
             # the session's level with its folder's, as the watcher's cut decides it
             ratchet = Ratchet(shell.user_id, shell.session_id, self.config.privacy_store(), workspace=workspace)

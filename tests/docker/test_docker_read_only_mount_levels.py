@@ -1,0 +1,215 @@
+"""The Docker shell's network follows the levels of every host folder it mounts.
+
+A container mounts its session's workspace and the read-only mounts
+(``ToolsConfig.docker_read_only_mounts``, ``ContainerConfig.read_only_mounts``).
+A kernel whose workspace is one of those folders, or a folder inside one, may
+write private rows there; the container must then have no network, its held
+containers are cut by the watcher (and a raiser's ``wait=True`` waits for it),
+and its own workspace rises too. The standalone manager with its default getter
+also reads its workspace's folder level. Against the real daemon; network is
+checked by the interfaces inside the container only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+try:
+    import docker  # noqa: F401
+except ImportError:  # the SDK comes with sandbox_kernel[docker]
+    if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+        raise
+    pytest.skip("the docker SDK is not installed", allow_module_level=True)
+
+from conftest import TEST_LIMITS
+from kernel_helpers import require_bwrap, shared_data_kernel
+
+from sandbox_kernel.docker import SandboxManager, offline_config
+from sandbox_kernel.engine.ratchet import Ratchet
+from sandbox_kernel.privacy import PrivacyStore, PrivateData, Sensitivity
+from sandbox_kernel.tools import SessionRegistry, ToolsConfig, sandbox_execute
+
+LIST = "ls /sys/class/net"
+
+
+def _standalone(tmp_path: Path, image: str, client: Any, mounts: dict[str, str] | None = None) -> SandboxManager:
+    """A manager with the default getter (the default store) and no watcher."""
+    return SandboxManager(
+        read_only_mounts=mounts,
+        config=offline_config(image=image, **TEST_LIMITS),
+        workspace_root=tmp_path / "workspaces",
+        client=client,
+        privacy_poll_interval=0,
+    )
+
+
+def _kernel_rises(folder: Path, level: Sensitivity, store: Path, session: str = "nbK") -> None:
+    """What a kernel with ``folder`` as its workspace and its own store records
+    when it turns private (its ratchet's read of its state)."""
+    ratchet = Ratchet("kernel-user", session, PrivacyStore(store), workspace=folder)
+    ratchet.mark(level.name, "test", "api")
+    assert ratchet.state.sensitivity == level
+
+
+@pytest.fixture
+def shared_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    data = tmp_path / "data"
+    monkeypatch.setenv("SANDBOX_KERNEL_DATA_DIR", str(data))
+    return data
+
+
+def test_standalone_manager_reads_its_workspace_level(
+    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any
+) -> None:
+    """The default getter reads the session's own record only: a private
+    kernel whose workspace is the session's folder must cut it all the same."""
+    manager = _standalone(tmp_path, test_image, docker_client)
+    try:
+        code, out = manager.execute_command("u", "s", LIST)
+        assert code == 0 and "eth0" in out, out
+        _kernel_rises(tmp_path / "workspaces" / "u" / "s", Sensitivity.CONFIDENTIAL, tmp_path / "kernel-store")
+        code, out = manager.execute_command("u", "s", LIST)
+        assert code == 0 and out.split() == ["lo"], out
+    finally:
+        manager.close_all()
+
+
+@pytest.mark.parametrize("where", ["the mount", "inside the mount", "around the mount"])
+def test_a_private_read_only_mount_cuts_and_raises_the_workspace(
+    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any, where: str
+) -> None:
+    team = tmp_path / "team-data"
+    (team / "sub").mkdir(parents=True)
+    team.chmod(0o755)
+    manager = _standalone(tmp_path, test_image, docker_client, mounts={str(team): "/ref"})
+    try:
+        code, out = manager.execute_command("u", "s", LIST)
+        assert code == 0 and "eth0" in out, out
+        folder = {"the mount": team, "inside the mount": team / "sub", "around the mount": tmp_path}[where]
+        _kernel_rises(folder, Sensitivity.SECRET, tmp_path / "kernel-store")
+        code, out = manager.execute_command("u", "s2", f"ls /ref; {LIST}")
+        assert code == 0 and out.split()[-1:] == ["lo"] and "eth0" not in out, out
+        # the session's workspace holds what /ref gave it: it rose too, for
+        # every sandbox sharing it (the tools' cells read its level)
+        ratchet = Ratchet("u", "s2", PrivacyStore(tmp_path / "other"), workspace=tmp_path / "workspaces" / "u" / "s2")
+        assert ratchet.state.sensitivity == Sensitivity.SECRET
+    finally:
+        manager.close_all()
+
+
+def _shared_folder(tmp_path: Path) -> Path:
+    """``team-data``, writable by the kernel's cells and readable by the container's user."""
+    team = tmp_path / "team-data"
+    team.mkdir()
+    team.chmod(0o777)
+    tmp_path.chmod(0o755)
+    return team
+
+
+@pytest.mark.asyncio
+async def test_tools_shell_mounting_a_private_kernels_folder(
+    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any
+) -> None:
+    """PoC: a kernel (its own privacy_dir) on ``team-data`` goes SECRET while
+    the tools' Docker shell (another data dir) mounts ``team-data`` at /ref.
+    A persistent container held with network is cut before the raiser's
+    wait=True returns, and a new ephemeral one has no network."""
+    require_bwrap()
+    team = _shared_folder(tmp_path)
+    kernel_store = tmp_path / "kernel-store"
+    kernel = shared_data_kernel(
+        team,
+        tmp_path / "tk",
+        shared_data,
+        f"--SandboxKernel.privacy_dir={kernel_store}",
+        "--SandboxKernel.user_id=alice",
+        "--SandboxKernel.session_id=nbK",
+    )
+    config = ToolsConfig(
+        backend="bwrap",
+        shell_backend="docker",
+        network="user",
+        idle_timeout=600,
+        data_dir=tmp_path / "tools-data",
+        docker_read_only_mounts={str(team): "/ref"},
+        docker_config=offline_config(image=test_image, **TEST_LIMITS),
+        docker_persistent=True,
+    )
+    registry = SessionRegistry(config)
+    kw: dict[str, Any] = {"user_id": "agent", "session_id": "t1", "registry": registry}
+    try:
+        assert "eth0" in (await sandbox_execute(LIST, **kw)).text
+        shell = registry.docker_manager().get_session("agent", "t1")
+        assert shell is not None
+        kernel.stdout_of("open('/workspace/patients.csv', 'w').write('id,dx\\n1,SECRET-ROW\\n')")
+        await asyncio.to_thread(
+            PrivateData("alice", "nbK", PrivacyStore(kernel_store)).add_private_dataset,
+            "patients",
+            "SECRET",
+            wait=30,
+        )
+        # the held container, looked at without the manager (no command's mode check)
+        names = docker_client.containers.get(shell.container_id).exec_run(LIST).output.decode().split()
+        assert names == ["lo"], names
+        config.docker_persistent = False
+        out = (await sandbox_execute(f"cat /ref/patients.csv; {LIST}", **kw)).text
+        assert out.split()[-1:] == ["lo"] and "eth0" not in out, out
+    finally:
+        await registry.aclose()
+        kernel.shutdown()
+
+
+def test_a_docker_kernels_read_only_mount_follows_the_folders_level(tmp_path: Path, test_image: str) -> None:
+    """A Docker kernel's own read-only mounts (``DockerSandbox.read_only_mounts``)
+    count like its workspace: a bwrap kernel whose workspace is the mounted
+    folder goes private and writes rows there, and the Docker kernel loses its
+    network; a private dataset's source inside the mount is hidden."""
+    require_bwrap()
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from kernel_helpers import SandboxKernelHandle
+    from test_docker_kernel import docker_args
+
+    data, team = tmp_path / "data", tmp_path / "team"
+    (team / "data").mkdir(parents=True)
+    (team / "data" / "hr.csv").write_text("ada,123456\n")
+    owner = shared_data_kernel(
+        team, tmp_path / "o-tmp", data, f"--SandboxKernel.private_datasets=hr={team}/data/hr.csv"
+    )
+    (tmp_path / "d-ws").mkdir()
+    (tmp_path / "d-tmp").mkdir()
+    if os.geteuid() == 0:
+        os.chown(tmp_path / "d-ws", 65534, 65534)
+    dock = SandboxKernelHandle(
+        tmp_path / "d-ws",
+        tmp_path / "d-tmp",
+        extra_args=[
+            *(a for a in docker_args(test_image) if not a.startswith("--DockerSandbox.read_only_mounts=")),
+            f'--DockerSandbox.read_only_mounts={{"/usr": "/usr", "{team}": "/ref"}}',
+            "--SandboxKernel.privacy_poll_interval=0.2",
+        ],
+        env={"SANDBOX_KERNEL_DATA_DIR": str(data)},
+    )
+    ifaces = "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))"
+    try:
+        assert owner.run("x = 1").status == "ok"  # (its sources are recorded)
+        run = dock.run(ifaces + "\nimport os\nprint(os.listdir('/ref/data'), repr(open('/ref/data/hr.csv').read()))")
+        lines = run.stdout.splitlines()
+        assert lines and lines[0] != "['lo']" and "123456" not in run.stdout, (run.stdout, run.stderr, run.errors)
+        owner.run("%private patients CONFIDENTIAL")
+        assert owner.run("open('/workspace/patients.csv', 'w').write('1,SECRET-ROW')").status == "ok"
+        for _ in range(50):
+            if dock.run(ifaces).stdout.strip() == "['lo']":
+                break
+        else:
+            raise AssertionError("the Docker kernel kept its network beside a private folder it mounts")
+        assert "SECRET-ROW" in dock.run("print(open('/ref/patients.csv').read())").stdout
+    finally:
+        owner.shutdown()
+        dock.shutdown()

@@ -1,0 +1,210 @@
+"""A private dataset's source inside a workspace (guarantee 11: private data
+never becomes readable by a sandbox that has network, through any path).
+
+``c.SandboxKernel.private_datasets = {'hr': {'source': 'data/hr.csv'}}`` (next
+to the notebook, the natural configuration) used to be readable by the PUBLIC,
+networked sandbox at ``/workspace/data/hr.csv``, and by every other kernel on
+the folder: the dataset was kept only from ``/private/hr``. Each configured
+source is now recorded host-wide (``privacy/dataset_registry.py``) and hidden
+from every sandbox whose workspace holds it (``engine/workspace_policy.py``);
+a private sandbox of the configuring session reads it at ``/private/<name>``
+only."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from kernel_helpers import SandboxKernelHandle, require_bwrap, shared_data_kernel
+
+from sandbox_kernel.engine.ratchet import Ratchet
+from sandbox_kernel.engine.workspace_policy import (
+    HIDE,
+    PIN,
+    ProtectedPlaces,
+    WorkspaceRefused,
+    apply_policy,
+    collect_protected_places,
+    hide_private_sources,
+    plan_workspace,
+)
+from sandbox_kernel.privacy import PrivacyStore
+from sandbox_kernel.privacy.dataset_registry import register, registered_sources, registry_dir
+
+IFACES = "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))"
+ROW = "ada,123456"
+
+
+def _masks(plan) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {str(m.path.relative_to(plan.workspace)): m.kind for m in plan.masks}
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A default data dir of the test's own (its registry starts empty)."""
+    data = tmp_path / "sk-data"
+    data.mkdir()
+    monkeypatch.setenv("SANDBOX_KERNEL_DATA_DIR", str(data))
+    return data
+
+
+# ------------------------------------------------------------------ real kernels
+
+
+def test_a_dataset_in_the_workspace_is_hidden_from_every_networked_sandbox(tmp_path: Path) -> None:
+    """Kernel A names ``data/hr.csv`` (relative to the notebook's folder) as
+    its dataset; kernel B on the same folder names nothing. While both are
+    public with network, neither reads the file nor can move its folder away;
+    once A is private its cells read it at /private/hr only."""
+    require_bwrap()
+    data = tmp_path / "host-data"
+    ws = tmp_path / "project"
+    (ws / "data").mkdir(parents=True)
+    (ws / "data" / "hr.csv").write_text(f"name,salary\n{ROW}\n")
+    (ws / "data" / "notes.txt").write_text("public notes\n")
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "sandbox_kernel_config.py").write_text(
+        "c.SandboxKernel.private_datasets = {'hr': {'source': 'data/hr.csv', 'sensitivity': 'SECRET'}}\n"
+    )
+    # the configured kernel: its Jupyter config names the dataset
+    (tmp_path / "a-tmp").mkdir()
+    a = SandboxKernelHandle(
+        ws,
+        tmp_path / "a-tmp",
+        extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.network=full"],
+        env={"SANDBOX_KERNEL_DATA_DIR": str(data), "JUPYTER_CONFIG_DIR": str(config)},
+    )
+    b = None
+    try:
+        probe = (
+            "import os\n"
+            "try:\n    print(repr(open('/workspace/data/hr.csv').read()))\nexcept OSError as e:\n    print('refused', e)\n"
+            "print(open('/workspace/data/notes.txt').read().strip())\n"
+            "open('/workspace/data/new.txt', 'w').write('x')\n"
+            "try:\n    os.rename('/workspace/data', '/workspace/moved')\n    print('renamed')\n"
+            "except OSError as e:\n    print('rename refused', e.errno)\n"
+            "print(os.path.exists('/private/hr'))\n"
+        )
+        assert len(eval(a.run(IFACES).stdout)) > 1  # public, with network
+        run = a.run(probe)
+        assert ROW not in run.stdout, run.stdout
+        assert "public notes" in run.stdout and "rename refused" in run.stdout, (run.stdout, run.stderr)
+        assert run.stdout.strip().endswith("False"), run.stdout  # nothing private mounted either
+        assert (ws / "data" / "hr.csv").read_text().endswith(f"{ROW}\n")  # the host file is untouched
+
+        # a second kernel on the folder, whose config names no dataset
+        b = shared_data_kernel(ws, tmp_path / "b-tmp", data)
+        assert len(eval(b.run(IFACES).stdout)) > 1
+        run = b.run(probe)
+        assert ROW not in run.stdout and "rename refused" in run.stdout, (run.stdout, run.stderr)
+
+        # the rise: the asking cell is stopped, A's sandbox replaced by one
+        # without network that mounts /private/hr, and the cell run again reads it
+        read = "import sandbox_kernel.private as p\nprint(p.open_dataset('hr').read())"
+        run = a.run(read)
+        assert run.status == "error" and ROW not in run.stdout, (run.stdout, run.stderr)
+        run = a.run(read)
+        assert run.status == "ok" and ROW in run.stdout, (run.stdout, run.stderr)
+        assert a.run(IFACES).stdout.strip() == "['lo']"
+        run = a.run(probe.replace("os.rename", "os.replace") + "print(open('/private/hr').read())")
+        assert run.stdout.count(ROW) == 1, (run.stdout, run.stderr)  # at /private only (read-only there)
+        assert "rename refused" in run.stdout
+    finally:
+        for k in (a, b):
+            if k is not None:
+                k.shutdown()
+
+
+# ------------------------------------------------------------------ the policy
+
+
+def test_configured_sources_are_recorded_and_hidden_in_any_workspace(tmp_path: Path, data_dir: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "data" / "deep").mkdir(parents=True)
+    src = ws / "data" / "deep" / "hr.csv"
+    src.write_text(ROW)
+    Ratchet("u", "s", PrivacyStore(tmp_path / "store"), {"hr": {"source": str(src)}}, workspace=ws)
+    assert registered_sources() == [src.resolve()]
+    assert (registry_dir() / os.listdir(registry_dir())[0]).stat().st_mode & 0o077 == 0
+    # another process's plan, configured with nothing, hides it all the same
+    mounts, plan = apply_policy(ws, "/workspace")
+    masks = _masks(plan)
+    assert masks["data/deep/hr.csv"] == HIDE
+    assert masks["data"] == PIN and masks["data/deep"] == PIN  # mount points: cannot be renamed away
+    hide = [m for m in mounts if m.kind == "hide"]
+    assert [m.target for m in hide] == ["/workspace/data/deep/hr.csv"]
+    pins = [m for m in mounts if m.target in ("/workspace/data", "/workspace/data/deep")]
+    assert [m.target for m in pins] == ["/workspace/data", "/workspace/data/deep"]
+    assert all(not m.readonly and m.kind == "bind" for m in pins)  # the rest of the folder stays writable
+    # mount order: each pin before what lies inside it
+    targets = [m.target for m in mounts]
+    assert targets.index("/workspace/data") < targets.index("/workspace/data/deep") < targets.index(hide[0].target)
+
+
+def test_a_folder_source_and_a_symlinked_source_are_hidden(tmp_path: Path, data_dir: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "records").mkdir(parents=True)
+    (ws / "records" / "a.csv").write_text(ROW)
+    (ws / "real.csv").write_text(ROW)
+    (ws / "link.csv").symlink_to("real.csv")
+    mounts, plan = apply_policy(ws, "/workspace", private_sources=[ws / "records", ws / "link.csv"])
+    masks = _masks(plan)
+    assert masks == {"records": HIDE, "real.csv": HIDE}  # the link's target, which a sandbox would open
+    assert all(m.kind == "hide" for m in mounts[1:])
+
+
+def test_a_workspace_inside_or_equal_to_a_source_is_refused(tmp_path: Path, data_dir: Path) -> None:
+    data = tmp_path / "dataset"
+    (data / "nb").mkdir(parents=True)
+    register(data)
+    for ws in (data, data / "nb"):
+        with pytest.raises(WorkspaceRefused, match="private dataset source"):
+            apply_policy(ws, "/workspace")
+    # even an allowed root's workspace (the agent tools' own) inside one
+    places = ProtectedPlaces(allowed_roots=(data.resolve(),), private_sources=(data.resolve(),))
+    with pytest.raises(WorkspaceRefused, match="private dataset source"):
+        plan_workspace((data / "nb").resolve(), places)
+
+
+def test_sources_elsewhere_gone_or_under_a_read_only_place_add_no_pin(tmp_path: Path, data_dir: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    elsewhere = tmp_path / "elsewhere.csv"
+    elsewhere.write_text(ROW)
+    gone = ws / "sub" / "gone.csv"
+    register(elsewhere)
+    register(gone)
+    places = collect_protected_places(within=ws.resolve())
+    assert places.private_sources == ()  # not in this workspace; a missing one hides nothing
+    assert _masks(plan_workspace(ws.resolve(), places)) == {}
+    assert not (ws / "sub").exists()  # and no mount point was made for it
+    # a source inside a repository: the read-only .git holds, no writable pin inside it
+    (ws / "repo" / ".git" / "objects").mkdir(parents=True)
+    inside = ws / "repo" / ".git" / "objects" / "x.csv"
+    inside.write_text(ROW)
+    masks = _masks(
+        plan_workspace(ws.resolve(), collect_protected_places(within=ws.resolve(), private_sources=[inside]))
+    )
+    assert masks["repo/.git"] == "readonly" and masks["repo/.git/objects/x.csv"] == HIDE
+    assert "repo/.git/objects" not in masks and masks.get("repo") == PIN
+
+
+def test_a_source_that_does_not_exist_is_still_a_configuration_error(tmp_path: Path, data_dir: Path) -> None:
+    with pytest.raises(ValueError, match="does not exist"):
+        Ratchet("u", "s", PrivacyStore(tmp_path / "store"), {"hr": {"source": str(tmp_path / "nope.csv")}})
+    assert registered_sources() == []
+
+
+def test_read_only_folders_mounted_elsewhere_hide_the_sources_inside(tmp_path: Path, data_dir: Path) -> None:
+    """The agent tools' ``docker_read_only_mounts``: no workspace policy, but
+    the same sources are hidden in them, and a folder inside one is refused."""
+    shared = tmp_path / "team"
+    (shared / "hr").mkdir(parents=True)
+    register(shared / "hr")
+    masks = hide_private_sources(shared, "/ref/")
+    assert [(m.target, m.kind, m.readonly) for m in masks] == [("/ref/hr", "hide", True)]
+    with pytest.raises(WorkspaceRefused, match="private dataset source"):
+        hide_private_sources(shared / "hr", "/ref")
+    assert hide_private_sources(tmp_path / "elsewhere", "/x") == []

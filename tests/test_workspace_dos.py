@@ -320,3 +320,19 @@ def test_another_kernels_runtime_folder_in_a_workspace_is_hidden(tmp_path: Path)
             b.shutdown()
     finally:
         a.shutdown()
+
+
+def test_folders_named_like_runtime_folders_cannot_exceed_the_mount_limit(tmp_path: Path) -> None:
+    """A kernel not run as root writes as the host's user, so a cell can make
+    thousands of folders that look like other kernels' runtime folders (name,
+    owner, mode); each was hidden by a mount of its own, kept through the
+    collapse: 1,500 made every later kernel on the folder fail (an attack
+    review). At most MAX_RUNTIME_HIDES are hidden."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for i in range(3000):
+        (ws / f"sandbox-kernel-{i}-abcdefgh").mkdir(mode=0o700)
+    plan = plan_workspace(ws, NO_PLACES)
+    hidden = [m for m in plan.masks if m.kind == "hide"]
+    assert len(hidden) == workspace_policy.MAX_RUNTIME_HIDES, len(hidden)
+    assert len(bwrap_argv(plan)) < 9000

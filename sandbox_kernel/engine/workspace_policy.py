@@ -571,6 +571,9 @@ def _lexists(path: Path) -> os.stat_result | None:
         return None
 
 
+#: runtime folders of other kernels hidden in one workspace (a kernel's TMPDIR
+#: holds one per live kernel; see plan_workspace)
+MAX_RUNTIME_HIDES = 32
 #: the names of the host's own runtime folders (``owned_dirs.make``: a prefix,
 #: the kernel's pid, mkdtemp's suffix): another kernel's state and sockets
 _RUNTIME_NAME = re.compile(r"(?:sandbox-kernel-|sk-egress-)[0-9]+-[A-Za-z0-9_]{8}\Z")
@@ -790,10 +793,21 @@ def plan_workspace(
     scanned, truncated = _scan(
         workspace, {p for p, m in masks.items() if m.kind != PIN}, scan_depth, scan_entries, runtime
     )
-    for path in runtime:
+    # (bounded: a kernel not run as root writes as the host's user, so a cell
+    # can make thousands of folders that look like runtime folders, and each
+    # hide is a mount kept through the collapse below; an attack review made
+    # 1,500 of them exceed bwrap's arguments)
+    for path in runtime[:MAX_RUNTIME_HIDES]:
         add(path, HIDE)
         if path in masks:
-            fixed[path] = masks[path]  # (few: kept when crowded places are collapsed)
+            fixed[path] = masks[path]
+    if len(runtime) > MAX_RUNTIME_HIDES:
+        log.warning(
+            "the workspace %s holds %d folders named like kernels' runtime folders: only %d are hidden",
+            workspace,
+            len(runtime),
+            MAX_RUNTIME_HIDES,
+        )
     # what the scan found and what their hooks run; None: too many to look at
     found: list[Path] | None = None
     if len(scanned) <= MAX_REPOS:

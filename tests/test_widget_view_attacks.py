@@ -462,3 +462,241 @@ def test_widgets_holding_addresses_from_public_days_are_not_shown_once_private()
     w.from_sandbox(open_msg("img2", state("HTMLModel", value='<img src="//evil.example/7">')), [], private=True)
     assert w.view({"model_id": "img2"}, private=True) is not None
     w.from_sandbox(update_msg("box", {"children": ["IPY_MODEL_img2"]}), [], private=True)
+
+
+# ---- 8. prototypes, links, buffers that decide rendering, armed children ---------------------
+# (an attack review confirmed each in a plain JupyterLab with Chromium)
+
+HTML_VIEW_PROTO = {"_view_name": "HTMLView", "_view_module": CONTROLS, "_view_module_version": "2.0.0", "value": XSS}
+
+
+def _custom_msg(comm_id: str, content: Any) -> dict[str, Any]:
+    data = {"method": "custom", "content": content}
+    return {"msg_type": "comm_msg", "content": {"comm_id": comm_id, "data": data}, "metadata": {}}
+
+
+@pytest.mark.parametrize("private", [False, True])
+@pytest.mark.parametrize("key", ["__proto__", "constructor", "prototype"])
+def test_prototype_keys_are_refused_at_any_depth(key: str, private: bool) -> None:
+    """``JSON.parse`` keeps ``"__proto__"`` as an own key and ipywidgets assigns
+    it (``s["__proto__"] = value``): a Layout model inherited ``_view_name:
+    "HTMLView"`` and a ``value`` with a script, and its view ran it."""
+    w = WidgetComms()
+    layout = {k: v for k, v in state("LayoutModel", BASE).items() if not k.startswith("_view")}
+    for st in (
+        {**layout, key: HTML_VIEW_PROTO},
+        state("HTMLStyleModel", _view_name="StyleView", _view_module=BASE, **{key: {"background": "url(//e/x)"}}),
+        state(value="v", items=[{"a": {key: 1}}]),
+    ):
+        with pytest.raises(WidgetRefused, match=f"may not hold a key '{key}'"):
+            w.from_sandbox(open_msg("p1", st), [], private=private)
+        assert not w.owns("p1")
+    w.from_sandbox(open_msg("p2", state()), [], private=private)
+    for msg in (
+        update_msg("p2", {key: {"value": XSS}}),
+        update_msg("p2", {"value": "v", "x": [[{key: {}}]]}),
+        _custom_msg("p2", {"a": [{key: 1}]}),
+        {"msg_type": "comm_msg", "content": {"comm_id": "p2", "data": {"method": "echo_update", "state": {key: {}}}}},
+    ):
+        with pytest.raises(WidgetRefused, match=f"may not hold a key '{key}'"):
+            w.from_sandbox(msg, [], private=private)
+    _control(w)
+    entry = {"model_name": "LabelModel", "model_module": CONTROLS, "model_module_version": "2.0.0"}
+    for states in ({"p2": {**entry, "state": {key: HTML_VIEW_PROTO}}}, {key: {**entry, "state": {}}}):
+        with pytest.raises(WidgetRefused, match=f"may not hold a key '{key}'"):
+            w.from_sandbox(_update_states(states), [], private=private)
+    # the same values as plain keys pass
+    assert sent_state(w, update_msg("p2", {"value": "v", "proto": {"x": 1}}), private=private)["proto"] == {"x": 1}
+
+
+def test_style_values_under_underscore_keys_are_cleaned_too() -> None:
+    """Only the identity keys of a style model are no CSS: any other key is
+    cleaned as CSS, whatever its name."""
+    w = WidgetComms()
+    st = state("HTMLStyleModel", _view_name="StyleView", _view_module=BASE, _background="url(//evil.example/x)")
+    out = sent_state(w, open_msg("s1", st))
+    assert "evil" not in json.dumps(out) and out["_view_name"] == "StyleView"
+    layout = {**state("LayoutModel", BASE, _view_name="LayoutView"), "_dom_classes": [], "_view_count": None}
+    out = sent_state(w, open_msg("s2", {**layout, "_width": "url(//evil.example/y)", "width": "10px"}))
+    assert "evil" not in json.dumps(out) and out["width"] == "10px"
+
+
+def _link(source: tuple[str, str], target: tuple[str, str], model: str = "LinkModel") -> dict[str, Any]:
+    return {
+        "_model_module": CONTROLS,
+        "_model_module_version": "2.0.0",
+        "_model_name": model,
+        "_view_module": CONTROLS,
+        "_view_module_version": "2.0.0",
+        "_view_name": None,
+        "source": [f"IPY_MODEL_{source[0]}", source[1]],
+        "target": [f"IPY_MODEL_{target[0]}", target[1]],
+    }
+
+
+def _linkable(w: WidgetComms, private: bool) -> None:
+    for cid, st in {
+        "txt": state("TextModel", value=XSS, description="t"),
+        "txt2": state("TextModel", value="b"),
+        "sld": state("IntSliderModel", value=3),
+        "sld2": state("IntSliderModel", value=4),
+        "html": state("HTMLModel", value=""),
+        "math": state("HTMLMathModel", value=""),
+        "img": state("ImageModel", format="png"),
+        "out": state("OutputModel", OUTPUT, outputs=[]),
+        "sty": state("HTMLStyleModel", _view_name="StyleView", _view_module=BASE),
+        "lay": state("LayoutModel", BASE, _view_name="LayoutView"),
+        "box": state("VBoxModel", children=["IPY_MODEL_sld"]),
+        "chk": state("CheckboxModel", value=False, description="<b>x</b>"),
+    }.items():
+        w.from_sandbox(open_msg(cid, st), [], private=private)
+
+
+@pytest.mark.parametrize("private", [False, True])
+@pytest.mark.parametrize("model", ["LinkModel", "DirectionalLinkModel"])
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [
+        (("txt", "value"), ("html", "value")),  # the review's case: the Text's markup ran in the HTML
+        (("html", "value"), ("txt", "value")),  # jslink copies both ways
+        (("txt", "value"), ("math", "value")),
+        (("txt", "value"), ("chk", "description")),
+        (("sld", "value"), ("chk", "description_allow_html")),
+        (("txt", "value"), ("img", "format")),
+        (("txt", "value"), ("img", "value")),
+        (("txt", "value"), ("sty", "background")),  # into a style or a layout: CSS the host never saw
+        (("txt", "value"), ("lay", "width")),
+        (("txt", "value"), ("out", "outputs")),
+        (("txt", "value"), ("chk", "_view_name")),
+        (("txt", "value"), ("chk", "layout")),
+        (("box", "children"), ("box", "children")),
+        (("txt", "value"), ("gone", "value")),  # not a model of this sandbox
+    ],
+)
+def test_a_link_joins_only_plain_values(
+    source: tuple[str, str], target: tuple[str, str], model: str, private: bool
+) -> None:
+    """``jslink((Text(value=XSS), 'value'), (HTML(), 'value'))``: the page
+    copied the Text's uncleaned value into the HTML's ``innerHTML``."""
+    w = WidgetComms()
+    _linkable(w, private)
+    with pytest.raises(WidgetRefused, match="link"):
+        w.from_sandbox(open_msg("l1", _link(source, target, model)), [], private=private)
+    assert not w.owns("l1")
+    # nor by moving an end of a plain link later
+    w.from_sandbox(open_msg("l2", _link(("sld", "value"), ("sld2", "value"), model)), [], private=private)
+    with pytest.raises(WidgetRefused, match="link"):
+        w.from_sandbox(
+            update_msg("l2", {k: v for k, v in _link(source, target).items() if k in ("source", "target")}),
+            [],
+            private=private,
+        )
+    _control(w)
+    entry = {"model_name": model, "model_module": CONTROLS, "model_module_version": "2.0.0"}
+    out = w.from_sandbox(_update_states({"l2": {**entry, "state": _link(source, target, model)}}), [], private=private)
+    assert out.content["data"]["states"] == {}
+
+
+@pytest.mark.parametrize("private", [False, True])
+def test_links_between_sliders_and_texts_still_work(private: bool) -> None:
+    w = WidgetComms()
+    _linkable(w, private)
+    for i, (source, target) in enumerate(
+        [
+            (("sld", "value"), ("sld2", "value")),
+            (("sld", "value"), ("txt2", "value")),
+            (("txt", "value"), ("txt2", "value")),
+            (("sld", "max"), ("sld2", "min")),
+        ]
+    ):
+        out = sent_state(w, open_msg(f"ok{i}", _link(source, target)), private=private)
+        assert out["source"] == [f"IPY_MODEL_{source[0]}", source[1]]
+
+
+def test_a_linked_custom_widget_cannot_become_an_image() -> None:
+    """A custom model shown by a controls view: once linked, it cannot switch to
+    a view the link rule refuses (the copied text would be an image URL)."""
+    w = WidgetComms(modules=["custom-pkg"])
+    w.from_sandbox(open_msg("c1", state("FooModel", "custom-pkg", _view_name=None)), [], private=False)
+    w.from_sandbox(open_msg("t1", state("TextModel", value="//evil.example/x")), [], private=False)
+    w.from_sandbox(open_msg("l1", _link(("t1", "value"), ("c1", "value"))), [], private=False)
+    with pytest.raises(WidgetRefused, match="linked"):
+        w.from_sandbox(update_msg("c1", {"_view_module": CONTROLS, "_view_name": "ImageView"}), [], private=False)
+
+
+@pytest.mark.parametrize(
+    "key", ["description_allow_html", "description", "_view_name", "_dom_classes", "layout", "style", "children"]
+)
+def test_a_buffer_cannot_go_where_the_policy_reads_what_to_render(key: str) -> None:
+    """A buffer at ``description_allow_html`` is a truthy DataView in the page:
+    the description the host sent as text became HTML."""
+    w = WidgetComms()
+    st = state("CheckboxModel", value=False)
+    st["description"] = '<img src="//evil.example/d">' if key != "description" else None
+    if key == "description":
+        del st["description"]
+    with pytest.raises(WidgetRefused, match="buffer"):
+        w.from_sandbox(open_msg("d1", st, [[key]]), [b"\x01"], private=False)
+    w.from_sandbox(open_msg("d2", state("CheckboxModel", value=False)), [], private=False)
+    with pytest.raises(WidgetRefused, match="buffer"):
+        w.from_sandbox(update_msg("d2", {}, [[key]]), [b"\x01"], private=False)
+    # any key of a style or layout model, and of a link
+    sty = state("HTMLStyleModel", _view_name="StyleView", _view_module=BASE)
+    with pytest.raises(WidgetRefused, match="buffer"):
+        w.from_sandbox(open_msg("d3", sty, [["background"]]), [b"red"], private=False)
+    _control(w)
+    entry = {"model_name": "CheckboxModel", "model_module": CONTROLS, "model_module_version": "2.0.0", "state": {}}
+    out = w.from_sandbox(_update_states({"d2": entry}, [["d2", "state", key]]), [b"\x01"], private=False)
+    assert out.content["data"]["states"] == {} and out.buffers == []
+
+
+def test_a_box_made_public_around_an_armed_widget_is_not_shown_once_private() -> None:
+    """The Box held no text, so it was not armed itself; shown once private, it
+    showed its armed child, which fetched. Followed transitively, cycles too."""
+    w = WidgetComms()
+    w.from_sandbox(open_msg("h5", state("HTMLModel", value='<img src="//evil.example/5">')), [], private=False)
+    w.from_sandbox(open_msg("sld", state("IntSliderModel", value=1)), [], private=False)
+    w.from_sandbox(open_msg("bx", state("VBoxModel", children=["IPY_MODEL_sld", "IPY_MODEL_h5"])), [], private=False)
+    w.from_sandbox(open_msg("outer", state("HBoxModel", children=["IPY_MODEL_bx"])), [], private=False)
+    w.from_sandbox(open_msg("cyc", state("HBoxModel", children=["IPY_MODEL_outer"])), [], private=False)
+    w.from_sandbox(update_msg("outer", {"children": ["IPY_MODEL_bx", "IPY_MODEL_cyc"]}), [], private=False)
+    assert not w._comms["bx"].armed
+    for model in ("bx", "outer", "cyc"):
+        assert w.view({"model_id": model}, private=False) is not None
+        with pytest.raises(WidgetRefused, match="made while the session was public"):
+            w.view({"model_id": model}, private=True)
+        with pytest.raises(WidgetRefused, match="made while the session was public"):
+            w.from_sandbox(
+                open_msg(f"new-{model}", state("VBoxModel", children=[f"IPY_MODEL_{model}"])), [], private=True
+            )
+    # the latest value of each key counts: the armed child taken out, the box shows
+    w.from_sandbox(update_msg("bx", {"children": ["IPY_MODEL_sld"]}), [], private=False)
+    assert w.view({"model_id": "outer"}, private=True) is not None
+    # a layout or a style is followed too
+    w.from_sandbox(open_msg("sl2", state("IntSliderModel", value=1, layout="IPY_MODEL_bx")), [], private=False)
+    w.from_sandbox(update_msg("bx", {"children": ["IPY_MODEL_h5"]}), [], private=False)
+    with pytest.raises(WidgetRefused, match="made while the session was public"):
+        w.view({"model_id": "sl2"}, private=True)
+
+
+def test_a_link_made_public_arms_what_it_copied_an_armed_value_into() -> None:
+    """A Label whose math fetches, linked while public to another Label: the
+    page copied the value, so the other Label is armed too (and what it is
+    linked to in turn)."""
+    w = WidgetComms()
+    w.from_sandbox(open_msg("a", state(value=r"$\mmlToken{mglyph}[src=//evil.example/m]{}$")), [], private=False)
+    w.from_sandbox(open_msg("b", state(value="b")), [], private=False)
+    w.from_sandbox(open_msg("c", state(value="c")), [], private=False)
+    assert w._comms["a"].armed and not w._comms["b"].armed
+    w.from_sandbox(open_msg("l1", _link(("b", "value"), ("c", "value"))), [], private=False)
+    w.from_sandbox(open_msg("l2", _link(("a", "value"), ("b", "value"), "DirectionalLinkModel")), [], private=False)
+    for model in ("b", "c"):
+        with pytest.raises(WidgetRefused, match="made while the session was public"):
+            w.view({"model_id": model}, private=True)
+    # and the other way: a model armed after it was linked
+    w.from_sandbox(open_msg("d", state(value="d")), [], private=False)
+    w.from_sandbox(open_msg("e", state(value="e")), [], private=False)
+    w.from_sandbox(open_msg("l3", _link(("d", "value"), ("e", "value"))), [], private=False)
+    w.from_sandbox(update_msg("d", {"value": r"$\mmlToken{mglyph}[src=//evil.example/n]{}$"}), [], private=False)
+    with pytest.raises(WidgetRefused, match="made while the session was public"):
+        w.view({"model_id": "e"}, private=True)

@@ -177,6 +177,11 @@ class EgressProxy:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if len(self._connections) >= self.max_connections:
             rule = f"more than {self.max_connections} connections at once"
+            # what the forwarder sent at once (its opening line, the request)
+            # is read first: closing a unix socket with unread bytes resets
+            # it, and the client lost the 503 to the reset
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 1.0)
             await self._respond(writer, 503, rule, rule)
             writer.transport.abort()
             return

@@ -135,6 +135,32 @@ MEDIA_VIEWS: frozenset[View] = frozenset({(CONTROLS, "ImageView"), (CONTROLS, "V
 MEDIA_MODELS: frozenset[str] = frozenset({"ImageModel", "VideoModel", "AudioModel"})
 #: views that set every value of their model as a CSS property
 STYLE_VIEWS: frozenset[View] = frozenset({(BASE, "StyleView"), (BASE, "LayoutView")})
+#: models that copy one model's attribute into another's in the page
+#: (``jslink``/``jsdlink``): what they copy never passes the host
+LINK_MODELS: frozenset[str] = frozenset({"LinkModel", "DirectionalLinkModel"})
+#: the keys that say what a model is (checked by name, version and pairing)
+IDENTITY_KEYS: frozenset[str] = frozenset(
+    {"_model_module", "_model_module_version", "_model_name", "_view_module", "_view_module_version", "_view_name"}
+)
+#: keys whose value decides what, and how, a standard view renders (HTML
+#: switches, formats, child views, outputs, link ends): a binary buffer never
+#: goes there, nor does a link copy into or out of them
+RENDERING_KEYS: frozenset[str] = frozenset(
+    {
+        "description",
+        "description_allow_html",
+        "format",
+        "layout",
+        "style",
+        "children",
+        "outputs",
+        "msg_id",
+        "source",
+        "target",
+        "titles",
+        "_titles",
+    }
+)
 
 _NAME = re.compile(r"[A-Za-z0-9_]{1,100}\Z")
 # one semver or npm range term: 2.0.0, ^1.5, ~0.1.0-beta.1, >=1.0, *, 1.x; a "<"

@@ -27,10 +27,15 @@ passes the same policy (guarantee 8):
   and nothing is fetched: no Image/Video/Audio with
   ``format="url"`` but a ``data:`` image, no math command that fetches in a
   string MathJax typesets (a Label's value, a description);
+- no key ``__proto__``, ``constructor`` or ``prototype`` at any depth of
+  widget data (the page's ``JSON.parse`` keeps it and ipywidgets assigns it);
+- a link (``jslink``) joins only plain values of models that render no HTML,
+  media, CSS or outputs: the page copies linked values without the host;
 - a model whose state, sent while public, private cleaning would have
   changed is *armed*: once private it is not shown, named by another model
-  (a Box's children) or changed, since a view of it would fetch what it holds;
-  a state names only live models of this sandbox;
+  (a Box's children, transitively) or changed, since a view of it would fetch
+  what it holds; links spread arming; a state names only live models of this
+  sandbox;
 - a message over ``max_message_bytes`` or beyond ``rate`` messages a second is
   dropped, with a notice.
 
@@ -51,10 +56,14 @@ from typing import Any
 from ._html import clean_html
 from ._policy import Notes, clean_css, clean_tex, describe_url_removal, image_ok
 from ._widget_names import (
+    CONTROLS,
     HTML_VALUE_MODELS,
     HTML_VIEWS,
+    IDENTITY_KEYS,
+    LINK_MODELS,
     MEDIA_MODELS,
     MEDIA_VIEWS,
+    RENDERING_KEYS,
     STANDARD_MODULES,
     STYLE_VIEWS,
     js_truthy,
@@ -81,6 +90,8 @@ _COMM_ID = re.compile(r"[0-9A-Za-z_-]{1,64}\Z")
 _PROTOTYPE_KEYS = frozenset({"__proto__", "constructor", "prototype"})
 #: how a state names another model (ipywidgets' ``unpack_models``)
 MODEL_REF = "IPY_MODEL_"
+#: keys of a style or layout model that are no CSS property (checked elsewhere, or not strings)
+_STYLE_NON_CSS_KEYS = IDENTITY_KEYS | {"_view_count", "_dom_classes"}
 
 
 class WidgetRefused(ValueError):
@@ -141,6 +152,10 @@ class _Comm:
     #: address, math that fetches): a view of it made later would fetch, so
     #: once private it is neither shown, nor named, nor rendered again
     armed: bool = False
+    #: the models each key of the merged state names (``IPY_MODEL_``), by key
+    refs: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: a link model's ``source`` and ``target`` as last sent
+    ends: dict[str, Any] = field(default_factory=dict)
 
     @property
     def view(self) -> tuple[str | None, str | None]:
@@ -151,6 +166,19 @@ class _Comm:
 
     def loads_media(self) -> bool:
         return self.model_name in MEDIA_MODELS or self.view in MEDIA_VIEWS
+
+    def is_link(self) -> bool:
+        return self.model_module == CONTROLS and self.model_name in LINK_MODELS
+
+    def kind(self) -> tuple[bool, ...]:
+        """What decides whether a link may name this model (see ``_link_problem``)."""
+        return (
+            self.renders_html_value(),
+            self.loads_media(),
+            self.sets_css(),
+            self.model_name == "OutputModel",
+            self.is_link(),
+        )
 
     def sets_css(self) -> bool:
         """A style or layout model: the frontend sets each value as a CSS property."""
@@ -214,6 +242,8 @@ class WidgetComms:
         self._tokens = rate
         self._refilled = time.monotonic()
         self._comms: dict[str, _Comm] = {}
+        #: open link models: comm id -> the models its ends name
+        self._links: dict[str, frozenset[str]] = {}
         #: ids of the host's own comms (the kernel sets it): a sandbox reusing
         #: one would take it over in the frontend
         self.host_comm: Callable[[str], bool] = lambda comm_id: False
@@ -221,6 +251,7 @@ class WidgetComms:
     # ---- what the frontend may ask about ---------------------------------------------
     def clear(self) -> None:
         self._comms.clear()
+        self._links.clear()
 
     def owns(self, comm_id: Any) -> bool:
         return isinstance(comm_id, str) and comm_id in self._comms
@@ -240,8 +271,8 @@ class WidgetComms:
         major, minor = value.get("version_major", 2), value.get("version_minor", 0)
         if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 100 for v in (major, minor)):
             return None
-        if private and self._comms[value["model_id"]].armed:
-            raise WidgetRefused(_armed_refusal(value["model_id"]))
+        if private:
+            self._check_reachable([value["model_id"]])
         return {"model_id": value["model_id"], "version_major": major, "version_minor": minor}
 
     # ---- frontend -> sandbox --------------------------------------------------------------
@@ -269,6 +300,7 @@ class WidgetComms:
             self._comms[str(content["comm_id"])] = comm
         elif msg_type == "comm_close":
             self._comms.pop(str(content.get("comm_id")), None)
+            self._links.pop(str(content.get("comm_id")), None)
 
     # ---- sandbox -> frontend --------------------------------------------------------------
     def from_sandbox(self, msg: Mapping[str, Any], buffers: list[bytes], *, private: bool) -> CleanMessage:
@@ -301,6 +333,7 @@ class WidgetComms:
             data = {}
         if not isinstance(data, Mapping):
             raise WidgetRefused("a comm message's data must be an object")
+        _check_no_prototype_keys(data)
         notes = Notes()
         clean: dict[str, Any] = {"comm_id": comm_id}
         if msg_type == "comm_open":
@@ -314,7 +347,7 @@ class WidgetComms:
             clean_data = self._clean_widget_data(comm, data, buffers, private, notes)
             if not comm.model_name or comm.model_module is None:
                 raise WidgetRefused("a widget's comm_open must name its model (_model_module and _model_name)")
-            self._comms[comm_id] = comm
+            self._store(comm_id, comm)
             clean.update(target_name=target, data=clean_data)
             module = content.get("target_module")
             if module is not None:
@@ -329,16 +362,102 @@ class WidgetComms:
                 raise WidgetRefused(_armed_refusal(comm_id))
             probe = replace(known)  # kept only if the whole message passes
             clean["data"] = self._clean_widget_data(probe, data, buffers, private, notes)
-            self._comms[comm_id] = probe
+            self._store(comm_id, probe)
         else:
             if self._comms.pop(comm_id, None) is None:
                 raise WidgetRefused(f"comm {comm_id} is not a widget of this session")
+            self._links.pop(comm_id, None)
             clean["data"] = defang_json(dict(data), urls=True) if private else dict(data)
         version = dict(metadata or {}).get("version")
         meta = {"version": version} if isinstance(version, str) and version_problem("version", version) is None else {}
         return CleanMessage(str(msg_type), clean, meta, buffers, notes.items)
 
     # ---- internals ----------------------------------------------------------------------
+    def _store(self, comm_id: str, comm: _Comm) -> None:
+        """Keep a comm whose message passed. A model a link names cannot turn
+        into one a link may not name (a custom model switched to a media or
+        style view); a link made while public that joins an armed model arms
+        every model it joins: the page copied the armed value into them."""
+        old = self._comms.get(comm_id)
+        changed = old is not None and old.kind() != comm.kind()
+        if changed and any(comm_id in ends for link_id, ends in self._links.items() if link_id != comm_id):
+            raise WidgetRefused(f"widget {comm_id} is linked (jslink): it cannot change how it is shown")
+        self._comms[comm_id] = comm
+        if comm.is_link():
+            self._links[comm_id] = frozenset().union(*comm.refs.values())
+        else:
+            self._links.pop(comm_id, None)
+        if comm.armed or comm.is_link():
+            self._spread_armed(comm_id)
+
+    def _spread_armed(self, start: str) -> None:
+        """Arm every model joined to an armed one by links (transitively)."""
+        adjacent: dict[str, set[str]] = {}
+        for link_id, ends in self._links.items():
+            for end in (*ends, link_id):
+                adjacent.setdefault(end, set()).update(ends, {link_id})
+        seen = {start}
+        todo = [start]
+        while todo:
+            for nxt in adjacent.get(todo.pop(), ()):
+                if nxt not in seen and nxt in self._comms:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        if any(self._comms[cid].armed for cid in seen):
+            for cid in seen:
+                self._comms[cid].armed = True
+
+    def _check_reachable(self, model_ids: Iterable[str]) -> None:
+        """Once private, a view of a model, or a state naming it, makes views of
+        every model it names in turn (a Box's children, their layouts and
+        styles...): none may be armed, nor a model that is not of this sandbox.
+        The walk visits each model once (cycles), so at most all comms."""
+        seen: set[str] = set()
+        todo = list(model_ids)
+        while todo:
+            model_id = todo.pop()
+            if model_id in seen:
+                continue
+            seen.add(model_id)
+            comm = self._comms.get(model_id)
+            if comm is None:
+                raise WidgetRefused(f"the state names widget {model_id[:64]!r}, which is not one of this sandbox")
+            if comm.armed:
+                raise WidgetRefused(_armed_refusal(model_id))
+            for refs in comm.refs.values():
+                todo.extend(refs - seen)
+
+    def _link_problem(self, comm: _Comm) -> str | None:
+        """Why a link (``jslink``/``jsdlink``) may not join what it names. The
+        page copies one model's attribute into the other's, and a copy never
+        passes the host: a Text's value linked into an HTML's value ran its
+        script (an attack review). So a link joins only plain values: both
+        ends are live models of this sandbox that render no HTML value, load
+        no media, set no CSS, are no Output or link, and the attribute is
+        none the policy reads to decide rendering or cleans (``description``,
+        ``description_allow_html``, ``format``, ``children``, ``layout``,
+        ``style``, a ``_`` key). A slider's and a text's ``value``, ``min``,
+        ``max`` or ``index`` pass. Both ends are checked, since ``jslink``
+        copies both ways."""
+        for key in ("source", "target"):
+            end = comm.ends.get(key)
+            if end is None:
+                continue
+            if not (isinstance(end, list) and len(end) == 2 and all(isinstance(part, str) for part in end)):
+                return f"a widget link's {key} must be a [widget, attribute] pair"
+            ref, attr = end
+            model_id = ref[len(MODEL_REF) :] if ref.startswith(MODEL_REF) else None
+            other = self._comms.get(model_id) if model_id is not None else None
+            if other is None:
+                return f"a widget link's {key} names {ref[:80]!r}, which is not a widget of this sandbox"
+            if attr.startswith("_") or attr in RENDERING_KEYS or any(other.kind()):
+                return (
+                    f"a widget link cannot join {attr[:40]!r} of a {other.model_name}: only plain values "
+                    "(a slider's or a text's value, min, max...) of widgets that render no HTML, media, "
+                    "style or outputs are linked in the page"
+                )
+        return None
+
     def _check_size(self, content: Any, buffers: Iterable[bytes]) -> None:
         size = message_size(content, buffers)
         if size > self.max_message_bytes:
@@ -446,7 +565,7 @@ class WidgetComms:
             "model_module_version": version,
             "state": self._clean_state(probe, state, placed, private, notes),
         }
-        self._comms[model_id] = probe
+        self._store(model_id, probe)
         return clean
 
     @staticmethod
@@ -474,6 +593,19 @@ class WidgetComms:
         ``placed`` are the buffers the frontend puts into top-level keys."""
         before = replace(comm)
         out = self._clean_state_as(comm, state, placed, private, notes)
+        refs = dict(comm.refs)  # a new dict: ``before`` and the comm kept shares it
+        for key, value in out.items():
+            named = _model_refs(value)
+            if named:
+                refs[key] = named
+            else:
+                refs.pop(key, None)
+        comm.refs = refs
+        if comm.is_link():
+            comm.ends = {**comm.ends, **{k: out[k] for k in ("source", "target") if k in out}}
+            problem = self._link_problem(comm)
+            if problem:
+                raise WidgetRefused(problem)
         if private:
             self._check_references(out)
         elif not comm.armed and (comm.loads_media() or _holds_text(out)):
@@ -492,19 +624,12 @@ class WidgetComms:
 
     def _check_references(self, state: Mapping[str, Any]) -> None:
         """Once private, a state names only live models of this sandbox that
-        are not armed: a Box's children, a layout, a link's source (a model of
-        a replaced sandbox, or one made public, would be shown through it)."""
+        are not armed, nor name one in turn: a Box's children, a layout, a
+        link's source (a model of a replaced sandbox, or one made public,
+        would be shown through it; a Box made public around an armed model
+        too)."""
 
-        def check(text: str) -> str:
-            if text.startswith(MODEL_REF):
-                model_id = text[len(MODEL_REF) :]
-                if not self.owns(model_id):
-                    raise WidgetRefused(f"the state names widget {model_id[:64]!r}, which is not one of this sandbox")
-                if self._comms[model_id].armed:
-                    raise WidgetRefused(_armed_refusal(model_id))
-            return text
-
-        map_json_strings(state, check)
+        self._check_reachable(_model_refs(state))
 
     def _clean_state_as(
         self, comm: _Comm, state: Mapping[str, Any], placed: Mapping[str, bytes | None], private: bool, notes: Notes
@@ -518,6 +643,12 @@ class WidgetComms:
                 raise WidgetRefused(f"the HTML value of a {comm.model_name} must be text, not a binary buffer")
             if "value" in out:
                 out["value"] = _html_field(out["value"], "value", private, notes, where)
+        for key in placed:
+            if key.startswith("_") or key in RENDERING_KEYS or comm.sets_css() or comm.is_link():
+                raise WidgetRefused(
+                    f"a binary buffer cannot go at {key[:40]!r} of {where}: the page reads that key to decide "
+                    "what it renders, and the host cleans only text"
+                )
         if comm.loads_media():
             _check_media_url(comm, out, placed, private)
         if comm.sets_css():
@@ -564,6 +695,45 @@ class WidgetComms:
         problem = view_problem((comm.model_module, comm.model_name), comm.view)
         if problem:
             raise WidgetRefused(problem)
+
+
+def _check_no_prototype_keys(data: Mapping[str, Any]) -> None:
+    """No object of widget data has a key ``__proto__``, ``constructor`` or
+    ``prototype``, at any depth. ``JSON.parse`` keeps ``"__proto__"`` as an own
+    key, ipywidgets then assigns it (``s["__proto__"] = value``), which sets
+    the state's prototype, and Backbone's ``set`` copies the inherited keys in
+    as attributes: a Layout model carried ``_view_name: "HTMLView"`` and a
+    ``value`` with a script past every check (an attack review)."""
+    todo: list[Any] = [data]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                if key in _PROTOTYPE_KEYS:
+                    raise WidgetRefused(
+                        f"widget data may not hold a key {key!r}: the page would take it as the "
+                        "prototype of the state, not as a value"
+                    )
+                if isinstance(value, (Mapping, list)):
+                    todo.append(value)
+        elif isinstance(node, list):
+            todo.extend(item for item in node if isinstance(item, (Mapping, list)))
+
+
+def _model_refs(value: Any) -> frozenset[str]:
+    """The models a value names (``IPY_MODEL_<id>`` strings, at any depth)."""
+    found: set[str] = set()
+    todo: list[Any] = [value]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, str):
+            if node.startswith(MODEL_REF):
+                found.add(node[len(MODEL_REF) :])
+        elif isinstance(node, Mapping):
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+    return frozenset(found)
 
 
 def _holds_text(state: Mapping[str, Any]) -> bool:
@@ -691,7 +861,7 @@ def _clean_style_values(out: dict[str, Any], private: bool, notes: Notes, where:
     nothing is fetched (``background: url(...)``), in any session. A value that
     cannot be cleaned in place is sent as ``None``, which removes the property."""
     for key, value in out.items():
-        if key.startswith("_") or value is None or isinstance(value, (bool, int, float)):
+        if key in _STYLE_NON_CSS_KEYS or value is None or isinstance(value, (bool, int, float)):
             continue
         if not isinstance(value, str):
             raise WidgetRefused(f"the style value {key[:40]!r} of {where} must be text, not {type(value).__name__}")

@@ -137,6 +137,60 @@ def test_malicious_widgets_are_neutralised(page: Page, lab: LabServer, shot: Sho
     ]
 
 
+PROTO_CELL = (
+    "import comm, ipywidgets as w; from IPython.display import display; "
+    "P = {'_view_name': 'HTMLView', '_view_module': '@jupyter-widgets/controls', '_view_module_version': '2.0.0', "
+    "'description': '', 'description_allow_html': False, 'placeholder': '', 'tooltip': None, '_dom_classes': [], "
+    "'tabbable': None, 'layout': None, 'style': None, "
+    "'value': '<b id=\"sk-proto\">p</b><img src=x onerror=\"window.__skPwned=3\">'}; "
+    "c = comm.create_comm(target_name='jupyter.widget', data={'state': {'_model_name': 'LayoutModel', "
+    "'_model_module': '@jupyter-widgets/base', '_model_module_version': '2.0.0', '__proto__': P}, "
+    "'buffer_paths': []}, metadata={'version': '2.1.0'}); "
+    "display({'application/vnd.jupyter.widget-view+json': {'model_id': c.comm_id, 'version_major': 2, "
+    "'version_minor': 0}, 'text/plain': 'proto widget'}, raw=True)"
+)
+JSLINK_CELL = (
+    't = w.Text(value=\'<b id="sk-linked">l</b><img src=x onerror="window.__skPwned=4">\'); '
+    "h = w.HTML(value='still empty'); lk = w.jslink((t, 'value'), (h, 'value')); display(h)"
+)
+
+
+def test_prototype_state_and_jslink_render_no_markup(page: Page, lab: LabServer, shot: Shots) -> None:
+    """Two vectors of an attack review that ran script in a plain Lab: a
+    Layout model whose JSON state holds ``"__proto__"`` (ipywidgets makes it the
+    state's prototype, and the model inherits ``_view_name: "HTMLView"`` and a
+    ``value`` with markup), and ``jslink`` from a Text's value into an HTML's
+    (the page copies the uncleaned text into ``innerHTML``). Under the page
+    policy the handler would be blocked, so the markup itself must not reach
+    the page; a jslink between two sliders still works."""
+    lab.put_notebook("w/proto.ipynb")
+    open_notebook(page, lab, "w/proto.ipynb")
+    stderr = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
+    cell, _ = run_cell(page, PROTO_CELL)
+    cell2, _ = run_cell(page, JSLINK_CELL)
+    expect(cell2.locator(".widget-html").first).to_be_visible(timeout=CELL_TIMEOUT)
+    cell3, _ = run_cell(
+        page,
+        "a = w.IntSlider(value=7, max=50); b = w.IntSlider(value=2, max=50); "
+        "lk2 = w.jslink((a, 'value'), (b, 'value')); display(w.VBox([a, b]))",
+    )
+    expect(cell3.locator(".widget-readout")).to_have_text(["7", "7"], timeout=CELL_TIMEOUT)
+    set_slider(page, 2, 20)
+    expect(cell3.locator(".widget-readout")).to_have_text(["20", "20"], timeout=CELL_TIMEOUT)
+    check, _ = run_cell(page, "print(a.value)")
+    assert stdout_text(check).strip() == "20"
+    shot(page, "widgets-proto-jslink")
+    page.wait_for_timeout(500)  # give an onerror handler its chance to run
+    assert page.evaluate("() => window.__skPwned") is None
+    outputs = page.locator(".jp-NotebookPanel:visible .jp-OutputArea")
+    assert page.locator("#sk-proto, #sk-linked").count() == 0
+    assert outputs.locator("[onerror], script").count() == 0
+    assert all("onerror" not in html for html in outputs.evaluate_all("els => els.map(e => e.innerHTML)"))
+    expect(cell.locator(stderr)).to_contain_text("may not hold a key '__proto__'")
+    expect(cell2.locator(stderr)).to_contain_text("widget link cannot join")
+    expect(cell2.locator(".widget-html-content")).to_have_text("still empty")
+
+
 def test_notebook7_slider(page: Page, lab: LabServer, shot: Shots) -> None:
     lab.put_notebook("w/nb7.ipynb")
     open_notebook(page, lab, "w/nb7.ipynb", ui="notebook")

@@ -7,8 +7,10 @@ network runs after the session turned private.
 
 from __future__ import annotations
 
+import logging
+import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,48 @@ def unisolated_refusal(backend: str) -> str:
     return (
         f"refused: this session holds private data and the {backend!r} backend isolates nothing (its network "
         f"was never cut), so no cell or command runs in it any more. {UNISOLATED_FIX}"
+    )
+
+
+#: exposure warnings already logged by this process (each once)
+_said_exposed: set[str] = set()
+
+
+def exposed_sources(sources: Iterable[Path], folders: Iterable[Path]) -> list[tuple[Path, Path]]:
+    """Each dataset source that lies in (or is, or holds) a folder the
+    session's sandboxes mount, with that folder: paths compared resolved."""
+    found = []
+    places = [os.path.realpath(f) for f in folders]
+    for source in sources:
+        real = os.path.realpath(source)
+        for place in places:
+            if real == place or real.startswith(place.rstrip("/") + "/") or place.startswith(real.rstrip("/") + "/"):
+                found.append((Path(real), Path(place)))
+                break
+    return found
+
+
+def exposed_sources_warning(sources: Iterable[Path], folders: Iterable[Path]) -> str | None:
+    """The warning for private dataset sources inside a folder the sandboxes
+    mount (their workspace, a read-only mount), or None when there is none.
+
+    Every sandbox hides such a source by a mount over it
+    (``engine/workspace_policy.py``). That mount holds only while the file (or
+    folder) stays the same: a host program that replaces it by a rename (an
+    editor's or pandas' atomic save, ``mv``, ``rsync``, ``git checkout``) or
+    deletes and re-creates it detaches the mount in every running sandbox,
+    and a sandbox with network then reads the new contents (docs/security.md,
+    "Private dataset sources")."""
+    found = exposed_sources(sources, folders)
+    if not found:
+        return None
+    listed = ", ".join(f"{source} (in {folder})" for source, folder in found)
+    return (
+        f"private dataset source(s) inside a folder this notebook's sandboxes mount: {listed}. They are hidden "
+        "from the sandboxes, but a program on the host that replaces such a file (saves it by renaming a new "
+        "copy over it, or deletes and re-creates it: editors, pandas/Excel exports, mv, rsync, git checkout) "
+        "makes the new file readable by every sandbox running on that folder, with network too, until each "
+        "restarts. Keep private data outside the notebook's folder (and every folder a sandbox mounts)."
     )
 
 
@@ -124,6 +168,9 @@ class Ratchet:
         #: whoever chose the backend): :meth:`notice` then says the network
         #: was NOT cut instead of claiming a cut that cannot happen
         self.unisolated: str | None = None
+        # a source in the workspace is hidden by a mount that a host-side
+        # replace of the file undoes: said once (see exposed_sources_warning)
+        self.exposed_sources_notice()
 
     def prepare(self) -> None:
         """Before the session's first sandbox: make what a later rise needs
@@ -241,6 +288,17 @@ class Ratchet:
         for source in sources:
             register(source)
         return sources
+
+    def exposed_sources_notice(self) -> str | None:
+        """:func:`exposed_sources_warning` for this session's datasets and the
+        folders its sandboxes mount (the workspace and :attr:`read_folders`);
+        logged as a warning the first time this process finds it."""
+        folders = [*([self.workspace] if self.workspace is not None else []), *self.read_folders]
+        text = exposed_sources_warning([m.source for m in self.mounts.values()], folders)
+        if text is not None and text not in _said_exposed:
+            _said_exposed.add(text)
+            logging.getLogger("sandbox_kernel.engine").warning("%s", text)
+        return text
 
     def bind_mounts(self) -> list[BindMount]:
         return [BindMount(m.source, f"{PRIVATE_ROOT}/{m.name}", readonly=True) for m in self.mounts.values()]

@@ -196,6 +196,10 @@ class Session:
         self._checkpoint_handle: asyncio.TimerHandle | None = None
         self._last_done_count = 0
         self._pending_notices: list[str] = []
+        if ratchet is not None:  # a private dataset's source inside a folder the sandboxes mount
+            exposed = ratchet.exposed_sources_notice()
+            if exposed:
+                self._pending_notices.append(f"{NOTICE} {exposed}\n")
         self._closed = False
         self._warned = False  # the isolation warning is shown once per session
         self._caps_warned = False  # so is the lack of whole-sandbox caps

@@ -1,4 +1,4 @@
-"""The host's list of ratchet stores kept outside the default data dir.
+"""The host's list of ratchet stores other than the default one.
 
 Why: the workspace policy hides from every sandbox the default data dir and
 the store of the session's own process. A store elsewhere
@@ -8,9 +8,15 @@ contained it mounted it read-write into its sandbox: its cells could read the
 other sessions' records and delete their high-water markers, and those
 sessions came back PUBLIC, with network, at their next start.
 
-So every host process that prepares or writes a store outside the default data
-dir records the store's path here first, and every sandbox start hides each
-recorded store that exists (``engine/workspace_policy.py``). The list lives in
+So every host process that prepares or writes a store other than the default
+one records the store's path here first, and every sandbox start hides each
+recorded store that exists (``engine/workspace_policy.py``). A store inside the
+default data dir is recorded too (hidden with the data dir already): every
+reader of a folder's level and of the holders to wait for finds the stores
+through this list (``workspace_levels.every_levels``,
+``enforcement.pending_holders``), and a store left out was a folder level
+nobody read. Stores left there unrecorded by earlier versions are found once
+per process by a shallow scan of the data dir (:func:`_register_unlisted`). The list lives in
 the default data dir, which every sandbox of every kernel already hides, so no
 sandbox can read, add or remove an entry::
 
@@ -86,13 +92,15 @@ def entry_name(path: str) -> str:
     return hashlib.sha256(os.fsencode(path)).hexdigest()[:32]
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def register(root: Path) -> None:
     """Record the store at ``root`` before it is created or written, unless it
-    lies in the default data dir (hidden from every sandbox already).
+    is the default store (``<default data dir>/privacy``, read by everyone).
+
+    A store elsewhere inside the default data dir (``privacy_dir`` or a
+    ``data_dir`` under it) is recorded too: every sandbox hides it already
+    (with the whole data dir), but its folder levels and holders must be
+    read by every reader of a folder's level (``workspace_levels.every_levels``,
+    ``enforcement.pending_holders``), which find stores through this list.
 
     Never raises: a registry that cannot be written is logged (once) as an
     error, and the store is used all the same. Refusing the write would lose
@@ -101,7 +109,7 @@ def register(root: Path) -> None:
     """
     path = os.path.abspath(os.fspath(root))
     folder = registry_dir()
-    if _inside(os.path.realpath(path), os.path.realpath(folder.parent)):
+    if os.path.realpath(path) == os.path.realpath(folder.parent / DATA_DIR_STORE):
         return
     record(
         folder,
@@ -263,9 +271,74 @@ def store_exists(root: Path) -> bool:
     return any(os.path.lexists(p) for p in store_places(root))
 
 
+#: how deep below the default data dir :func:`_register_unlisted` looks for a
+#: store's folder (``<D>/a/b/privacy``, or any store whose folder levels are
+#: at ``<D>/a/b/workspace-levels``)
+SCAN_DEPTH = 2
+#: a data dir's agent workspaces (sandboxes write there): never scanned
+WORKSPACES = "workspaces"
+#: folders :func:`_register_unlisted` lists at most (once per process)
+SCAN_LIMIT = 4000
+#: the environment the default data dir is found from (``store.default_data_dir``)
+_DATA_DIR_FROM = ("SANDBOX_KERNEL_DATA_DIR", "JUPYTER_DATA_DIR", "XDG_DATA_HOME", "HOME")
+#: the environments (of _DATA_DIR_FROM) whose data dir this process has looked through already
+_scanned: set[str] = set()
+
+
+def _register_unlisted() -> None:
+    """Register the stores kept inside the default data dir that are not
+    listed: versions before this one skipped every store in the default data
+    dir, so a store there (``privacy_dir=<D>/x/privacy``) that no process
+    opened since holds folder levels nobody else read. Once per process and
+    data dir; looks ``SCAN_DEPTH`` folders deep and lists at most
+    ``SCAN_LIMIT`` folders, following no link nor entering a ``workspaces``
+    folder (sandboxes write there). A store is known by what the
+    host writes beside it: ``<name>-highwater``, ``<name>-enforced``, or folder
+    levels (``workspace-levels``, whose store name is then unknown: recorded
+    as ``privacy``, which is all a reader of the levels needs). Never raises."""
+    # what the default data dir is found from (read at every call: cheaper
+    # than finding it, and every reader of a folder's level comes here)
+    where = "\0".join(os.environ.get(name, "") for name in _DATA_DIR_FROM)
+    if where in _scanned:
+        return
+    from .workspace_levels import FOLDER_LEVELS
+
+    data = os.path.realpath(registry_dir().parent)
+    with _said_lock:
+        if where in _scanned:
+            return
+        _scanned.add(where)
+    levels = {FOLDER_LEVELS, f"{FOLDER_LEVELS}-highwater"}
+    todo, listed = [(data, 0)], 0
+    while todo and listed < SCAN_LIMIT:
+        place, depth = todo.pop()
+        listed += 1
+        try:
+            with os.scandir(place) as it:
+                children = [(c.name, c.is_dir(follow_symlinks=False)) for c in it]
+        except OSError:
+            continue
+        names = {name for name, _ in children}
+        roots = {
+            name[: -len(suffix)] for name in names for suffix in ("-highwater", "-enforced") if name.endswith(suffix)
+        }
+        roots.discard(FOLDER_LEVELS)
+        roots.discard("")
+        if not roots and names & levels:
+            roots = {DATA_DIR_STORE}
+        for name in sorted(roots):
+            register(Path(place) / name)
+        if depth < SCAN_DEPTH:
+            # not into a data dir's workspaces: sandboxes write there, and a
+            # store they made up would hide or raise what they chose
+            skip = {REGISTRY, WORKSPACES}
+            todo += [(os.path.join(place, name), depth + 1) for name, is_dir in children if is_dir and name not in skip]
+
+
 def registered_stores() -> list[Path]:
     """The recorded stores of which something exists on disk. Bad entries are
     logged (once per problem and process) and skipped; never raises."""
+    _register_unlisted()
     entries, problems = _entries()
     for problem in problems:
         _say_once(logging.WARNING, problem)
@@ -288,6 +361,7 @@ def all_store_roots() -> tuple[list[Path], str | None]:
     and one ``listdir`` while the registry is unchanged)."""
     from .store import default_store
 
+    _register_unlisted()
     problem = None
     try:
         os.stat(registry_dir())

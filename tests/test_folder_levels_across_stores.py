@@ -30,15 +30,22 @@ def _interfaces(kernel: SandboxKernelHandle) -> str:
     return kernel.stdout_of(IFACES).strip().splitlines()[-1]
 
 
+@pytest.mark.parametrize("where", ["beside", "inside-the-data-dir"])
 @pytest.mark.parametrize("private_one", ["own-store", "default-store"])
-def test_a_kernel_in_another_store_sharing_the_folder_loses_its_network(tmp_path: Path, private_one: str) -> None:
+def test_a_kernel_in_another_store_sharing_the_folder_loses_its_network(
+    tmp_path: Path, private_one: str, where: str
+) -> None:
     """Kernel A keeps its sessions in a store of its own (privacy_dir), kernel
     B in the user's default one; both have the same workspace. Whichever goes
     private, the other's next cell has no network and the private rows it
-    can read came with the cut."""
+    can read came with the cut. A's store may also lie inside the default
+    data dir ``<D>/second/privacy``: such stores were not registered, so B
+    never read their folder levels (tests/test_stores_inside_the_data_dir.py)."""
     data = tmp_path / "data"
+    data.mkdir()
     folder = tmp_path / "shared-notebooks"
-    own = f"--SandboxKernel.privacy_dir={tmp_path / 'store-a'}"
+    store = tmp_path / "store-a" if where == "beside" else data / "second" / "privacy"
+    own = f"--SandboxKernel.privacy_dir={store}"
     a = shared_data_kernel(folder, tmp_path / "ta", data, own, "--SandboxKernel.session_id=nbA")
     try:
         b = shared_data_kernel(folder, tmp_path / "tb", data, "--SandboxKernel.session_id=nbB")

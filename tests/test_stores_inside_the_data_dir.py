@@ -5,8 +5,8 @@
 hides such a store already (with ``<D>``), but its folder levels and its
 holders must be read by every other process on the folder. Such stores were
 not registered, so a kernel with the default store sharing the folder kept
-its network and read the other's SECRET rows. Network is checked by
-interfaces inside the sandbox only.
+its network and read the other's SECRET rows (two real kernels:
+tests/test_folder_levels_across_stores.py, ``inside-the-data-dir``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kernel_helpers import SandboxKernelHandle, shared_data_kernel, status_of
+from kernel_helpers import SandboxKernelHandle
 
 from sandbox_kernel.privacy import PrivacyStore, Sensitivity, store_registry
 from sandbox_kernel.privacy.enforcement import EnforcementRecord, pending_holders
@@ -26,34 +26,6 @@ IFACES = "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))"
 
 def _interfaces(kernel: SandboxKernelHandle) -> str:
     return kernel.stdout_of(IFACES).strip().splitlines()[-1]
-
-
-@pytest.mark.parametrize("private_one", ["inner-store", "default-store"])
-def test_a_kernel_whose_store_is_inside_the_data_dir_shares_its_folder_level(tmp_path: Path, private_one: str) -> None:
-    """Kernel A keeps its sessions at ``<D>/second/privacy``, kernel B in the
-    default store ``<D>/privacy``; both have the same workspace. Whichever
-    goes private, the other's next cell has no network and the private rows
-    it can read came with the cut."""
-    data = tmp_path / "data"
-    data.mkdir()
-    folder = tmp_path / "shared-notebooks"
-    own = f"--SandboxKernel.privacy_dir={data / 'second' / 'privacy'}"
-    a = shared_data_kernel(folder, tmp_path / "ta", data, own, "--SandboxKernel.session_id=nbA")
-    try:
-        b = shared_data_kernel(folder, tmp_path / "tb", data, "--SandboxKernel.session_id=nbB")
-        try:
-            assert _interfaces(a) != "['lo']" and _interfaces(b) != "['lo']"  # public: with network
-            riser, other = (a, b) if private_one == "inner-store" else (b, a)
-            riser.run("import sandbox_kernel.private as p\np.add_dataset('patients', 'SECRET')")
-            riser.stdout_of("open('/workspace/patients.csv', 'w').write('id,dx\\n1,SECRET-ROW\\n')")
-            assert _interfaces(riser) == "['lo']"
-            out = other.stdout_of("print(open('/workspace/patients.csv').read())\n" + IFACES)
-            assert out.strip().splitlines()[-1] == "['lo']", out
-            assert "SECRET" in str(status_of(other))
-        finally:
-            b.shutdown()
-    finally:
-        a.shutdown()
 
 
 def test_stores_inside_the_data_dir_are_registered_and_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -302,6 +302,9 @@ def test_a_cell_naming_many_datasets_keeps_the_store_small(tmp_path: Path) -> No
         k.run(
             "import sandbox_kernel.private as p\np.add_dataset('first', 'CONFIDENTIAL')"
         )  # (the rise replaces the sandbox)
+        # a mark's fast path does not swallow the datasets named after it
+        k.run("import sandbox_kernel.private as p\np.mark_private('CONFIDENTIAL')\np.add_dataset('after-mark')")
+        assert "after-mark" in {d.name for d in store.read("tester", session).datasets}
         run = k.run(
             "import sandbox_kernel.private as p\n"
             "for i in range(150):\n"

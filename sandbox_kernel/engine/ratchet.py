@@ -161,9 +161,13 @@ class Ratchet:
         self._memo: tuple[float, PrivacyState] | None = None
         #: whether a cell was told that its datasets past MAX_CELL_DATASETS go unlisted
         self._said_cell_cap = False
-        #: the highest mark a cell's request recorded (such datasets are marks
-        #: too): a request at most this high needs no store read or write
+        #: the highest level recorded for a cell's datasets past
+        #: MAX_CELL_DATASETS (as a mark): another at most this high needs no
+        #: store read or write
         self._cell_cap_level: Sensitivity | None = None
+        #: the same for a cell's marks (kept apart: a dataset named after a
+        #: mark is still listed while under the cap)
+        self._cell_marked: Sensitivity | None = None
         #: the name of the session's backend when it isolates nothing (set by
         #: whoever chose the backend): :meth:`notice` then says the network
         #: was NOT cut instead of claiming a cut that cannot happen
@@ -341,11 +345,11 @@ class Ratchet:
                 state = self.data.add_private_dataset(name, level, source="cell")
             elif kind == "mark":
                 level = Sensitivity.parse(str(payload.get("sensitivity", "CONFIDENTIAL")))
-                capped = self._cell_cap_level
-                if capped is not None and level <= capped:
-                    return {"ok": True, "level": capped.name}  # a mark this high is recorded: no store I/O
+                marked = self._cell_marked
+                if marked is not None and level <= marked:
+                    return {"ok": True, "level": marked.name}  # a mark this high is recorded: no store I/O
                 state = self.mark(level.name, str(payload.get("reason", ""))[:1000], "cell")
-                self._cell_cap_level = max(level, capped) if capped is not None else level
+                self._cell_marked = max(level, marked) if marked is not None else level
             elif kind == "mount":
                 name = payload.get("name")
                 mount = self.mounts.get(name) if isinstance(name, str) else None

@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import functools
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -39,6 +40,8 @@ from typing import Any, TypeVar
 
 import psutil
 from jupyter_client.manager import KernelManager
+
+from sandbox_kernel.privacy.store_registry import all_store_roots
 
 
 def round_trip(kc, code: str, timeout: float = 120) -> float:
@@ -302,7 +305,16 @@ def main() -> None:
     parser.add_argument("--load", action="store_true", help="also measure with one busy process on a core")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "kernel_latency.json")
     args = parser.parse_args()
-    report: dict[str, object] = {"python": sys.version.split()[0], "cells": args.cells, "cpus": psutil.cpu_count()}
+    report: dict[str, object] = {
+        "python": sys.version.split()[0],
+        "cells": args.cells,
+        "cpus": psutil.cpu_count(),
+        # the machine's state: what else ran, and how many privacy stores a
+        # read of a folder's level looks at (each costs about ten lstat calls)
+        "load_average_before": os.getloadavg(),
+        "privacy_stores": len(all_store_roots()[0]),
+    }
+    print(f"load average {report['load_average_before']}, {report['privacy_stores']} privacy stores on this machine")
     quiet = run_all(args.cells)
     report["quiet"] = {"results": quiet, "ratios": ratios_of(quiet)}
     show("quiet", quiet, ratios_of(quiet))

@@ -268,10 +268,11 @@ class Ratchet:
                 return merge(own, folder, PrivacyState.build(error=f"the folder's level could not be recorded: {exc}"))
         return merge(own, folder)
 
-    def notice(self) -> str:
+    def notice(self, state: PrivacyState | None = None) -> str:
         """The [SYSTEM] notice, naming the cause when another session sharing
-        the folder made this one private (so nobody is surprised)."""
-        mark = self.state.mark
+        the folder made this one private (so nobody is surprised). ``state``:
+        the level the caller just read (else read now)."""
+        mark = (state if state is not None else self.state).mark
         text = SYSTEM_NOTICE if self.unisolated is None else unisolated_notice(self.unisolated)
         if mark is not None and mark.source == "workspace" and mark.reason:
             return f"{text}\nCause: {mark.reason}."

@@ -34,6 +34,7 @@ from ..outputs.links import defang_text
 from ..outputs.widgets import WIDGET_VIEW_MIME, WidgetComms, WidgetRefused, message_size
 from ..privacy.enforcement import EnforcementRecord, pending_holders
 from ..privacy.modes import NetworkMode
+from ..privacy.state import PrivacyState
 from ..sandbox import BindMount, Sandbox, SandboxProcess, SandboxResult, SandboxSpec, get_sandbox
 from ..sandbox.base import DEFAULT_MAX_OUTPUT
 from ..sandbox.in_container import bwrap_hint
@@ -287,13 +288,14 @@ class Session:
             return None
         return {**self.proxy.stats(), "rules": self.proxy.policy.describe(), "recent": self.proxy.log.tail(10)}
 
-    def _report_enforcement(self) -> None:
+    def _report_enforcement(self, state: PrivacyState | None = None) -> None:
+        """Record what this session enforces now (``state``: the level the
+        caller acted on, read just before; else read again)."""
         if self._enforcement is None or self.ratchet is None:
             return
+        level = (state if state is not None else self.ratchet.state).sensitivity
         try:
-            self._enforcement.report(
-                self.ratchet.state.sensitivity, self.network_reachable, workspace=self.ratchet.workspace
-            )
+            self._enforcement.report(level, self.network_reachable, workspace=self.ratchet.workspace)
         except OSError as exc:
             problem = str(exc)
             if problem != self._enforcement_problem:  # said once, not at every poll
@@ -846,10 +848,14 @@ class Session:
         Returns whether the state changed."""
         if self.ratchet is None:
             return False
-        changed = self._notify_privacy_change()
-        if not self.network_allowed and self._commands_reachable():
+        # One read of every store per poll (four a second): each check below
+        # acts on it, and the next poll sees what rose meanwhile.
+        state = self.ratchet.state
+        allowed = state.network_mode == NetworkMode.FULL
+        changed = self._notify_privacy_change(state)
+        if not allowed and self._commands_reachable():
             await self._cut_commands()
-        if self._starting_network and not self.network_allowed:
+        if self._starting_network and not allowed:
             # A sandbox with network is starting (no worker to cut yet): its
             # way out goes now, and the sandbox is replaced once it is up.
             if self.sandbox_proxied:
@@ -857,13 +863,13 @@ class Session:
                 self._starting_network = False
             elif self._starting_process is not None and await self._starting_process.cut_network():
                 self._starting_network = False
-            self._report_enforcement()
-        if self.sandbox_has_network and not self.network_allowed:
+            self._report_enforcement(state)
+        if self.sandbox_has_network and not allowed:
             # Cut first, carry state afterwards: the network goes within the
             # poll interval, however busy or uncooperative the sandbox is.
             proxied = self.sandbox_proxied
             await self.cut_network()
-            self._report_enforcement()
+            self._report_enforcement(state)
             if proxied:
                 # cut in place: the sandbox, its cell and every object in it go on
                 self._pending_notices.append(
@@ -879,7 +885,7 @@ class Session:
             elif not self._lock.locked():
                 async with self._lock:
                     await self._enforce_ratchet(None)
-        self._report_enforcement()
+        self._report_enforcement(state)
         return changed
 
     async def cut_network(self) -> bool:
@@ -909,14 +915,18 @@ class Session:
             self.log.warning("network of the sandbox cut: the session became private")
         return cut
 
-    def _notify_privacy_change(self) -> bool:
-        """Tell the listener (the widget) when the stored state moved; return whether it did."""
+    def _notify_privacy_change(self, state: PrivacyState | None = None) -> bool:
+        """Tell the listener (the widget) when the stored state moved; return
+        whether it did (``state``: just read by the caller; else read now)."""
         assert self.ratchet is not None
-        current = self.ratchet.state.to_json()
+        if state is None:
+            state = self.ratchet.state
+        current = state.to_json()
         changed = current != self._last_privacy
         self._last_privacy = current
         if changed and self.on_privacy_change is not None:
-            self.on_privacy_change(self.ratchet.notice() if not self.network_allowed else None)
+            allowed = state.network_mode == NetworkMode.FULL
+            self.on_privacy_change(self.ratchet.notice(state) if not allowed else None)
         return changed
 
     # ---- requests --------------------------------------------------------------------

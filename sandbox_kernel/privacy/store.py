@@ -98,14 +98,35 @@ class PrivacyStoreError(OSError):
     """A change could not be recorded on disk (this process still keeps it)."""
 
 
+#: what the default data dir is found from (jupyter_core's jupyter_data_dir and ours)
+_DATA_DIR_FROM = (DATA_DIR_ENV, "JUPYTER_DATA_DIR", "JUPYTER_PLATFORM_DIRS", "XDG_DATA_HOME", "HOME")
+#: the environment (of _DATA_DIR_FROM) -> the data dir it gave
+_data_dirs: dict[tuple[str | None, ...], Path] = {}
+
+
 def default_data_dir() -> Path:
-    """``$SANDBOX_KERNEL_DATA_DIR``, else ``<jupyter data dir>/sandbox_kernel``."""
+    """``$SANDBOX_KERNEL_DATA_DIR``, else ``<jupyter data dir>/sandbox_kernel``.
+
+    Read from the environment at every call, but found once per environment:
+    every read of a folder's level comes here (four times a second per
+    kernel), and finding the home folder resolves a path. Not kept when a
+    variable is relative (the answer then follows the working folder)."""
+    where = tuple(os.environ.get(name) for name in _DATA_DIR_FROM)
+    known = _data_dirs.get(where)
+    if known is not None:
+        return known
     env = os.environ.get(DATA_DIR_ENV)
     if env:
-        return Path(env).expanduser().absolute()
-    from jupyter_core.paths import jupyter_data_dir
+        found = Path(env).expanduser().absolute()
+    else:
+        from jupyter_core.paths import jupyter_data_dir
 
-    return Path(jupyter_data_dir()).absolute() / "sandbox_kernel"
+        found = Path(jupyter_data_dir()).absolute() / "sandbox_kernel"
+    if all(value is None or value == "" or value.startswith(("/", "~")) for value in where[:2] + where[3:]):
+        if len(_data_dirs) >= 64:
+            _data_dirs.clear()
+        _data_dirs[where] = found
+    return found
 
 
 def default_store() -> PrivacyStore:

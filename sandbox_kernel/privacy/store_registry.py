@@ -191,15 +191,15 @@ def _entries(folder: Path | None = None) -> tuple[list[tuple[str, Path]], list[s
         folder = registry_dir()
     try:
         st = os.stat(folder)
+        key = (str(folder), st.st_dev, st.st_ino, st.st_mtime_ns)
+        cached = _read_cache.get(str(folder))
+        if cached is not None and cached[0] == key:
+            return list(cached[1]), list(cached[2])
         names = sorted(os.listdir(folder))
     except FileNotFoundError:
         return [], []
     except OSError as exc:
         return [], [f"the privacy store registry {folder} cannot be read ({exc.strerror or exc})"]
-    key = (str(folder), st.st_dev, st.st_ino, st.st_mtime_ns)
-    cached = _read_cache.get(str(folder))
-    if cached is not None and cached[0] == key:
-        return list(cached[1]), list(cached[2])
     entries, problems = _read_entries(folder, names)
     # Kept only once the folder has been still for a while: a change in the same
     # clock tick as the one read (mtimes are as coarse as a few ms) would
@@ -279,8 +279,6 @@ SCAN_DEPTH = 2
 WORKSPACES = "workspaces"
 #: folders :func:`_register_unlisted` lists at most (once per process)
 SCAN_LIMIT = 4000
-#: the environment the default data dir is found from (``store.default_data_dir``)
-_DATA_DIR_FROM = ("SANDBOX_KERNEL_DATA_DIR", "JUPYTER_DATA_DIR", "XDG_DATA_HOME", "HOME")
 #: the environments (of _DATA_DIR_FROM) whose data dir this process has looked through already
 _scanned: set[str] = set()
 
@@ -298,6 +296,8 @@ def _register_unlisted() -> None:
     as ``privacy``, which is all a reader of the levels needs). Never raises."""
     # what the default data dir is found from (read at every call: cheaper
     # than finding it, and every reader of a folder's level comes here)
+    from .store import _DATA_DIR_FROM
+
     where = "\0".join(os.environ.get(name, "") for name in _DATA_DIR_FROM)
     if where in _scanned:
         return
@@ -359,22 +359,17 @@ def all_store_roots() -> tuple[list[Path], str | None]:
     logged once and skipped (as :func:`registered_stores`); removes nothing,
     so it is cheap enough for every read of a folder's level (one ``stat``
     and one ``listdir`` while the registry is unchanged)."""
-    from .store import default_store
+    from .store import default_data_dir
 
     _register_unlisted()
     problem = None
-    try:
-        os.stat(registry_dir())
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        problem = f"the privacy store registry {registry_dir()} cannot be read ({exc.strerror or exc})"
     entries, problems = _entries()
     for message in problems:
         _say_once(logging.WARNING, message)
-    if problem is None and problems and problems[0].startswith("the privacy store registry "):
-        problem = problems[0]  # its folder could not be listed (see _entries)
-    return list(dict.fromkeys([default_store().root, *(root for _, root in entries)])), problem
+    if problems and problems[0].startswith("the privacy store registry "):
+        problem = problems[0]  # its folder could not be read or listed (see _entries)
+    # default_store().root, without resolving it (PrivacyStore does) at every read
+    return list(dict.fromkeys([default_data_dir() / "privacy", *(root for _, root in entries)])), problem
 
 
 def _remove_if_stale(entry: Path) -> None:

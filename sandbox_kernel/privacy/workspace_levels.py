@@ -72,14 +72,37 @@ def folder_of(workspace: str | os.PathLike[str]) -> Path:
     return Path(os.path.realpath(os.path.abspath(os.fspath(workspace))))
 
 
+#: path -> (device, inode, ctime, identity), shared by every store's levels (a
+#: folder's identity is the same whichever store asks): a handle is four
+#: system calls, a stat one, and reads come four times a second per session
+_identities: dict[Path, tuple[int, int, int, str | None]] = {}
+
+
+def identity_of(folder: Path) -> str | None:
+    """The identity of the (resolved) folder at ``folder`` now, or None if
+    there is none. Kept while a ``stat`` finds the same inode with the same
+    change time: a folder made anew gets a new one even where it reuses a
+    removed folder's inode number (ext4 does so at once)."""
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None
+    seen = (st.st_dev, st.st_ino, st.st_ctime_ns)
+    known = _identities.get(folder)
+    if known is not None and known[:3] == seen:
+        return known[3]
+    found = folder_identity(folder)
+    if len(_identities) >= _IDENTITIES_KEPT:
+        _identities.clear()
+    _identities[folder] = (*seen, found)
+    return found
+
+
 class WorkspaceLevels:
     """Raise-only levels of folders, next to a session store."""
 
     def __init__(self, root: Path | str) -> None:
         self.store = PrivacyStore(Path(root))
-        #: path -> (device, inode, ctime, identity): a handle is four system
-        #: calls, a stat one, and reads come four times a second per session
-        self._identities: dict[Path, tuple[int, int, int, str | None]] = {}
 
     @classmethod
     def beside(cls, sessions: PrivacyStore) -> WorkspaceLevels:
@@ -88,22 +111,8 @@ class WorkspaceLevels:
 
     def identity(self, folder: Path) -> str | None:
         """The identity of the (resolved) folder at ``folder`` now, or None if
-        there is none. Kept while a ``stat`` finds the same inode with the
-        same change time: a folder made anew gets a new one even where it
-        reuses a removed folder's inode number (ext4 does so at once)."""
-        try:
-            st = os.stat(folder)
-        except OSError:
-            return None
-        seen = (st.st_dev, st.st_ino, st.st_ctime_ns)
-        known = self._identities.get(folder)
-        if known is not None and known[:3] == seen:
-            return known[3]
-        found = folder_identity(folder)
-        if len(self._identities) >= _IDENTITIES_KEPT:
-            self._identities.clear()
-        self._identities[folder] = (*seen, found)
-        return found
+        there is none (:func:`identity_of`)."""
+        return identity_of(folder)
 
     def read(self, workspace: str | os.PathLike[str]) -> PrivacyState:
         """The least state every session with this workspace must have."""
@@ -250,6 +259,34 @@ def levels_at(root: Path) -> WorkspaceLevels:
         return found
 
 
+#: (own root, every store's root) -> the folder-levels roots but own's
+_places: dict[tuple[Path | None, tuple[Path, ...]], list[Path]] = {}
+
+
+def _candidates(own: WorkspaceLevels | None) -> tuple[list[Path], str | None]:
+    """The folder-levels roots beside every store of the host but ``own``'s
+    (the default store's, then each registered store's), whether or not they
+    exist, and a sentence when the store registry cannot be read."""
+    from .store_registry import all_store_roots
+
+    roots, problem = all_store_roots()
+    mine = Path(own.store.root) if own is not None else None
+    key = (mine, tuple(roots))
+    found = _places.get(key)
+    if found is None:
+        seen = {mine} if mine is not None else set()
+        found = []
+        for root in roots:
+            place = Path(root).parent / FOLDER_LEVELS
+            if place not in seen:
+                seen.add(place)
+                found.append(place)
+        if len(_places) >= _OTHERS_KEPT:
+            _places.clear()
+        _places[key] = found
+    return list(found), problem
+
+
 def every_levels(own: WorkspaceLevels | None = None) -> tuple[list[WorkspaceLevels], str | None]:
     """The folder levels beside every store of the host that has any (``own``
     first, then the default store's and each registered store's), and a
@@ -257,18 +294,10 @@ def every_levels(own: WorkspaceLevels | None = None) -> tuple[list[WorkspaceLeve
     A store's levels count when their folder or its high-water marks exist (a
     ``lstat`` or two per store): without either, every read of them is PUBLIC."""
     from .store import _highwater_root
-    from .store_registry import all_store_roots
 
-    roots, problem = all_store_roots()
+    places, problem = _candidates(own)
     found: list[WorkspaceLevels] = [own] if own is not None else []
-    seen = {Path(own.store.root)} if own is not None else set()
-    for root in roots:
-        place = Path(root).parent / FOLDER_LEVELS
-        if place in seen:
-            continue
-        seen.add(place)
-        if os.path.lexists(place) or os.path.lexists(_highwater_root(place)):
-            found.append(levels_at(place))
+    found += [levels_at(place) for place in places if os.path.lexists(place) or os.path.lexists(_highwater_root(place))]
     return found, problem
 
 
@@ -280,53 +309,64 @@ def read_everywhere(workspace: str | os.PathLike[str], own: WorkspaceLevels | No
     return read_all_folders([workspace], own)
 
 
-#: a reading of other stores' levels is reused only when everything it looked
+#: a reading of the stores' levels is reused only when everything it looked
 #: at is older than this (timestamps are coarse: a change within the same tick
 #: as the reading would otherwise go unseen), as the stores' own caches do
 _SETTLE_NS = 2_000_000_000
-#: folders -> (what the reading looked at, its state): see read_all_folders
-_others_cache: dict[tuple[Path, ...], tuple[tuple[object, ...], PrivacyState]] = {}
+#: (folders, stores) -> (what the reading looked at, its state): see read_all_folders
+_readings: dict[tuple[tuple[Path, ...], tuple[Path, ...]], tuple[tuple[object, ...], PrivacyState]] = {}
 _OTHERS_KEPT = 256
 
 
-#: store root -> the folders whose mtimes tell whether its records changed
-_watched: dict[Path, tuple[str, ...]] = {}
+#: the record folders of a store (under its root and its high-water root)
+_KINDS = (EXACT, BELOW, SAME_EXACT, SAME_BELOW)
+#: folder-levels root -> for it and its high-water root, the root and its
+#: record folders (as strings: a fingerprint takes ten per store, four times a
+#: second, and building paths cost more than the lstat calls)
+_watched: dict[Path, tuple[tuple[str, ...], ...]] = {}
 
 
-def _record_folders(root: Path) -> tuple[str, ...]:
+def _record_folders(root: Path) -> tuple[tuple[str, ...], ...]:
     found = _watched.get(root)
     if found is None:
         from .store import _highwater_root
 
-        bases = (root, _highwater_root(root))
-        found = tuple(str(base / kind) for base in bases for kind in ("", EXACT, BELOW, SAME_EXACT, SAME_BELOW))
+        found = tuple(
+            (str(base), *(os.path.join(base, kind) for kind in _KINDS)) for base in (root, _highwater_root(root))
+        )
         if len(_watched) >= _OTHERS_KEPT:
             _watched.clear()
         _watched[root] = found
     return found
 
 
-def _fingerprint(folders: Sequence[Path], others: Sequence[WorkspaceLevels]) -> tuple[object, ...] | None:
-    """What a reading of ``others`` for ``folders`` depends on: each folder's
-    and ancestor's inode and change time (identities, renames), and each
-    store's record folders (every record and marker is made, replaced or
-    removed by a rename or unlink in one of them, which moves its mtime).
-    None when something changed too recently to be trusted, or cannot be
-    looked at: read again then."""
-    parts: list[object] = []
+def _fingerprint(folders: Sequence[Path], places: Sequence[Path]) -> tuple[object, ...] | None:
+    """What a reading of the folder levels at ``places`` for ``folders``
+    depends on: the identity of each folder and ancestor (what the records
+    are keyed by besides the path: :func:`identity_of`, one ``stat`` each
+    while a folder is unchanged), and each store's record folders (every
+    record and marker is made, replaced or removed by a rename or unlink in
+    one of them, which moves its mtime; a store not made yet is one missing
+    folder). Not the folders' own times: a workspace changes whenever a cell
+    writes a file there, and the reading would never be reused. None when a
+    store changed too recently to be trusted, or cannot be looked at: read
+    again then."""
+    parts: list[object] = [identity_of(place) for folder in folders for place in (folder, *folder.parents)]
     oldest_allowed = time.time_ns() - _SETTLE_NS
     try:
-        places = [str(place) for folder in folders for place in (folder, *folder.parents)]
-        places += [path for levels in others for path in _record_folders(Path(levels.store.root))]
-        for place in places:
-            try:
-                st = os.lstat(place)
-            except FileNotFoundError:
-                parts.append(None)
-                continue
-            if st.st_ctime_ns >= oldest_allowed:
-                return None
-            parts.append((st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
+        for root in places:
+            for base in _record_folders(root):
+                for place in base:
+                    try:
+                        st = os.lstat(place)
+                    except FileNotFoundError:
+                        parts.append(None)
+                        if place is base[0]:
+                            break  # nothing can be inside a store not made
+                        continue
+                    if st.st_ctime_ns >= oldest_allowed:
+                        return None
+                    parts.append((st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
     except OSError:
         return None
     return tuple(parts)
@@ -336,26 +376,31 @@ def read_all_folders(folders: Iterable[str | os.PathLike[str]], own: WorkspaceLe
     """:func:`read_everywhere` of several folders (a container's workspace and
     its read-only mounts) at once: the highest of them.
 
-    ``own`` (the caller's store) is read every time, as before. The other
-    stores' reading is reused while nothing it looked at changed (see
-    :func:`_fingerprint`: about ten ``lstat`` per store and one ``stat`` per
-    ancestor, instead of a few reads per ancestor and store); a reading that
-    failed closed is never reused."""
+    A reading of every store (``own``, the caller's, among them) is reused
+    while nothing it looked at changed (see :func:`_fingerprint`: about ten
+    ``lstat`` per store and one ``stat`` per folder and ancestor, instead of a
+    few reads per ancestor and store: sessions read four times a second); a
+    reading that failed closed is never reused."""
+    from .store import _highwater_root
+
     resolved = tuple(folder_of(folder) for folder in folders)
-    levels, problem = every_levels(own)
-    others = levels[1:] if own is not None else levels
-    states = [own.read(folder) for folder in resolved] if own is not None else []
-    if problem is not None:
-        states.append(PrivacyState.build(error=f"{problem}; folder levels kept beside other stores are unknown"))
-    seen = _fingerprint(resolved, others)
-    cached = _others_cache.get(resolved)
+    places, problem = _candidates(own)
+    watched = [Path(own.store.root), *places] if own is not None else places
+    key = (resolved, tuple(watched))
+    seen = _fingerprint(resolved, watched)
+    cached = _readings.get(key)
     if seen is not None and cached is not None and cached[0] == seen:
-        states.append(cached[1])
+        found = cached[1]
     else:
-        found = merge(PrivacyState.public(), *(one.read(folder) for folder in resolved for one in others))
-        if seen is not None and found.error is None and seen == _fingerprint(resolved, others):
-            if len(_others_cache) >= _OTHERS_KEPT:
-                _others_cache.clear()
-            _others_cache[resolved] = (seen, found)
-        states.append(found)
-    return merge(PrivacyState.public(), *states)
+        levels = [own] if own is not None else []
+        levels += [
+            levels_at(place) for place in places if os.path.lexists(place) or os.path.lexists(_highwater_root(place))
+        ]
+        found = merge(PrivacyState.public(), *(one.read(folder) for folder in resolved for one in levels))
+        if seen is not None and found.error is None and seen == _fingerprint(resolved, watched):
+            if len(_readings) >= _OTHERS_KEPT:
+                _readings.clear()
+            _readings[key] = (seen, found)
+    if problem is None:
+        return found
+    return merge(found, PrivacyState.build(error=f"{problem}; folder levels kept beside other stores are unknown"))

@@ -4,9 +4,10 @@ Every sandbox hides such a source by a mount over it, and that mount does not
 survive a host program replacing the file (a rename over it, or a delete and
 re-create): Linux detaches a mount whose file is unlinked in another
 namespace, so every running sandbox then reads the new file, with network
-too (docs/security.md, "Private dataset sources"). Until the hiding is
-redesigned, the kernel says so once (its log, and the user once the session
-shows it) for a source in its workspace, and not for one outside.
+too (docs/security.md, "Private dataset sources"). So such a folder holds
+private data and its sandboxes run without network (tests/test_dataset_sources.py);
+the kernel says why once (its log, and the user once the session shows it)
+for a source in its workspace, and not for one outside.
 """
 
 from __future__ import annotations
@@ -59,9 +60,10 @@ def test_a_source_in_the_workspace_is_warned_about_once(tmp_path: Path, where: s
     if where == "inside":
         assert log.count(WARNING) == 1, log
         assert str((tmp_path / "project" / "data" / "hr.csv").resolve()) in log
-        assert "Keep private data outside the notebook's folder" in log
+        assert "every sandbox on it runs without network" in log
+        assert "Keep private data outside notebook folders" in log
         # and the user is told once, in the first cell's output
-        assert shown.count("Keep private data outside the notebook's folder") == 1, shown
+        assert shown.count("Keep private data outside notebook folders") == 1, shown
     else:
         assert WARNING not in log and WARNING not in shown, (log, shown)
 

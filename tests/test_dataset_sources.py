@@ -8,7 +8,9 @@ the folder: the dataset was kept only from ``/private/hr``. Each configured
 source is now recorded host-wide (``privacy/dataset_registry.py``) and hidden
 from every sandbox whose workspace holds it (``engine/workspace_policy.py``);
 a private sandbox of the configuring session reads it at ``/private/<name>``
-only."""
+only. And since a hiding mount does not survive a host program replacing the
+file, a folder holding a source is recorded as holding private data: every
+sandbox on it is without network (``engine/ratchet.py``, ``record_source``)."""
 
 from __future__ import annotations
 
@@ -52,11 +54,16 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 # ------------------------------------------------------------------ real kernels
 
 
-def test_a_dataset_in_the_workspace_is_hidden_from_every_networked_sandbox(tmp_path: Path) -> None:
-    """Kernel A names ``data/hr.csv`` (relative to the notebook's folder) as
-    its dataset; kernel B on the same folder names nothing. While both are
-    public with network, neither reads the file nor can move its folder away;
-    once A is private its cells read it at /private/hr only."""
+def test_a_dataset_in_the_workspace_keeps_every_sandbox_on_its_folder_without_network(tmp_path: Path) -> None:
+    """Kernel B runs on the folder, public with network; kernel A starts there
+    naming ``data/hr.csv`` (relative to the notebook's folder) as its
+    dataset; kernel C runs on a sibling folder. The hiding mount does not
+    survive a host program replacing the file, so a folder holding a source
+    holds private data: A starts without network, B loses its network within
+    a poll, C keeps it. Neither A nor B reads the file while it is hidden;
+    once it is replaced on the host (an atomic save) B reads the new rows,
+    and has no network to send them with. A reads the dataset at /private/hr
+    once it adds it."""
     require_bwrap()
     data = tmp_path / "host-data"
     ws = tmp_path / "project"
@@ -68,53 +75,56 @@ def test_a_dataset_in_the_workspace_is_hidden_from_every_networked_sandbox(tmp_p
     (config / "sandbox_kernel_config.py").write_text(
         "c.SandboxKernel.private_datasets = {'hr': {'source': 'data/hr.csv', 'sensitivity': 'SECRET'}}\n"
     )
-    # the configured kernel: its Jupyter config names the dataset
-    (tmp_path / "a-tmp").mkdir()
-    a = SandboxKernelHandle(
-        ws,
-        tmp_path / "a-tmp",
-        extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.network=full"],
-        env={"SANDBOX_KERNEL_DATA_DIR": str(data), "JUPYTER_CONFIG_DIR": str(config)},
+    probe = (
+        "import os\n"
+        "try:\n    print(repr(open('/workspace/data/hr.csv').read()))\nexcept OSError as e:\n    print('refused', e)\n"
+        "print(open('/workspace/data/notes.txt').read().strip())\n"
+        "try:\n    os.rename('/workspace/data', '/workspace/moved')\n    print('renamed')\n"
+        "except OSError as e:\n    print('rename refused', e.errno)\n"
     )
-    b = None
+    kernels: list[SandboxKernelHandle] = []
     try:
-        probe = (
-            "import os\n"
-            "try:\n    print(repr(open('/workspace/data/hr.csv').read()))\nexcept OSError as e:\n    print('refused', e)\n"
-            "print(open('/workspace/data/notes.txt').read().strip())\n"
-            "open('/workspace/data/new.txt', 'w').write('x')\n"
-            "try:\n    os.rename('/workspace/data', '/workspace/moved')\n    print('renamed')\n"
-            "except OSError as e:\n    print('rename refused', e.errno)\n"
-            "print(os.path.exists('/private/hr'))\n"
-        )
-        assert len(eval(a.run(IFACES).stdout)) > 1  # public, with network
-        run = a.run(probe)
-        assert ROW not in run.stdout, run.stdout
-        assert "public notes" in run.stdout and "rename refused" in run.stdout, (run.stdout, run.stderr)
-        assert run.stdout.strip().endswith("False"), run.stdout  # nothing private mounted either
-        assert (ws / "data" / "hr.csv").read_text().endswith(f"{ROW}\n")  # the host file is untouched
-
-        # a second kernel on the folder, whose config names no dataset
         b = shared_data_kernel(ws, tmp_path / "b-tmp", data)
-        assert len(eval(b.run(IFACES).stdout)) > 1
+        kernels.append(b)
+        c = shared_data_kernel(tmp_path / "sibling", tmp_path / "c-tmp", data)
+        kernels.append(c)
+        assert len(eval(b.run(IFACES).stdout)) > 1  # public, with network, before A
+        (tmp_path / "a-tmp").mkdir()
+        a = SandboxKernelHandle(
+            ws,
+            tmp_path / "a-tmp",
+            extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.network=full"],
+            env={"SANDBOX_KERNEL_DATA_DIR": str(data), "JUPYTER_CONFIG_DIR": str(config)},
+        )
+        kernels.append(a)
+        first = a.run(IFACES)
+        assert first.stdout.strip() == "['lo']", (first.stdout, first.stderr)
+        assert "hr.csv" in first.stderr, first.stderr  # the notice names the cause
+        run = a.run(probe)
+        assert ROW not in run.stdout and "public notes" in run.stdout, (run.stdout, run.stderr)
+        assert "rename refused" in run.stdout, run.stdout
+
+        b.run("x = 1")  # its poll or this cell saw the folder's level
+        assert b.run(IFACES).stdout.strip() == "['lo']"
         run = b.run(probe)
         assert ROW not in run.stdout and "rename refused" in run.stdout, (run.stdout, run.stderr)
+        assert len(eval(c.run(IFACES).stdout)) > 1  # the sibling folder keeps its network
 
-        # the rise: the asking cell is stopped, A's sandbox replaced by one
-        # without network that mounts /private/hr, and the cell run again reads it
+        # a host program saves the file atomically: B's hiding mount is gone
+        fresh = ws / "data" / ".hr.csv.tmp"
+        fresh.write_text(f"name,salary\n{ROW}\nbob,654321\n")
+        os.replace(fresh, ws / "data" / "hr.csv")
+        run = b.run(probe + IFACES)
+        assert run.stdout.strip().endswith("['lo']"), (run.stdout, run.stderr)
+
         read = "import sandbox_kernel.private as p\nprint(p.open_dataset('hr').read())"
-        run = a.run(read)
-        assert run.status == "error" and ROW not in run.stdout, (run.stdout, run.stderr)
+        a.run(read)  # (private from its start: its sandbox may mount /private/hr already)
         run = a.run(read)
         assert run.status == "ok" and ROW in run.stdout, (run.stdout, run.stderr)
         assert a.run(IFACES).stdout.strip() == "['lo']"
-        run = a.run(probe.replace("os.rename", "os.replace") + "print(open('/private/hr').read())")
-        assert run.stdout.count(ROW) == 1, (run.stdout, run.stderr)  # at /private only (read-only there)
-        assert "rename refused" in run.stdout
     finally:
-        for k in (a, b):
-            if k is not None:
-                k.shutdown()
+        for k in kernels:
+            k.shutdown()
 
 
 # ------------------------------------------------------------------ the policy

@@ -93,9 +93,9 @@ def exposed_sources_warning(sources: Iterable[Path], folders: Iterable[Path]) ->
     (``engine/workspace_policy.py``). That mount holds only while the file (or
     folder) stays the same: a host program that replaces it by a rename (an
     editor's or pandas' atomic save, ``mv``, ``rsync``, ``git checkout``) or
-    deletes and re-creates it detaches the mount in every running sandbox,
-    and a sandbox with network then reads the new contents (docs/security.md,
-    "Private dataset sources")."""
+    deletes and re-creates it detaches the mount in every running sandbox.
+    So the folder counts as holding private data (:func:`record_source`), and
+    its sandboxes run without network: this says why, once."""
     found = exposed_sources(sources, folders)
     if not found:
         return None
@@ -104,9 +104,37 @@ def exposed_sources_warning(sources: Iterable[Path], folders: Iterable[Path]) ->
         f"private dataset source(s) inside a folder this notebook's sandboxes mount: {listed}. They are hidden "
         "from the sandboxes, but a program on the host that replaces such a file (saves it by renaming a new "
         "copy over it, or deletes and re-creates it: editors, pandas/Excel exports, mv, rsync, git checkout) "
-        "makes the new file readable by every sandbox running on that folder, with network too, until each "
-        "restarts. Keep private data outside the notebook's folder (and every folder a sandbox mounts)."
+        "makes the new file readable by every sandbox running on that folder. So that folder holds private "
+        "data: every sandbox on it runs without network, from its first cell, for good. Keep private data "
+        "outside notebook folders (and every folder a sandbox mounts) to keep their network."
     )
+
+
+def record_source(levels: WorkspaceLevels, mount: PrivateMount) -> None:
+    """Record a private dataset's source as a place holding data at its level.
+
+    Why: every sandbox hides a source inside its workspace by a mount over
+    it, but a mount holds only while the file stays the same. A host program
+    that replaces it (an atomic save: a new copy renamed over it; or a delete
+    and re-create) detaches the mount in every running sandbox, and a sandbox
+    with network would then read the new contents. So a folder holding a
+    source is a folder holding private data, like one a private session wrote
+    in: every session whose workspace (or Docker read-only mount) holds it is
+    at least at the dataset's level from its first cell, without network (the
+    folder levels' ``below`` records, read over every store). Sessions whose
+    folders do not hold it are untouched. Recording is raise-only and done
+    once (later calls find the record). Failing to record leaves the hiding
+    (said in the log)."""
+    reason = (
+        f"the private dataset {mount.name!r} ({mount.sensitivity.name}) has its source at {mount.source}, in "
+        "this folder: a sandbox with network could read it once a program replaced the file"
+    )
+    try:
+        levels.record(mount.source, mount.sensitivity, reason)
+    except (PrivacyStoreError, OSError, ValueError) as exc:
+        logging.getLogger("sandbox_kernel.engine").warning(
+            "could not record private dataset %r's source %s as private: %s", mount.name, mount.source, exc
+        )
 
 
 @dataclass(frozen=True)
@@ -285,14 +313,15 @@ class Ratchet:
     def private_sources(self) -> list[Path]:
         """The configured datasets' sources, each recorded (again: it refreshes
         the entry) in the host-wide list of dataset sources, which the
-        workspace policy hides from every sandbox whose workspace holds one.
+        workspace policy hides from every sandbox whose workspace holds one,
+        and as a private place in the folder levels (:func:`record_source`).
         The caller's own list is hidden even where recording failed."""
         from ..privacy.dataset_registry import register
 
-        sources = [m.source for m in self.mounts.values()]
-        for source in sources:
-            register(source)
-        return sources
+        for mount in self.mounts.values():
+            register(mount.source)
+            record_source(WorkspaceLevels.beside(self.data.store), mount)
+        return [m.source for m in self.mounts.values()]
 
     def exposed_sources_notice(self) -> str | None:
         """:func:`exposed_sources_warning` for this session's datasets and the

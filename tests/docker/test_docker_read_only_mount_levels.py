@@ -164,48 +164,52 @@ async def test_tools_shell_mounting_a_private_kernels_folder(
         kernel.shutdown()
 
 
-def test_a_docker_kernels_read_only_mount_follows_the_folders_level(tmp_path: Path, test_image: str) -> None:
-    """A Docker kernel's own read-only mounts (``DockerSandbox.read_only_mounts``)
-    count like its workspace: a bwrap kernel whose workspace is the mounted
-    folder goes private and writes rows there, and the Docker kernel loses its
-    network; a private dataset's source inside the mount is hidden."""
-    require_bwrap()
+def _docker_kernel(tmp_path: Path, test_image: str, data: Path, mounted: Path, name: str) -> Any:
+    """A Docker kernel whose default data dir is ``data``, with ``mounted``
+    mounted read-only at /ref (``DockerSandbox.read_only_mounts``)."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
     from kernel_helpers import SandboxKernelHandle
     from test_docker_kernel import docker_args
 
-    data, team = tmp_path / "data", tmp_path / "team"
-    (team / "data").mkdir(parents=True)
-    (team / "data" / "hr.csv").write_text("ada,123456\n")
-    owner = shared_data_kernel(
-        team, tmp_path / "o-tmp", data, f"--SandboxKernel.private_datasets=hr={team}/data/hr.csv"
-    )
-    (tmp_path / "d-ws").mkdir()
-    (tmp_path / "d-tmp").mkdir()
+    (tmp_path / f"{name}-ws").mkdir()
+    (tmp_path / f"{name}-tmp").mkdir()
     if os.geteuid() == 0:
-        os.chown(tmp_path / "d-ws", 65534, 65534)
-    dock = SandboxKernelHandle(
-        tmp_path / "d-ws",
-        tmp_path / "d-tmp",
+        os.chown(tmp_path / f"{name}-ws", 65534, 65534)
+    return SandboxKernelHandle(
+        tmp_path / f"{name}-ws",
+        tmp_path / f"{name}-tmp",
         extra_args=[
             *(a for a in docker_args(test_image) if not a.startswith("--DockerSandbox.read_only_mounts=")),
-            f'--DockerSandbox.read_only_mounts={{"/usr": "/usr", "{team}": "/ref"}}',
+            f'--DockerSandbox.read_only_mounts={{"/usr": "/usr", "{mounted}": "/ref"}}',
             "--SandboxKernel.privacy_poll_interval=0.2",
         ],
         env={"SANDBOX_KERNEL_DATA_DIR": str(data)},
     )
-    ifaces = "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))"
+
+
+IFACES = "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))"
+
+
+def test_a_docker_kernels_read_only_mount_follows_the_folders_level(tmp_path: Path, test_image: str) -> None:
+    """A Docker kernel's own read-only mounts (``DockerSandbox.read_only_mounts``)
+    count like its workspace: a bwrap kernel whose workspace is the mounted
+    folder goes private and writes rows there, and the Docker kernel loses its
+    network."""
+    require_bwrap()
+    data, team = tmp_path / "data", tmp_path / "team"
+    team.mkdir()
+    owner = shared_data_kernel(team, tmp_path / "o-tmp", data)
+    dock = _docker_kernel(tmp_path, test_image, data, team, "d")
     try:
-        assert owner.run("x = 1").status == "ok"  # (its sources are recorded)
-        run = dock.run(ifaces + "\nimport os\nprint(os.listdir('/ref/data'), repr(open('/ref/data/hr.csv').read()))")
-        lines = run.stdout.splitlines()
-        assert lines and lines[0] != "['lo']" and "123456" not in run.stdout, (run.stdout, run.stderr, run.errors)
+        assert owner.run("x = 1").status == "ok"
+        run = dock.run(IFACES)
+        assert run.stdout.strip() not in ("", "['lo']"), (run.stdout, run.stderr, run.errors)
         owner.run("%private patients CONFIDENTIAL")
         assert owner.run("open('/workspace/patients.csv', 'w').write('1,SECRET-ROW')").status == "ok"
         for _ in range(50):
-            if dock.run(ifaces).stdout.strip() == "['lo']":
+            if dock.run(IFACES).stdout.strip() == "['lo']":
                 break
         else:
             raise AssertionError("the Docker kernel kept its network beside a private folder it mounts")
@@ -213,3 +217,28 @@ def test_a_docker_kernels_read_only_mount_follows_the_folders_level(tmp_path: Pa
     finally:
         owner.shutdown()
         dock.shutdown()
+
+
+def test_a_docker_kernel_mounting_a_private_datasets_source_has_no_network(tmp_path: Path, test_image: str) -> None:
+    """A private dataset's source inside a Docker kernel's read-only mount is
+    hidden there, and since a host program replacing the file would un-hide
+    it, the folder holds private data: the Docker kernel has no network from
+    its first cell (engine/ratchet.py, record_source)."""
+    require_bwrap()
+    data, team = tmp_path / "data", tmp_path / "team"
+    (team / "data").mkdir(parents=True)
+    (team / "data" / "hr.csv").write_text("ada,123456\n")
+    owner = shared_data_kernel(
+        team, tmp_path / "o-tmp", data, f"--SandboxKernel.private_datasets=hr={team}/data/hr.csv"
+    )
+    dock = None
+    try:
+        assert owner.run("x = 1").status == "ok"  # (its sources are recorded)
+        dock = _docker_kernel(tmp_path, test_image, data, team, "d")
+        run = dock.run(IFACES + "\nimport os\nprint(os.listdir('/ref/data'), repr(open('/ref/data/hr.csv').read()))")
+        lines = run.stdout.splitlines()
+        assert lines and lines[0] == "['lo']" and "123456" not in run.stdout, (run.stdout, run.stderr, run.errors)
+    finally:
+        owner.shutdown()
+        if dock is not None:
+            dock.shutdown()

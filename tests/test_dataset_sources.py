@@ -218,3 +218,43 @@ def test_read_only_folders_mounted_elsewhere_hide_the_sources_inside(tmp_path: P
     with pytest.raises(WorkspaceRefused, match="private dataset source"):
         hide_private_sources(shared / "hr", "/ref")
     assert hide_private_sources(tmp_path / "elsewhere", "/x") == []
+
+
+def test_a_listed_source_makes_its_folders_private_even_without_its_level_records(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """The folder-level records of a source may fail to be written (a full
+    disk or inode table, an unusable store: attack review of this stop) where
+    its entry in the host-wide list was written: the entry alone makes every
+    session whose folder holds the source private, and a sibling stays public."""
+    ws, sibling = tmp_path / "project", tmp_path / "sibling"
+    (ws / "data").mkdir(parents=True)
+    sibling.mkdir()
+    (ws / "data" / "hr.csv").write_text(f"{ROW}\n")
+    register(ws / "data" / "hr.csv")  # listed, and no level recorded anywhere
+    store = PrivacyStore(data_dir / "privacy")
+    state = Ratchet("alice", "nb1", store, workspace=ws).state
+    assert state.has_private_data and "hr.csv" in (state.mark.reason if state.mark else ""), state
+    assert not Ratchet("alice", "nb2", store, workspace=sibling).state.has_private_data
+    inside = Ratchet("alice", "nb3", store, workspace=ws / "data" / "..")
+    assert inside.state.has_private_data
+
+
+def test_a_source_record_that_cannot_be_read_is_written_again(tmp_path: Path, data_dir: Path) -> None:
+    """Recording a source whose level record fails closed (unreadable) must
+    write it again, not take the failed read's SECRET for a record."""
+    from sandbox_kernel.privacy import Sensitivity
+    from sandbox_kernel.privacy.workspace_levels import EXACT, WorkspaceLevels, _key, folder_of
+
+    source = tmp_path / "hr.csv"
+    source.write_text(f"{ROW}\n")
+    levels = WorkspaceLevels.beside(PrivacyStore(data_dir / "privacy"))
+    levels.record(source, Sensitivity.CONFIDENTIAL, "first")
+    record = levels.store.path_for(EXACT, _key(folder_of(source)))
+    os.chmod(record, 0o600)
+    record.write_bytes(b"{not json")
+    assert levels.exact(source).error
+    levels.record(source, Sensitivity.CONFIDENTIAL, "again")
+    state = levels.exact(source)
+    # written again (readable), keeping what the failed read answered (raise-only)
+    assert state.error is None and state.sensitivity >= Sensitivity.CONFIDENTIAL, state

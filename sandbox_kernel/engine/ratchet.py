@@ -22,10 +22,12 @@ from ..privacy import (
     PrivacyStoreError,
     PrivateData,
     Sensitivity,
+    SessionMark,
     merge,
     validate_id,
 )
 from ..privacy.live_folder import LiveFolder
+from ..privacy.records import clean_reason
 from ..privacy.workspace_levels import WorkspaceLevels, read_all_folders, read_everywhere
 from ..sandbox import BindMount
 
@@ -71,6 +73,11 @@ def unisolated_refusal(backend: str) -> str:
 _said_exposed: set[str] = set()
 
 
+def _within(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or lies inside it (both resolved)."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
 def exposed_sources(sources: Iterable[Path], folders: Iterable[Path]) -> list[tuple[Path, Path]]:
     """Each dataset source that lies in (or is, or holds) a folder the
     session's sandboxes mount, with that folder: paths compared resolved."""
@@ -79,7 +86,7 @@ def exposed_sources(sources: Iterable[Path], folders: Iterable[Path]) -> list[tu
     for source in sources:
         real = os.path.realpath(source)
         for place in places:
-            if real == place or real.startswith(place.rstrip("/") + "/") or place.startswith(real.rstrip("/") + "/"):
+            if _within(real, place) or _within(place, real):
                 found.append((Path(real), Path(place)))
                 break
     return found
@@ -135,6 +142,41 @@ def record_source(levels: WorkspaceLevels, mount: PrivateMount) -> None:
         logging.getLogger("sandbox_kernel.engine").warning(
             "could not record private dataset %r's source %s as private: %s", mount.name, mount.source, exc
         )
+
+
+def sources_held(folders: Iterable[Path]) -> PrivacyState | None:
+    """A private state when a dataset source listed host-wide
+    (``privacy/dataset_registry.py``) lies in one of ``folders``, else None.
+
+    Why: :func:`record_source` makes such a folder private through the folder
+    levels, but its records may fail to be written (a full disk, an unusable
+    store) where the list entry was written, or the reverse; either signal
+    is enough. The list keeps no level: CONFIDENTIAL, the datasets' default
+    (any private level takes the network). A stat of the list's folder while
+    it is unchanged; a gone source still counts until its entry expires (a
+    program may be writing it again)."""
+    from ..privacy import dataset_registry, store_registry
+
+    entries, _ = store_registry._entries(dataset_registry.registry_dir())
+    if not entries:
+        return None
+    # the listed paths are resolved already (dataset_registry.register): only
+    # the folders are, here, at every read
+    places = [os.path.realpath(folder) for folder in folders]
+    found = [
+        (source, place)
+        for _, source in entries
+        for place in places
+        if _within(str(source), place) or _within(place, str(source))
+    ]
+    if not found:
+        return None
+    source, place = found[0]
+    reason = (
+        f"a private dataset's source is at {source}, in {place}: a sandbox with network could read it once a "
+        "program replaced the file"
+    )
+    return PrivacyState.build(mark=SessionMark.create(Sensitivity.CONFIDENTIAL, "workspace", clean_reason(reason)))
 
 
 @dataclass(frozen=True)
@@ -278,6 +320,9 @@ class Ratchet:
             folder = read_all_folders([workspace, *self.read_folders], self.folders)
         else:
             folder = read_everywhere(workspace, self.folders)
+        held = sources_held([workspace, *self.read_folders])
+        if held is not None:
+            folder = merge(folder, held)
         if folder.sensitivity <= own.sensitivity and folder.error is None:
             return own  # nothing the session does not already have (its own rise is recorded there too)
         if folder.has_private_data and folder.sensitivity > own.sensitivity:

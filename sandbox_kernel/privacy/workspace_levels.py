@@ -170,8 +170,12 @@ class WorkspaceLevels:
         if level == Sensitivity.PUBLIC:
             return
         same = self.identity(folder)
-        identity_low = same is not None and self.store.read(SAME_EXACT, same).sensitivity < level
-        if not identity_low and self.store.read(EXACT, _key(folder)).sensitivity >= level:
+        # a read that failed closed (SECRET, with an error) is not a record at
+        # that level: it is written again (an unreadable record, a lost one)
+        by_identity = self.store.read(SAME_EXACT, same) if same is not None else None
+        identity_low = by_identity is not None and (by_identity.error is not None or by_identity.sensitivity < level)
+        by_path = self.store.read(EXACT, _key(folder))
+        if not identity_low and by_path.error is None and by_path.sensitivity >= level:
             return
         mark = SessionMark.create(level, "workspace", clean_reason(reason))
         records: list[tuple[str, str | None]] = [(SAME_EXACT, same)] if identity_low else []

@@ -102,6 +102,30 @@ def test_a_private_read_only_mount_cuts_and_raises_the_workspace(
         manager.close_all()
 
 
+def test_a_listed_dataset_source_in_a_read_only_mount_cuts_the_container(
+    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any
+) -> None:
+    """A private dataset's source listed host-wide (``dataset_registry``) in a
+    folder the manager mounts read-only: its containers have no network, even
+    where no folder-level record of the source could be written (the list
+    entry alone is enough; engine/ratchet.py, sources_held)."""
+    from sandbox_kernel.privacy.dataset_registry import register
+
+    team = tmp_path / "team-data"
+    team.mkdir()
+    team.chmod(0o755)
+    manager = _standalone(tmp_path, test_image, docker_client, mounts={str(team): "/ref"})
+    try:
+        code, out = manager.execute_command("u", "s", LIST)
+        assert code == 0 and "eth0" in out, out
+        (team / "hr.csv").write_text("ada,123456\n")
+        register(team / "hr.csv")
+        code, out = manager.execute_command("u", "s2", LIST)
+        assert code == 0 and out.split() == ["lo"], out
+    finally:
+        manager.close_all()
+
+
 def _shared_folder(tmp_path: Path) -> Path:
     """``team-data``, writable by the kernel's cells and readable by the container's user."""
     team = tmp_path / "team-data"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from pathlib import Path
@@ -84,6 +85,37 @@ def test_private_mount_only_after_the_ratchet(tmp_path: Path) -> None:
     finally:
         k.shutdown()
     assert data.read_text() == "name,salary\nada,100\n"
+
+
+def test_a_dataset_saved_anew_on_the_host_is_mounted_anew(tmp_path: Path) -> None:
+    """A bind mount holds the file it was made with: once a host program saves
+    the source by renaming a new copy over it (an atomic save), the private
+    sandbox read the old rows at /private/hr for the rest of its life. It is
+    replaced by one mounting the new file at the next cell, with its state."""
+    data = tmp_path / "hr.csv"
+    data.write_text("name,salary\nada,100\n")
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "sandbox_kernel_config.py").write_text(
+        f"c.SandboxKernel.private_datasets = {{'hr': {{'source': {str(data)!r}, 'sensitivity': 'SECRET'}}}}\n"
+    )
+    k = new_kernel(tmp_path, env={"JUPYTER_CONFIG_DIR": str(config)})
+    try:
+        read = "import sandbox_kernel.private as p\nprint(p.open_dataset('hr').read())"
+        k.run(read)  # the rise: this cell is stopped (it had network)
+        run = k.run("kept = 42\n" + read)
+        assert run.status == "ok" and "ada,100" in run.stdout, (run.stdout, run.stderr)
+        fresh = tmp_path / ".hr.csv.new"
+        fresh.write_text("name,salary\nada,100\nbob,200\n")
+        os.replace(fresh, data)
+        run = k.run(read + "\nprint(kept)")
+        assert run.status == "ok" and "bob,200" in run.stdout and "42" in run.stdout, (run.stdout, run.stderr)
+        assert "changed on the host" in run.stderr and str(data) in run.stderr, run.stderr
+        assert k.run(IFACES).stdout.strip() == "['lo']"
+        run = k.run(read)  # the same file now: no new sandbox
+        assert "bob,200" in run.stdout and "changed on the host" not in run.stderr, (run.stdout, run.stderr)
+    finally:
+        k.shutdown()
 
 
 def test_host_api_raise_is_noticed_and_survives_restart_and_new_kernels(tmp_path: Path) -> None:

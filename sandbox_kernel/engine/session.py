@@ -43,7 +43,7 @@ from ..worker.protocol import CHECKPOINT_FAILED_MARKER, Msg, Op
 from . import completer_seed, owned_dirs
 from .config import EngineConfig
 from .launch import IN_EGRESS, IN_LIB, IN_PACKAGES, IN_STATE, WORKER_PACKAGE, WORKER_SOURCE, Launch, plan_launch
-from .ratchet import SYSTEM_NOTICE, Ratchet, unisolated_notice, unisolated_refusal
+from .ratchet import PRIVATE_ROOT, SYSTEM_NOTICE, Ratchet, unisolated_notice, unisolated_refusal
 from .replay import ReplayLog
 from .safe_read import UnsafeFileError, read_bytes, read_json
 from .worker import DEAD, WorkerHandle
@@ -121,6 +121,18 @@ class CommResult:
     exit_requested: bool = False
 
 
+def _file_ids(paths: Iterable[Path]) -> dict[Path, tuple[int, int]]:
+    """Each existing path's (device, inode), following links."""
+    found = {}
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        found[Path(path)] = (st.st_dev, st.st_ino)
+    return found
+
+
 class Session:
     """A sandboxed IPython namespace that survives cell crashes and sandbox loss."""
 
@@ -160,6 +172,9 @@ class Session:
         self.proxy: EgressProxy | None = None
         #: a cell asked for a private dataset the live sandbox does not mount
         self._needs_mounts = False
+        #: the private datasets the live sandbox mounts: source -> (device,
+        #: inode) when it was started (see _datasets_replaced)
+        self._datasets_mounted: dict[Path, tuple[int, int]] = {}
         #: the live sandbox was started public without network ("none"): no private mounts
         self._public_unmounted = False
         #: a sandbox with network is being started (no worker yet to cut)
@@ -646,6 +661,9 @@ class Session:
         # a refused workspace raises SandboxUnavailable; the workspace policy
         # scans the folder (up to 20,000 entries): off the event loop
         spec = await asyncio.to_thread(functools.partial(self._spec, withhold_mounts=bool(withheld)))
+        self._datasets_mounted = _file_ids(
+            m.source for m in spec.bind_mounts if m.kind == "bind" and m.target.startswith(PRIVATE_ROOT + "/")
+        )
         # a public "none" sandbox: no interface, and no private mounts until private
         self._public_unmounted = (
             self.isolate_network and not self.sandbox_proxied and not withheld and self.network_allowed
@@ -807,6 +825,16 @@ class Session:
             if emit is not None:
                 emit("stream", {"name": "stderr", "text": unisolated_notice(self.sandbox.name) + "\n"})
             return
+        replaced = self._datasets_replaced() if self.worker is not None and self.worker.alive else []
+        if replaced:
+            # A bind mount holds the file it was made with: a source saved by
+            # renaming a new copy over it (most programs' atomic saves) would
+            # stay the old file at /private/<name> for this sandbox's life.
+            # (_replace's own notice says why, and what state carried over.)
+            names = ", ".join(map(str, replaced))
+            await self._replace(
+                f"a private dataset's source changed on the host: {names}; the new file is mounted", emit
+            )
         if self._needs_mounts and self.worker is not None and self.worker.alive and not self.sandbox_has_network:
             await self._replace("to mount the private datasets", emit)
             notice = (
@@ -834,6 +862,16 @@ class Session:
                 emit("stream", {"name": "stderr", "text": notice})
             else:
                 self._pending_notices.append(notice)
+
+    def _datasets_replaced(self) -> list[Path]:
+        """The private datasets' sources the live sandbox mounts that are now
+        another file (or folder) on the host: one ``stat`` each, and none
+        for a sandbox that mounts no dataset. A source gone for now is not
+        counted (a new sandbox could not mount it either)."""
+        if not self._datasets_mounted:
+            return []
+        now = _file_ids(self._datasets_mounted)
+        return [source for source, seen in self._datasets_mounted.items() if now.get(source, seen) != seen]
 
     # ---- the ratchet from outside cells (widget, host API, other processes) ---------
     async def mark_private(self, level: str, reason: str = "", source: str = "widget") -> None:

@@ -258,3 +258,28 @@ def test_a_source_record_that_cannot_be_read_is_written_again(tmp_path: Path, da
     state = levels.exact(source)
     # written again (readable), keeping what the failed read answered (raise-only)
     assert state.error is None and state.sensitivity >= Sensitivity.CONFIDENTIAL, state
+
+
+def test_a_source_in_a_folder_every_sandbox_mounts_is_refused_and_listed_ones_make_sessions_private(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """Every sandbox mounts the Python installation, the system folders and a
+    few /etc entries read-only, whatever its workspace (attack review of this
+    stop, helper 56: a dataset shipped in a package of the venv was read by
+    public sandboxes with eth0). Such a source, or one holding such a folder,
+    is a configuration error naming the folder; one listed anyway (another
+    process, an older version) makes every session private."""
+    import sys
+
+    venv_file = Path(sys.prefix) / "pyvenv.cfg"
+    for source, word in ((venv_file, "lies in"), (Path(sys.prefix).parent, "holds"), (Path("/usr/share"), "lies in")):
+        with pytest.raises(ValueError, match=word) as refused:
+            Ratchet("u", "s", PrivacyStore(tmp_path / "store"), {"hr": {"source": str(source)}})
+        assert "every sandbox mounts" in str(refused.value), refused.value
+    assert registered_sources() == []
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    assert not Ratchet("u", "s1", PrivacyStore(tmp_path / "store"), workspace=ws).state.has_private_data
+    register(venv_file)  # listed by a process that did not refuse it
+    state = Ratchet("u", "s2", PrivacyStore(tmp_path / "store"), workspace=ws).state
+    assert state.has_private_data and "pyvenv.cfg" in (state.mark.reason if state.mark else ""), state

@@ -7,6 +7,7 @@ network runs after the session turned private.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -71,6 +72,15 @@ def unisolated_refusal(backend: str) -> str:
 
 #: exposure warnings already logged by this process (each once)
 _said_exposed: set[str] = set()
+
+
+@functools.lru_cache(maxsize=1)
+def _always_mounted() -> tuple[str, ...]:
+    """``sandbox.bwrap.always_mounted()``, found once per process (the
+    interpreter's installation does not move under it)."""
+    from ..sandbox.bwrap import always_mounted
+
+    return tuple(always_mounted())
 
 
 def _within(path: str, folder: str) -> bool:
@@ -161,8 +171,10 @@ def sources_held(folders: Iterable[Path]) -> PrivacyState | None:
     if not entries:
         return None
     # the listed paths are resolved already (dataset_registry.register): only
-    # the folders are, here, at every read
-    places = [os.path.realpath(folder) for folder in folders]
+    # the folders are, here, at every read; and every sandbox sees the places
+    # of _always_mounted (a source there is refused, but another process, or
+    # an older version, may have listed one)
+    places = [os.path.realpath(folder) for folder in folders] + list(_always_mounted())
     found = [
         (source, place)
         for _, source in entries
@@ -203,6 +215,14 @@ class PrivateMount:
         )
         if level == Sensitivity.PUBLIC:
             raise ValueError(f"private dataset {name!r}: sensitivity PUBLIC makes no sense for a private mount")
+        for place in _always_mounted():
+            if _within(str(source), place) or _within(place, str(source)):
+                raise ValueError(
+                    f"private dataset {name!r}: source {source} "
+                    f"{'lies in' if _within(str(source), place) else 'holds'} {place}, which every sandbox mounts "
+                    "read-only (the Python installation, system folders, the worker's code): it would be readable "
+                    "with network. Keep private data elsewhere"
+                )
         return cls(name, source, level)
 
 

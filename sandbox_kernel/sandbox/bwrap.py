@@ -54,6 +54,18 @@ def python_roots() -> list[Path]:
     return roots
 
 
+def always_mounted() -> list[str]:
+    """The host paths (resolved) every sandbox sees read-only whatever its
+    workspace: the interpreter's installation, the system folders, the
+    allowed ``/etc`` entries, the worker's code. A private dataset's source
+    among them would be readable by every sandbox, with network too
+    (``engine/ratchet.py``: refused as a source, and a listed one there
+    makes every session private)."""
+    places = [*python_roots(), *(Path(d) for d in SYSTEM_DIRS), *(Path("/etc") / name for name in ETC_ALLOWED)]
+    places.append(Path(__file__).resolve().parents[1] / "worker")
+    return list(dict.fromkeys(os.path.realpath(place) for place in places))
+
+
 class BubblewrapSandbox(Sandbox):
     """Start commands under ``bwrap`` with every namespace unshared.
 

@@ -61,7 +61,9 @@ def test_magic_and_no_way_down_from_cells(fresh_kernel: SandboxKernelHandle) -> 
     assert run.stdout.strip() == "[]"
 
 
-def test_private_mount_only_after_the_ratchet(tmp_path: Path) -> None:
+def _kernel_with_hr(tmp_path: Path) -> tuple[SandboxKernelHandle, Path]:
+    """A kernel whose config names the SECRET dataset ``hr`` (``tmp_path/hr.csv``,
+    outside its workspace), and that file."""
     data = tmp_path / "hr.csv"
     data.write_text("name,salary\nada,100\n")
     config = tmp_path / "config"
@@ -69,7 +71,11 @@ def test_private_mount_only_after_the_ratchet(tmp_path: Path) -> None:
     (config / "sandbox_kernel_config.py").write_text(
         f"c.SandboxKernel.private_datasets = {{'hr': {{'source': {str(data)!r}, 'sensitivity': 'SECRET'}}}}\n"
     )
-    k = new_kernel(tmp_path, env={"JUPYTER_CONFIG_DIR": str(config)})
+    return new_kernel(tmp_path, env={"JUPYTER_CONFIG_DIR": str(config)}), data
+
+
+def test_private_mount_only_after_the_ratchet(tmp_path: Path) -> None:
+    k, data = _kernel_with_hr(tmp_path)
     try:
         run = k.run("import os\nprint(os.path.exists('/private/hr'), os.path.exists('/private'))")
         assert run.stdout.strip() == "False False"
@@ -92,14 +98,7 @@ def test_a_dataset_saved_anew_on_the_host_is_mounted_anew(tmp_path: Path) -> Non
     the source by renaming a new copy over it (an atomic save), the private
     sandbox read the old rows at /private/hr for the rest of its life. It is
     replaced by one mounting the new file at the next cell, with its state."""
-    data = tmp_path / "hr.csv"
-    data.write_text("name,salary\nada,100\n")
-    config = tmp_path / "config"
-    config.mkdir()
-    (config / "sandbox_kernel_config.py").write_text(
-        f"c.SandboxKernel.private_datasets = {{'hr': {{'source': {str(data)!r}, 'sensitivity': 'SECRET'}}}}\n"
-    )
-    k = new_kernel(tmp_path, env={"JUPYTER_CONFIG_DIR": str(config)})
+    k, data = _kernel_with_hr(tmp_path)
     try:
         read = "import sandbox_kernel.private as p\nprint(p.open_dataset('hr').read())"
         k.run(read)  # the rise: this cell is stopped (it had network)

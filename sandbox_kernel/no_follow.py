@@ -638,7 +638,7 @@ def copy_tree(root: str, source: str, destination: str, max_bytes: int = 0) -> N
     with _closing(top), _in_folder(root, destination) as (target_folder, target_name):
         os.mkdir(target_name, stat.S_IMODE(os.fstat(top).st_mode) | 0o700, dir_fd=target_folder)
         try:
-            _fill_dir(top, source, target_folder, target_name, destination, budget)
+            _fill_dir(top, source, target_folder, target_name, destination, budget, 0)
         except BaseException as exc:
             with contextlib.suppress(OSError, Refused):  # the partial copy
                 _remove_dir(target_folder, target_name, destination)
@@ -651,6 +651,23 @@ class _OverBudget(Exception):
     pass
 
 
+#: how many folders deep a folder copy goes: each level holds two open
+#: folders and two stack frames, so a deeper tree (a sandbox can make one
+#: 3,000 deep in a second) ended in a RecursionError, an HTTP 500
+MAX_COPY_DEPTH = 128
+
+
+class TooDeep(Refused):
+    """A folder copy deeper than MAX_COPY_DEPTH (what was copied is removed)."""
+
+    status = 400
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"{path} holds folders more than {MAX_COPY_DEPTH} deep, deeper than a folder copy goes: nothing was copied"
+        )
+
+
 def _open_dir(folder: int, name: str, path: str) -> int:
     try:
         return os.open(name, _FOLDER, dir_fd=folder)
@@ -660,13 +677,16 @@ def _open_dir(folder: int, name: str, path: str) -> int:
         raise
 
 
-def _copy_dir(source: int, source_path: str, parent: int, name: str, path: str, budget: list[int]) -> None:
-    """``budget``: the bytes of disk its files may still take (negative: no limit)."""
+def _copy_dir(source: int, source_path: str, parent: int, name: str, path: str, budget: list[int], depth: int) -> None:
+    """``budget``: the bytes of disk its files may still take (negative: no
+    limit); ``depth``: how far below the copied folder this one is."""
+    if depth > MAX_COPY_DEPTH:
+        raise TooDeep(source_path)
     os.mkdir(name, stat.S_IMODE(os.fstat(source).st_mode) | 0o700, dir_fd=parent)
-    _fill_dir(source, source_path, parent, name, path, budget)
+    _fill_dir(source, source_path, parent, name, path, budget, depth)
 
 
-def _fill_dir(source: int, source_path: str, parent: int, name: str, path: str, budget: list[int]) -> None:
+def _fill_dir(source: int, source_path: str, parent: int, name: str, path: str, budget: list[int], depth: int) -> None:
     """Copy what the folder ``source`` holds into the new folder ``name`` of ``parent``."""
     info = os.fstat(source)
     with _closing(_open_dir(parent, name, path)) as target:
@@ -675,7 +695,7 @@ def _fill_dir(source: int, source_path: str, parent: int, name: str, path: str, 
             kind = os.stat(entry, dir_fd=source, follow_symlinks=False).st_mode
             if stat.S_ISDIR(kind):
                 with _closing(_open_dir(source, entry, entry_path)) as below:
-                    _copy_dir(below, entry_path, target, entry, target_path, budget)
+                    _copy_dir(below, entry_path, target, entry, target_path, budget, depth + 1)
             elif stat.S_ISREG(kind):
                 _copy_file(source, entry, entry_path, target, entry, budget)
             else:  # a link, or a node a host program would follow
@@ -761,6 +781,7 @@ __all__ = [
     "LinkRefused",
     "NotAFile",
     "Refused",
+    "TooDeep",
     "TooLarge",
     "append",
     "copy",

@@ -13,10 +13,12 @@ import pytest
 
 from sandbox_kernel.no_follow import (
     JUDGED,
+    MAX_COPY_DEPTH,
     Changed,
     Exists,
     LinkRefused,
     NotAFile,
+    TooDeep,
     TooLarge,
     append,
     copy,
@@ -345,3 +347,24 @@ def test_a_folder_copy_past_its_limit_stops_and_leaves_nothing(tree: tuple[Path,
     copy_tree(str(root), str(heavy), str(root / "folder" / "copy"), max_bytes=2_000_000)
     assert (root / "folder" / "copy" / "sub" / "b.bin").read_bytes() == (heavy / "sub" / "b.bin").read_bytes()
     assert (root / "folder" / "copy" / "sparse.bin").stat().st_blocks == 0
+
+
+@pytest.mark.parametrize("depth", [MAX_COPY_DEPTH, MAX_COPY_DEPTH + 1, 600])
+def test_a_folder_copy_goes_so_deep_and_refuses_deeper_trees_cleanly(tree: tuple[Path, Path], depth: int) -> None:
+    """A sandbox can make a chain of folders thousands deep in a second; a Lab
+    "duplicate" of it ended in a RecursionError (an HTTP 500). A copy goes
+    MAX_COPY_DEPTH folders deep, and a deeper tree is refused (400, naming
+    the folder) with nothing left of the copy."""
+    root, _ = tree
+    source = root / "folder" / "deep"
+    os.makedirs(os.path.join(source, *(["d"] * depth)))
+    (source.joinpath(*(["d"] * depth)) / "leaf.txt").write_text("leaf")
+    destination = root / "folder" / "copy"
+    if depth <= MAX_COPY_DEPTH:
+        copy_tree(str(root), str(source), str(destination))
+        assert destination.joinpath(*(["d"] * depth), "leaf.txt").read_text() == "leaf"
+        return
+    with pytest.raises(TooDeep, match=f"more than {MAX_COPY_DEPTH} deep") as refused:
+        copy_tree(str(root), str(source), str(destination))
+    assert refused.value.status == 400 and str(source) in str(refused.value)
+    assert not destination.exists()

@@ -361,16 +361,12 @@ class SandboxManager:
         The workspace is then recorded at that level too: the container can
         copy what it reads into it, and every sandbox sharing the workspace
         (the tools' cells, a kernel in that folder) must rise with it."""
-        from sandbox_kernel.engine.ratchet import sources_held
-        from sandbox_kernel.privacy.state import merge
-        from sandbox_kernel.privacy.workspace_levels import FOLDER_LEVELS, levels_at, read_all_folders
+        from sandbox_kernel.engine.ratchet import folders_level
+        from sandbox_kernel.privacy.workspace_levels import FOLDER_LEVELS, levels_at
 
         own = levels_at(self._levels_store().parent / FOLDER_LEVELS)
         workspace, *mounts = self.mounted_folders(user_id, session_id)
-        state = read_all_folders([workspace, *mounts], own)
-        held = sources_held([workspace, *mounts])  # a listed private dataset's source in them
-        if held is not None:
-            state = merge(state, held)
+        state = folders_level([workspace, *mounts], own)
         if state.has_private_data:
             why = state.mark.reason if state.mark is not None and state.mark.reason else state.sensitivity.name
             try:

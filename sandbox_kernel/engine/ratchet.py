@@ -11,7 +11,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from ..privacy import (
 )
 from ..privacy.live_folder import LiveFolder
 from ..privacy.records import clean_reason
-from ..privacy.workspace_levels import WorkspaceLevels, read_all_folders, read_everywhere
+from ..privacy.workspace_levels import WorkspaceLevels, read_all_folders
 from ..sandbox import BindMount
 
 SYSTEM_NOTICE = (
@@ -88,6 +88,12 @@ def _within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
+def _overlaps(source: str, place: str) -> bool:
+    """Whether a sandbox mounting ``place`` sees (part of) ``source``: the
+    source lies in it, is it, or holds it (both resolved)."""
+    return _within(source, place) or _within(place, source)
+
+
 def exposed_sources(sources: Iterable[Path], folders: Iterable[Path]) -> list[tuple[Path, Path]]:
     """Each dataset source that lies in (or is, or holds) a folder the
     session's sandboxes mount, with that folder: paths compared resolved."""
@@ -96,7 +102,7 @@ def exposed_sources(sources: Iterable[Path], folders: Iterable[Path]) -> list[tu
     for source in sources:
         real = os.path.realpath(source)
         for place in places:
-            if _within(real, place) or _within(place, real):
+            if _overlaps(real, place):
                 found.append((Path(real), Path(place)))
                 break
     return found
@@ -175,12 +181,7 @@ def sources_held(folders: Iterable[Path]) -> PrivacyState | None:
     # of _always_mounted (a source there is refused, but another process, or
     # an older version, may have listed one)
     places = [os.path.realpath(folder) for folder in folders] + list(_always_mounted())
-    found = [
-        (source, place)
-        for _, source in entries
-        for place in places
-        if _within(str(source), place) or _within(place, str(source))
-    ]
+    found = [(source, place) for _, source in entries for place in places if _overlaps(str(source), place)]
     if not found:
         return None
     source, place = found[0]
@@ -189,6 +190,16 @@ def sources_held(folders: Iterable[Path]) -> PrivacyState | None:
         "program replaced the file"
     )
     return PrivacyState.build(mark=SessionMark.create(Sensitivity.CONFIDENTIAL, "workspace", clean_reason(reason)))
+
+
+def folders_level(folders: Sequence[Path], own: WorkspaceLevels | None) -> PrivacyState:
+    """The least level of a sandbox that mounts ``folders``: their folder
+    levels over every store of the host (``own``: the caller's store), and
+    any listed dataset source they hold (:func:`sources_held`). Shared by a
+    session's ratchet and the Docker shell's manager."""
+    found = read_all_folders(folders, own)
+    held = sources_held(folders)
+    return found if held is None else merge(found, held)
 
 
 @dataclass(frozen=True)
@@ -216,7 +227,7 @@ class PrivateMount:
         if level == Sensitivity.PUBLIC:
             raise ValueError(f"private dataset {name!r}: sensitivity PUBLIC makes no sense for a private mount")
         for place in _always_mounted():
-            if _within(str(source), place) or _within(place, str(source)):
+            if _overlaps(str(source), place):
                 raise ValueError(
                     f"private dataset {name!r}: source {source} "
                     f"{'lies in' if _within(str(source), place) else 'holds'} {place}, which every sandbox mounts "
@@ -335,14 +346,8 @@ class Ratchet:
                 return merge(own, PrivacyState.build(error=f"the folder's level could not be recorded: {exc}"))
         # every store's records of the folder, not only those beside this
         # session's store: a kernel with another privacy_dir or data_dir may
-        # share the folder (privacy/workspace_levels.py, read_everywhere)
-        if self.read_folders:
-            folder = read_all_folders([workspace, *self.read_folders], self.folders)
-        else:
-            folder = read_everywhere(workspace, self.folders)
-        held = sources_held([workspace, *self.read_folders])
-        if held is not None:
-            folder = merge(folder, held)
+        # share the folder (privacy/workspace_levels.py, read_all_folders)
+        folder = folders_level([workspace, *self.read_folders], self.folders)
         if folder.sensitivity <= own.sensitivity and folder.error is None:
             return own  # nothing the session does not already have (its own rise is recorded there too)
         if folder.has_private_data and folder.sensitivity > own.sensitivity:
@@ -383,9 +388,11 @@ class Ratchet:
         The caller's own list is hidden even where recording failed."""
         from ..privacy.dataset_registry import register
 
-        for mount in self.mounts.values():
-            register(mount.source)
-            record_source(WorkspaceLevels.beside(self.data.store), mount)
+        if self.mounts:
+            levels = WorkspaceLevels.beside(self.data.store)
+            for mount in self.mounts.values():
+                register(mount.source)
+                record_source(levels, mount)
         return [m.source for m in self.mounts.values()]
 
     def exposed_sources_notice(self) -> str | None:

@@ -13,7 +13,7 @@ one records the store's path here first, and every sandbox start hides each
 recorded store that exists (``engine/workspace_policy.py``). A store inside the
 default data dir is recorded too (hidden with the data dir already): every
 reader of a folder's level and of the holders to wait for finds the stores
-through this list (``workspace_levels.every_levels``,
+through this list (``workspace_levels.read_all_folders``,
 ``enforcement.pending_holders``), and a store left out was a folder level
 nobody read. Stores left there unrecorded by earlier versions are found once
 per process by a shallow scan of the data dir (:func:`_register_unlisted`). The list lives in
@@ -99,7 +99,7 @@ def register(root: Path) -> None:
     A store elsewhere inside the default data dir (``privacy_dir`` or a
     ``data_dir`` under it) is recorded too: every sandbox hides it already
     (with the whole data dir), but its folder levels and holders must be
-    read by every reader of a folder's level (``workspace_levels.every_levels``,
+    read by every reader of a folder's level (``workspace_levels.read_all_folders``,
     ``enforcement.pending_holders``), which find stores through this list.
 
     Never raises: a registry that cannot be written is logged (once) as an

@@ -291,24 +291,10 @@ def _candidates(own: WorkspaceLevels | None) -> tuple[list[Path], str | None]:
     return list(found), problem
 
 
-def every_levels(own: WorkspaceLevels | None = None) -> tuple[list[WorkspaceLevels], str | None]:
-    """The folder levels beside every store of the host that has any (``own``
-    first, then the default store's and each registered store's), and a
-    sentence when the store registry cannot be read (the caller fails closed).
-    A store's levels count when their folder or its high-water marks exist (a
-    ``lstat`` or two per store): without either, every read of them is PUBLIC."""
-    from .store import _highwater_root
-
-    places, problem = _candidates(own)
-    found: list[WorkspaceLevels] = [own] if own is not None else []
-    found += [levels_at(place) for place in places if os.path.lexists(place) or os.path.lexists(_highwater_root(place))]
-    return found, problem
-
-
 def read_everywhere(workspace: str | os.PathLike[str], own: WorkspaceLevels | None = None) -> PrivacyState:
     """The least state of every session whose sandbox can read ``workspace``
     (:meth:`WorkspaceLevels.read`) over the folder levels beside every store
-    of the host (:func:`every_levels`). Fails closed: an unreadable record
+    of the host (the default store's and each registered store's). Fails closed: an unreadable record
     in any of them, or an unreadable registry, makes the answer SECRET."""
     return read_all_folders([workspace], own)
 
@@ -396,6 +382,8 @@ def read_all_folders(folders: Iterable[str | os.PathLike[str]], own: WorkspaceLe
     if seen is not None and cached is not None and cached[0] == seen:
         found = cached[1]
     else:
+        # a store's levels count when their folder or its high-water marks
+        # exist: without either, every read of them is PUBLIC
         levels = [own] if own is not None else []
         levels += [
             levels_at(place) for place in places if os.path.lexists(place) or os.path.lexists(_highwater_root(place))

@@ -269,6 +269,7 @@ class SandboxKernel(Kernel, EngineSettings):
         self.status_comm = StatusComm(self.comm_manager, self, loop=cast(Any, self.io_loop).asyncio_loop)
         self._privacy_poll = PeriodicCallback(self._poll_privacy, self.privacy_poll_interval * 1000)
         self._privacy_poll.start()
+        self.engine.watch_cuts(self.privacy_poll_interval)  # the poll's stand-in while the loop is busy
         self._stop_listening: Any = None
         store = self.ratchet.data.store
         if hasattr(store, "listen"):  # the shared store: a rise on another host is acted on at once

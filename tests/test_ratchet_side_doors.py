@@ -86,24 +86,10 @@ def test_host_rise_cuts_a_busy_uncooperative_sandbox_at_once(tmp_path: Path) -> 
             "    def __reduce__(self):\n"
             "        time.sleep(12)\n"
             "        return (Slow, ())\n"
-            "slow = Slow()\n"
-            "daemon = subprocess.Popen([sys.executable, '-c', '''\n"
-            "import os, socket, time\n"
-            "while True:\n"
-            "    names = sorted(n for _, n in socket.if_nameindex())\n"
-            "    open('/workspace/ifaces.tmp', 'w').write(repr(names)); os.replace('/workspace/ifaces.tmp', '/workspace/ifaces')\n"
-            "    time.sleep(0.02)\n"
-            "'''], start_new_session=True)\n"
-            "print(daemon.pid)"
+            "slow = Slow()\n" + IFACES_DAEMON
         )
         assert run.status == "ok", run.errors
-        ifaces = k.workspace / "ifaces"
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not (
-            ifaces.exists() and "lo" in ifaces.read_text() and ifaces.read_text() != "['lo']"
-        ):
-            time.sleep(0.05)
-        assert ifaces.read_text() != "['lo']", "the daemon never saw the network"
+        ifaces = _wait_for_network(k)
         # The cell is busy for a long time and does not cooperate (SIGINT ignored).
         msg_id = k.kc.execute(
             "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)", stop_on_error=False
@@ -126,6 +112,77 @@ def test_host_rise_cuts_a_busy_uncooperative_sandbox_at_once(tmp_path: Path) -> 
         assert k.run(IFACES).stdout.strip() == "['lo']"
     finally:
         k.shutdown()
+
+
+def test_a_sandbox_keeping_the_host_busy_is_cut_on_time(tmp_path: Path) -> None:
+    """The poll runs on the kernel's event loop, and so does the cleaning of
+    what a sandbox sends. A cell whose reply carries three 20 MB HTML pages
+    built to be slow to clean kept the loop busy for seconds, and a host-side
+    rise made meanwhile cut its network only afterwards (5 s later, measured).
+    The cut watchdog's thread must cut it while the host is still cleaning."""
+    k = _kernel(tmp_path)
+    try:
+        run = k.run(IFACES_DAEMON)
+        assert run.status == "ok", run.errors
+        user_id, session_id = _identity(k)
+        ifaces = _wait_for_network(k)
+        msg_id = k.kc.execute(
+            "open('/workspace/flooding', 'w').close()\n"
+            "page = {'source': 'page', 'data': {'text/html': '<b>' * (20 * 1024 * 1024 // 3)}}\n"
+            "for _ in range(3):\n"
+            "    get_ipython().payload_manager.write_payload(page)\n",
+            stop_on_error=False,
+        )
+        deadline = time.monotonic() + 30
+        while not (k.workspace / "flooding").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(1.5)  # the reply is being cleaned: the kernel's loop is busy for seconds
+        store = PrivacyStore(k.data_dir / "privacy")
+        PrivateData(user_id, session_id, store).add_private_dataset("crm", "SECRET", source="connector")
+        raised = time.monotonic()
+        cut_after = None
+        while time.monotonic() - raised < 60:
+            if ifaces.read_text() == "['lo']":
+                cut_after = time.monotonic() - raised
+                break
+            time.sleep(0.02)
+        assert cut_after is not None, "the sandbox still had its network 60 s after the host-side rise"
+        reply_to(k, msg_id)
+        replied_after = time.monotonic() - raised
+        print(f"network cut {cut_after * 1000:.0f} ms after the rise, the reply {replied_after:.1f} s after it")
+        assert cut_after < 2.0, f"the network was cut {cut_after:.1f} s after the rise (the poll interval is 0.25 s)"
+        # the attack held the loop: the reply was still being cleaned well after the cut
+        assert replied_after > cut_after + 0.5, (cut_after, replied_after)
+        # the loop's poll did the rest: a sandbox without network, the state carried over
+        assert k.run(IFACES).stdout.strip() == "['lo']"
+        assert k.run("print(len(page['data']['text/html']))").stdout.strip() == str(20 * 1024 * 1024 // 3 * 3)
+    finally:
+        k.shutdown()
+
+
+#: a daemon (its own session: it outlives its cell) writing the sandbox's interfaces every 20 ms
+IFACES_DAEMON = (
+    "import subprocess, sys\n"
+    "daemon = subprocess.Popen([sys.executable, '-c', '''\n"
+    "import os, socket, time\n"
+    "while True:\n"
+    "    names = sorted(n for _, n in socket.if_nameindex())\n"
+    "    open('/workspace/ifaces.tmp', 'w').write(repr(names)); os.replace('/workspace/ifaces.tmp', '/workspace/ifaces')\n"
+    "    time.sleep(0.02)\n"
+    "'''], start_new_session=True)\n"
+)
+
+
+def _wait_for_network(k: SandboxKernelHandle) -> Path:
+    """The file the daemon of ``IFACES_DAEMON`` writes, once it saw the network."""
+    ifaces = k.workspace / "ifaces"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not (
+        ifaces.exists() and "lo" in ifaces.read_text() and ifaces.read_text() != "['lo']"
+    ):
+        time.sleep(0.05)
+    assert ifaces.read_text() != "['lo']", "the daemon never saw the network"
+    return ifaces
 
 
 def _identity(k: SandboxKernelHandle) -> tuple[str, str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,9 @@ MAX_ERROR_TEXT = 1000
 #: every later write of the session's file longer: a cell adding 2,000 took
 #: 154 s of the host's event loop (each request is answered there)
 MAX_CELL_DATASETS = 100
+#: held by every read and write of a ratchet's state in this process (see
+#: ``Ratchet.state``): reentrant, since a write reads the state it raises
+READ_LOCK = threading.RLock()
 #: what to do about a backend that isolates nothing (said in every refusal)
 UNISOLATED_FIX = (
     "Install bubblewrap (package 'bubblewrap') or choose the docker backend "
@@ -308,9 +312,12 @@ class Ratchet:
     def state(self) -> PrivacyState:
         """The session's level: its own, and that of its folder (a private
         session sharing the workspace raises this one too). Read from the
-        store every time (a few stat() calls and small reads)."""
-        state = self._read_state()
-        self._memo = (time.monotonic(), state)
+        store every time (a few stat() calls and small reads). One read at a
+        time in the process: the cut watchdog's thread reads too, and the
+        stores' and folder levels' caches are shared."""
+        with READ_LOCK:
+            state = self._read_state()
+            self._memo = (time.monotonic(), state)
         return state
 
     def recent_state(self, max_age: float = 0.05) -> PrivacyState:
@@ -410,11 +417,16 @@ class Ratchet:
         return [BindMount(m.source, f"{PRIVATE_ROOT}/{m.name}", readonly=True) for m in self.mounts.values()]
 
     def mark(self, level: str, reason: str, source: str) -> PrivacyState:
-        self._memo = None
-        return self.data.mark_private(Sensitivity.parse(level), source=source, reason=reason)
+        with READ_LOCK:
+            self._memo = None
+            return self.data.mark_private(Sensitivity.parse(level), source=source, reason=reason)
 
     def handle_request(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         """A cell asked to raise the ratchet; answer JSON for the worker."""
+        with READ_LOCK:
+            return self._handle_request(payload)
+
+    def _handle_request(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         self._memo = None
         try:
             kind = payload.get("kind")

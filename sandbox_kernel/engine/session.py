@@ -42,6 +42,7 @@ from ..worker import proxy_forward
 from ..worker.protocol import CHECKPOINT_FAILED_MARKER, Msg, Op
 from . import completer_seed, owned_dirs
 from .config import EngineConfig
+from .cut_watchdog import WATCHDOG
 from .launch import IN_EGRESS, IN_LIB, IN_PACKAGES, IN_STATE, WORKER_PACKAGE, WORKER_SOURCE, Launch, plan_launch
 from .ratchet import PRIVATE_ROOT, SYSTEM_NOTICE, Ratchet, unisolated_notice, unisolated_refusal
 from .replay import ReplayLog
@@ -222,6 +223,9 @@ class Session:
         self._background: set[asyncio.Future[Any]] = set()
         #: one-off commands running with a way out, and whether it is the proxy
         self._commands: dict[SandboxProcess, bool] = {}
+        #: when the privacy poll last began, and on which loop (``cut_from_thread``)
+        self._poll_began: float | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._workspace_noted = False  # the home-rule note is shown once per session
         self.started_at: float | None = None
         #: tells host-side raisers waiting for the cut what this session enforces
@@ -759,6 +763,7 @@ class Session:
     async def shutdown(self) -> None:
         """Stop the sandbox and remove every temp dir this session made."""
         self._closed = True
+        WATCHDOG.unwatch(self)
         if self._checkpoint_handle is not None:
             self._checkpoint_handle.cancel()
         if self.worker is not None:
@@ -881,9 +886,58 @@ class Session:
         self.ratchet.mark(level, reason, source)
         await self.refresh_privacy()
 
+    def watch_cuts(self, interval: float) -> None:
+        """Have the cut watchdog (``engine/cut_watchdog.py``) take the network
+        away when this session's poll, run every ``interval`` s by the caller,
+        is late: a busy loop must not keep a risen sandbox's network."""
+        WATCHDOG.watch(self, interval)
+
+    def poll_lag(self) -> float | None:
+        """Seconds since the privacy poll last began (None: never yet, or shut down)."""
+        began = self._poll_began
+        return None if began is None or self._closed else time.monotonic() - began
+
+    def cut_from_thread(self) -> bool:
+        """From the watchdog's thread, while the loop is busy: read the level,
+        and once the network is no longer allowed, take it from whatever of
+        this session still has it, at once and without the loop (helpers
+        killed through pidfds, containers disconnected; a sandbox whose
+        network cannot be taken is killed, as the loop's cut would). The
+        loop's poll then does the rest. Whether anything was cut."""
+        if self.ratchet is None or self._closed:
+            return False
+        if self.ratchet.state.network_mode == NetworkMode.FULL:
+            return False
+        cut = False
+        loop = self._loop
+        if self.proxy is not None and not self.proxy.is_cut and loop is not None:
+            # the proxy relays on the loop: nothing goes through it while the
+            # loop is busy, and this runs before the loop's next reads
+            loop.call_soon_threadsafe(self._cut_proxy)
+            cut = True
+        # As the loop's cut: what runs on the development fallback goes
+        # whatever its launch said (``_fail_closed``); else what has an
+        # interface (the proxy's relays wait for the loop).
+        unenforced = not self.sandbox.enforces_network
+        worker, starting = self.worker, self._starting_process
+        holders: list[SandboxProcess] = [p for p, proxied in list(self._commands.items()) if unenforced or not proxied]
+        if worker is not None and (unenforced or not (self.isolate_network or self.sandbox_proxied)):
+            holders.append(worker.process)
+        if starting is not None and (unenforced or (self._starting_network and not self.sandbox_proxied)):
+            holders.append(starting)
+        for process in holders:
+            if process.returncode is not None or process.network_cut or process.cut_now:
+                continue
+            if unenforced or not process.cut_network_now():
+                process.kill_now()  # the host's network, or no sandbox at all: only its end takes the way out
+            cut = True
+        return cut
+
     async def refresh_privacy(self) -> bool:
         """Re-read the store (another process may have raised it); act on a rise.
         Returns whether the state changed."""
+        self._poll_began = time.monotonic()
+        self._loop = asyncio.get_running_loop()
         if self.ratchet is None:
             return False
         # One read of every store per poll (four a second): each check below

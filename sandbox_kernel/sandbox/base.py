@@ -11,6 +11,7 @@ import logging
 import os
 import resource
 import signal
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -182,6 +183,16 @@ class SandboxProcess:
         self.backend = backend
         #: helper processes (e.g. the user-mode network) that die with the sandbox
         self.helpers = list(helpers)
+        #: pidfds of the sandbox and its helpers (``cut_network_now``), opened
+        #: while they are our unreaped children: a pid may be reaped by the
+        #: child watcher's thread and reused before the event loop hears of it
+        self._pidfds_lock = threading.Lock()
+        self._pidfds: dict[int, int] = {}
+        for child in (process, *self.helpers):
+            try:
+                self._pidfds[child.pid] = os.pidfd_open(child.pid)
+            except (OSError, AttributeError):  # gone already, or no pidfd (old kernel): cut by the loop only
+                pass
         #: the sandbox's own cgroup (whole-sandbox caps), when one could be had
         self.cgroup: Any = None
         #: why the sandbox has no cgroup of its own (said to the user once)
@@ -242,10 +253,60 @@ class SandboxProcess:
                 except ProcessLookupError:
                     pass
             await helper.wait()
+            self._close_pidfd(helper.pid)
         return bool(helpers)
+
+    def cut_network_now(self) -> bool:
+        """Take the network away from another thread, without the event loop:
+        the kernel's loop may be busy for seconds cleaning what a sandbox
+        sent, and the cut must not wait for it (``engine/cut_watchdog.py``).
+        Signals the helpers through their pidfds; whether there were any (if
+        not, only :meth:`kill_now` can take the network). The loop's own
+        :meth:`cut_network` then reaps them and records the cut."""
+        self.cut_now = self._signal(main=False) or self.cut_now
+        return self.cut_now
+
+    def kill_now(self) -> None:
+        """Kill the sandbox from another thread (see :meth:`cut_network_now`):
+        its first process, its helpers and its cgroup. The loop's
+        :meth:`kill` reaps them later."""
+        self._signal(main=True)
+        self.cut_now = True
+        if self.cgroup is not None and self.cgroup.owned:
+            try:
+                self.cgroup.kill_all()
+            except Exception as exc:  # the signals above went anyway
+                log.warning("could not kill the sandbox's cgroup: %s", exc)
+
+    def _signal(self, *, main: bool) -> bool:
+        """SIGKILL the helpers (and the first process if ``main``); whether
+        there was any to signal."""
+        with self._pidfds_lock:
+            fds = [fd for pid, fd in self._pidfds.items() if main or pid != self.process.pid]
+            for fd in fds:
+                try:
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass  # ended already
+        return bool(fds)
+
+    def _close_pidfd(self, pid: int) -> None:
+        with self._pidfds_lock:
+            fd = self._pidfds.pop(pid, None)
+            if fd is not None:
+                os.close(fd)
+
+    def __del__(self) -> None:
+        for fd in getattr(self, "_pidfds", {}).values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     #: set once :meth:`cut_network` succeeded
     network_cut = False
+    #: set once :meth:`cut_network_now` or :meth:`kill_now` took the way out
+    cut_now = False
     #: set when whoever holds the network refused to take it away (a Docker
     #: daemon refusing a disconnect): only killing the sandbox can do it then
     cut_refused = False
@@ -263,6 +324,7 @@ class SandboxProcess:
             await asyncio.wait_for(self.process.wait(), REAP_WAIT)
         except asyncio.TimeoutError:
             log.warning("sandbox %d was killed, but its pipes were still open after %g s", self.process.pid, REAP_WAIT)
+        self._close_pidfd(self.process.pid)
         if self.cgroup is not None:
             cgroup, self.cgroup = self.cgroup, None
             if not await asyncio.to_thread(cgroup.remove, 0.5):

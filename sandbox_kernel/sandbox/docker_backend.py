@@ -141,6 +141,27 @@ class ContainerProcess(SandboxProcess):
         self.network_cut = True
         return True
 
+    def cut_network_now(self) -> bool:
+        """Disconnect the container from another thread (see
+        ``SandboxProcess.cut_network_now``); a daemon that refuses leaves only
+        :meth:`kill_now`."""
+        if self._removed:
+            return False
+        try:
+            _disconnect_all(self.client, self.container_id)
+        except Exception as exc:
+            log.error("could not disconnect sandbox container %s: %s", self.container_id[:12], exc)
+            return False
+        self.cut_now = True
+        return True
+
+    def kill_now(self) -> None:
+        """Remove the container from another thread; the loop's :meth:`kill` follows."""
+        if not self._removed:
+            self._removed = True
+            _remove_container(self.client, self.container_id)
+        super().kill_now()
+
     async def kill(self) -> None:
         try:
             await self.remove_container()

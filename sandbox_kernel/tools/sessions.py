@@ -193,7 +193,7 @@ class ToolSession:
         """An engine session of this tool session, not started: ``ensure_engine``
         starts it; the shell tool runs one command through it when no engine is live."""
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return Session(
+        engine = Session(
             EngineConfig(
                 backend=self.config.backend,
                 workspace=self.workspace,
@@ -212,6 +212,8 @@ class ToolSession:
             log=log,
             ratchet=self.ratchet,
         )
+        engine.watch_cuts(self.config.privacy_poll_interval)  # polled by ``_ensure_watcher``
+        return engine
 
     async def ensure_engine(self) -> Session:
         """The live engine; started (or resumed from the checkpoint) if needed.

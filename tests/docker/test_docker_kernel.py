@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 import pytest
-from kernel_helpers import SandboxKernelHandle, status_of
+from kernel_helpers import SandboxKernelHandle, reply_to, status_of
 
 from sandbox_kernel.docker.hardening import ICC_OPTION, SANDBOX_NETWORK
 from sandbox_kernel.docker.names import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER_PID
@@ -488,6 +488,48 @@ def test_host_rise_with_wait_disconnects_a_busy_container(docker_client: Any, te
             reply = k.handle.kc.get_shell_msg(timeout=180)
             if reply["parent_header"].get("msg_id") == msg_id:
                 break
+        run = k.run(IFACES)
+        assert run.stdout.strip() == "['lo']", (run.reply, run.stderr, run.errors)
+        assert k.run("print(kept)").stdout.strip() == "1"
+    finally:
+        k.shutdown()
+
+
+def test_a_container_keeping_the_host_busy_is_disconnected_on_time(
+    docker_client: Any, test_image: str, tmp_path: Path
+) -> None:
+    """A reply carrying 60 MB of HTML slow to clean keeps the kernel's loop busy
+    for seconds; a host-side rise meanwhile must still disconnect the container
+    within about the poll interval (the cut watchdog's thread disconnects it),
+    not once the cleaning ends."""
+    k = DockerKernel(tmp_path, docker_client, test_image)
+    try:
+        assert k.run("kept = 1").status == "ok"
+        assert _networked(k), "a public docker sandbox has a network"
+        state = status_of(k.handle)
+        msg_id = k.handle.kc.execute(
+            "open('/workspace/flooding', 'w').close()\n"
+            "page = {'source': 'page', 'data': {'text/html': '<b>' * (20 * 1024 * 1024 // 3)}}\n"
+            "for _ in range(3):\n"
+            "    get_ipython().payload_manager.write_payload(page)\n",
+            stop_on_error=False,
+        )
+        assert wait_for(lambda: (k.handle.workspace / "flooding").exists(), 30)
+        time.sleep(1.5)  # the reply is being cleaned
+        store = PrivacyStore(k.handle.data_dir / "privacy")
+        PrivateData(state["user_id"], state["session_id"], store).add_private_dataset(
+            "crm", "SECRET", source="connector"
+        )
+        raised = time.monotonic()
+        assert wait_for(lambda: not _networked(k), 60, 0.05), "the container kept its network 60 s after the rise"
+        cut_after = time.monotonic() - raised
+        reply_to(k.handle, msg_id)
+        replied_after = time.monotonic() - raised
+        print(
+            f"docker: disconnected {cut_after * 1000:.0f} ms after the rise, the reply {replied_after:.1f} s after it"
+        )
+        assert cut_after < 2.0, f"the container was disconnected {cut_after:.1f} s after the rise"
+        assert replied_after > cut_after + 0.5, (cut_after, replied_after)  # the loop was held meanwhile
         run = k.run(IFACES)
         assert run.stdout.strip() == "['lo']", (run.reply, run.stderr, run.errors)
         assert k.run("print(kept)").stdout.strip() == "1"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -161,4 +162,63 @@ async def test_private_datasets_wait_for_every_holder_of_the_folder_to_lose_its_
     finally:
         if kernel is not None:
             await asyncio.to_thread(kernel.shutdown)
+        await reg.aclose()
+
+
+# a command that logs its interfaces every 20 ms (wall clock, the host's too) until told to stop
+LOGGER = (
+    "touch /workspace/started; while [ ! -e /workspace/stop ]; do "
+    "echo \"$(date +%s.%N) $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\\n' ' ')\" "
+    ">> /workspace/ifaces.log; sleep 0.02; done"
+)
+
+
+@pytest.mark.parametrize("network", ["user", "host"])
+async def test_a_command_loses_its_network_while_the_agents_loop_is_busy(network: str, data_dir: Path) -> None:
+    """The registry's watcher polls on the agent's event loop, which also
+    cleans what sandboxes send and runs the agent's own code: a loop kept busy
+    for seconds (here a blocking call, as a flood of outputs slow to clean
+    does) must not keep a risen command's network that long. The cut
+    watchdog's thread cuts it (the user-mode network's helper killed; a
+    command on the host's network killed)."""
+    reg = SessionRegistry(ToolsConfig(backend="bwrap", idle_timeout=600, network=network))
+    session = await reg.get("alice", "busy")
+    session.workspace.mkdir(parents=True, exist_ok=True)
+    command = asyncio.create_task(
+        sandbox_execute(LOGGER, timeout=120, user_id="alice", session_id="busy", registry=reg)
+    )
+    log = session.workspace / "ifaces.log"
+    try:
+        for _ in range(600):
+            if log.exists() or command.done():
+                break
+            await asyncio.sleep(0.05)
+        assert log.exists(), command.result().text if command.done() else "not started"
+        await asyncio.sleep(1.0)  # the watcher has polled
+        assert "lo" in log.read_text() and log.read_text().splitlines()[-1].split()[1:] != ["lo"]
+        raised: list[float] = []
+        connector = PrivateData("alice", "busy", reg.config.privacy_store())
+
+        def rise() -> None:
+            connector.add_private_dataset("crm", "SECRET", "connector")
+            raised.append(time.time())
+
+        threading.Timer(0.5, rise).start()
+        time.sleep(4.0)  # noqa: ASYNC251 - on purpose: the agent's loop is busy, its watcher cannot poll
+        assert raised, "the rise did not happen"
+        lines = [line.split() for line in log.read_text().splitlines() if line.strip()]
+        if network == "host":
+            # the host's network cannot be taken away: the command is killed
+            cut_at = float(lines[-1][0])
+        else:
+            cut_at = next((float(ts) for ts, *names in lines if names == ["lo"] and float(ts) > raised[0]), 1e18)
+        cut_after = cut_at - raised[0]
+        print(f"{network}: command cut {cut_after * 1000:.0f} ms after the rise, the loop busy 4 s")
+        assert cut_after < 2.0, f"the command kept its network {cut_after:.1f} s after the rise"
+        (session.workspace / "stop").touch()
+        result = (await asyncio.wait_for(command, 60)).text
+        if network == "host":
+            assert "Exit code: -9" in result, result
+    finally:
+        (session.workspace / "stop").touch()
         await reg.aclose()

@@ -21,6 +21,7 @@ from kernel_helpers import (
     shared_data_kernel,
     status_of,
 )
+from test_forged_frames import FORGE
 
 from sandbox_kernel.privacy import PrivacyStore, PrivateData
 
@@ -156,6 +157,54 @@ def test_a_sandbox_keeping_the_host_busy_is_cut_on_time(tmp_path: Path) -> None:
         # the loop's poll did the rest: a sandbox without network, the state carried over
         assert k.run(IFACES).stdout.strip() == "['lo']"
         assert k.run("print(len(page['data']['text/html']))").stdout.strip() == str(20 * 1024 * 1024 // 3 * 3)
+    finally:
+        k.shutdown()
+
+
+def test_frames_that_hold_the_hosts_gil_do_not_delay_the_cut(tmp_path: Path) -> None:
+    """The cut watchdog is a thread: it needs the GIL. Counting the values of a
+    64 MB frame of short strings (before refusing to parse it) held the GIL
+    5.4 s in one call, so a cell writing such frames on its channel kept its
+    network seconds after a rise, watchdog or not. The count now goes a
+    window at a time (tests/test_frame_value_count.py)."""
+    k = _kernel(tmp_path)
+    try:
+        run = k.run(IFACES_DAEMON)
+        assert run.status == "ok", run.errors
+        assert k.run("del daemon\nkept = 'state'").status == "ok"  # (a Popen is not checkpointed)
+        user_id, session_id = _identity(k)
+        ifaces = _wait_for_network(k)
+        time.sleep(1.0)  # the checkpoint at idle
+        msg_id = k.kc.execute(
+            FORGE + "open('/workspace/flooding', 'w').close()\n"
+            "body = b'[\"' + b'a\",\"' * (16 * 1024 * 1024 - 1) + b'\"]'  # the largest frame\n"
+            "for _ in range(6):\n"
+            "    forge(None, raw=body)\n",
+            stop_on_error=False,
+        )
+        deadline = time.monotonic() + 30
+        while not (k.workspace / "flooding").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(1.5)  # the frames are being counted
+        assert ifaces.read_text() != "['lo']", "the sandbox lost its network before the rise"
+        store = PrivacyStore(k.data_dir / "privacy")
+        PrivateData(user_id, session_id, store).add_private_dataset("crm", "SECRET", source="connector")
+        raised = time.monotonic()
+        cut_after = None
+        while time.monotonic() - raised < 60:
+            if ifaces.read_text() == "['lo']":
+                cut_after = time.monotonic() - raised
+                break
+            time.sleep(0.02)
+        print(f"network cut {cut_after} s after the rise")
+        assert cut_after is not None and cut_after < 2.0, f"the network was cut {cut_after} s after the rise"
+        # Stopped in the middle of a frame, the cell's process left the host
+        # waiting for the rest of it: the kernel hung for good. The sandbox
+        # now goes when the kill is not answered, the state kept.
+        reply_to(k, msg_id, timeout=60)
+        assert k.run(IFACES).stdout.strip() == "['lo']"
+        run = k.run("print(kept)")
+        assert run.stdout == "state\n", (run.stderr, run.errors)
     finally:
         k.shutdown()
 

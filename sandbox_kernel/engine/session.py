@@ -973,7 +973,7 @@ class Session:
                         "the session became private while this cell ran with network, so the cell was stopped"
                     )
                     self._replace_reason = "the session became private"
-                    self.worker.send({"op": Op.KILL})
+                    self._kill_cell(self.worker)
             elif not self._lock.locked():
                 async with self._lock:
                     await self._enforce_ratchet(None)
@@ -1204,6 +1204,22 @@ class Session:
         self._background.add(kill)
         kill.add_done_callback(self._background.discard)
 
+    def _kill_cell(self, worker: WorkerHandle) -> None:
+        """Have the worker kill the running request's process; if it does not
+        answer within ``KILLED_CELL_WAIT`` s, the sandbox goes (its state comes
+        back from the last checkpoint and the replay log). A worker may never
+        answer: a cell can stop its holder (SIGSTOP), and a process killed in
+        the middle of writing a frame leaves the host waiting for the rest of
+        it (a rise stopped a cell that wrote 64 MB frames: it hung for good)."""
+        rid = self._running
+        worker.send({"op": Op.KILL})
+
+        def last_resort() -> None:
+            if self._running == rid and self.worker is worker and worker.alive:
+                self._kill_soon(worker, "the sandbox did not answer after the cell was killed")
+
+        asyncio.get_running_loop().call_later(KILLED_CELL_WAIT, last_resort)
+
     async def _after_death(self, done: dict[str, Any], hits: list[str], guarded: Emit, whose: str) -> str:
         """Why a request's process died (for its error), after the sandbox the
         ratchet asked for, or a new one if the whole sandbox went, is in place."""
@@ -1347,17 +1363,8 @@ class Session:
                 self._kill_reason = (
                     f"the cell did not stop within {self.config.interrupt_grace:g} s of the interrupt and was killed"
                 )
-                worker.send({"op": Op.KILL})
-                loop.call_later(KILLED_CELL_WAIT, last_resort, worker)
-
-        def last_resort(worker: WorkerHandle) -> None:
-            # The worker did not act on the kill: a cell can stop its holder
-            # (SIGSTOP), which then reads no op, and the interrupt hung for
-            # good (only a restart ended it, and lost the state). The sandbox
-            # goes, as after a cell timeout; the state comes back from the
-            # last checkpoint and the replay log.
-            if self._running == rid and self.worker is worker and worker.alive:
-                self._kill_soon(worker, "the sandbox did not answer after the cell was killed")
+                # (a cell that stopped its holder hung the interrupt for good before the last resort)
+                self._kill_cell(worker)
 
         loop.call_later(self.config.interrupt_grace, escalate)
 
@@ -1514,7 +1521,7 @@ class Session:
             )
             self._replace_reason = "to mount the private datasets"
             self._needs_mounts = True
-            worker.send({"op": Op.KILL})
+            self._kill_cell(worker)
         elif reply.get("ok") and not self.isolate_network and not self.network_allowed:
             # Ratchet before data: the cell stops right here, before it can use
             # what it just declared while the sandbox still has network.
@@ -1529,7 +1536,7 @@ class Session:
             task = asyncio.ensure_future(self.cut_network())  # daemonised children lose it too
             self._background.add(task)  # asyncio keeps only a weak reference to tasks
             task.add_done_callback(self._background.discard)
-            worker.send({"op": Op.KILL})
+            self._kill_cell(worker)
         else:
             worker.send({"op": Op.RATCHET_REPLY, **reply})
         if reply.get("ok"):

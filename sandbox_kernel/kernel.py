@@ -33,7 +33,13 @@ from .engine.ratchet import Ratchet
 from .engine.settings import EngineSettings
 from .host_streams import iopub_barrier
 from .outputs.links import defang_text
-from .outputs.replies import clean_completion_metadata, clean_payloads, clean_user_expressions, plain_text
+from .outputs.replies import (
+    clean_completion_metadata,
+    clean_payloads,
+    clean_reply_bundle,
+    clean_user_expressions,
+    plain_text,
+)
 from .outputs.widgets import WidgetRefused, installed_widget_modules
 from .privacy import default_user_id, session_id_for_notebook, validate_id
 from .privacy.store import default_data_dir
@@ -698,8 +704,6 @@ class SandboxKernel(Kernel, EngineSettings):
     async def do_inspect(
         self, code: Any, cursor_pos: Any, detail_level: Any = 0, omit_sections: Any = ()
     ) -> dict[str, Any]:
-        from .outputs import sanitize_bundle
-
         problem = (
             requests.text_problem(code, "code", self.max_code_bytes)
             or requests.cursor_problem(cursor_pos, code if isinstance(code, str) else "")
@@ -718,7 +722,7 @@ class SandboxKernel(Kernel, EngineSettings):
             self.log.warning("inspection failed: %s", exc)
             reply = {}
         found = bool(reply.get("found"))
-        clean = sanitize_bundle(reply.get("data") or {}, {}, trusted=False, private=self.engine.private)
+        clean = clean_reply_bundle(reply.get("data") or {}, {}, private=self.engine.private)
         return {"status": "ok", "found": found, "data": clean.data if found else {}, "metadata": {}}
 
     async def do_is_complete(self, code: Any) -> dict[str, Any]:

@@ -70,6 +70,28 @@ def test_pager_payload_html_is_sanitised(kernel: SandboxKernelHandle) -> None:
     assert "application/javascript" not in payload["data"]
 
 
+def test_reply_bundles_too_large_to_clean_are_a_note(kernel: SandboxKernelHandle) -> None:
+    """Replies are not charged to the cell's output budget and a frame holds
+    64 MB: pages of that much held the host's GIL up to 4 s in one cleaning
+    call (an attack review). Over 4 MB, a page or an expression's value is a
+    note; smaller values are untouched (the pager's own test is above)."""
+    reply = execute(
+        kernel,
+        code=(
+            "from IPython.core import page\n"
+            "big = '<svg xmlns=\"http://www.w3.org/2000/svg\">' + '<g/>' * 1_500_000 + '</svg>'\n"
+            "page.page({'image/svg+xml': big, 'text/plain': 'big'})"
+        ),
+        user_expressions={"value": "{'text/html': big}", "fine": "len(big)"},
+    )
+    assert reply["status"] == "ok", reply
+    [page] = [p["data"] for p in reply["payload"] if p["source"] == "page"]
+    assert list(page) == ["text/plain"] and "too large to clean" in page["text/plain"], page
+    value = reply["user_expressions"]["value"]
+    assert value["status"] == "ok" and "too large to clean" in value["data"]["text/plain"], value
+    assert reply["user_expressions"]["fine"]["data"]["text/plain"] == str(len("<g/>") * 1_500_000 + 46)
+
+
 def test_help_pager_still_works(kernel: SandboxKernelHandle) -> None:
     reply = execute(kernel, code="zip?")
     assert reply["status"] == "ok" and reply["payload"][0]["source"] == "page"
@@ -299,3 +321,29 @@ def test_the_host_reads_frames_without_lone_surrogates(body: bytes, text: str) -
     msg = asyncio.run(read())
     assert msg["text"] == text
     json.dumps(msg, ensure_ascii=False).encode("utf-8")  # what jupyter_client's packer needs
+
+
+def test_a_frame_of_too_many_lone_surrogates_is_a_notice() -> None:
+    """Each lone surrogate is decoded, then replaced, by an error handler one
+    at a time while the host holds the GIL: a 64 MB frame of them held it
+    7.4 s (an attack review; the cut watchdog's thread needs it). More than
+    ``MAX_FRAME_SURROGATES`` make the frame a notice; up to that many are
+    replaced as before."""
+    from sandbox_kernel.engine.channel import MAX_FRAME_SURROGATES
+
+    async def read(body: bytes) -> dict[str, Any]:
+        reader = asyncio.StreamReader(limit=1 << 27)
+        reader.feed_data(HEADER.pack(len(body)) + body)
+        reader.feed_eof()
+        got = await read_message(reader)
+        assert got is not None
+        return got[0]
+
+    def stream(raw: bytes) -> bytes:
+        return b'{"type": "stream", "name": "stdout", "text": "' + raw + b'"}'
+
+    kept = asyncio.run(read(stream(b"\xed\xa0\x80" * MAX_FRAME_SURROGATES)))
+    assert kept["name"] == "stdout" and kept["text"] == "\ufffd" * MAX_FRAME_SURROGATES
+    for raw in (b"\xed\xa0\x80" * (21 << 20), b"\\udc80" * (MAX_FRAME_SURROGATES + 1)):
+        dropped = asyncio.run(read(stream(raw)))
+        assert dropped["name"] == "stderr" and "lone surrogates" in dropped["text"], dropped["text"][:200]

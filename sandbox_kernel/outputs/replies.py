@@ -22,6 +22,11 @@ Decisions:
 - ``edit_magic``: dropped. It names a file path inside the sandbox, which means
   nothing on the host, and a frontend opening an editor on a host path is a risk.
 - ``ask_exit``: only ``keepkernel`` (a bool) is kept.
+- A bundle of a reply (a page, an expression's value, an inspection) is
+  cleaned only up to ``MAX_REPLY_BUNDLE`` bytes: replies are not charged to a
+  cell's output budget, a frame holds 64 MB, and cleaning that much held the
+  kernel's GIL (and the cut watchdog that needs it) up to 4 s in one call.
+  Help text, source and values that large are not something a pager shows.
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..terminal_text import terminal_safe_output
-from .sanitize import sanitize_bundle
+from .limits import bundle_size
+from .sanitize import SanitizedBundle, sanitize_bundle
 
 log = logging.getLogger("sandbox_kernel.outputs")
 
 MAX_NEXT_INPUT = 100_000
+MAX_REPLY_BUNDLE = 4 * 1024 * 1024
 MAX_PAYLOADS = 16
 MAX_EXPRESSIONS = 100
 MAX_TEXT = 100_000
@@ -59,6 +66,18 @@ def plain_text(value: Any, limit: int = MAX_TEXT, defang: Defang = _identity) ->
     return defang(terminal_safe_output(text))
 
 
+def clean_reply_bundle(data: Any, metadata: Any, *, private: bool) -> SanitizedBundle:
+    """A reply's bundle through the output policy (never trusted), or a note
+    when it is over ``MAX_REPLY_BUNDLE`` bytes."""
+    if isinstance(data, Mapping):
+        size = bundle_size(data)
+        if size > MAX_REPLY_BUNDLE:
+            note = f"a reply's output of {size:,} bytes was dropped (over {MAX_REPLY_BUNDLE:,}, too large to clean)"
+            log.warning("%s", note)
+            return SanitizedBundle({"text/plain": f"[sandbox_kernel: {note}]"}, {}, [note])
+    return sanitize_bundle(data, metadata, trusted=False, private=private)
+
+
 def clean_payloads(payloads: Any, *, private: bool, defang: Defang = _identity) -> list[dict[str, Any]]:
     """The execute_reply ``payload`` list, by allow-list of sources."""
     if not isinstance(payloads, list):
@@ -70,7 +89,9 @@ def clean_payloads(payloads: Any, *, private: bool, defang: Defang = _identity) 
             continue
         source = payload.get("source")
         if source == "page":
-            clean = sanitize_bundle(payload.get("data"), {}, trusted=False, private=private)  # type: ignore[arg-type]  # bad shapes are named in clean.removed
+            clean = clean_reply_bundle(
+                payload.get("data"), {}, private=private
+            )  # bad shapes are named in clean.removed
             if not clean.data:
                 continue
             start = payload.get("start")
@@ -103,7 +124,7 @@ def clean_user_expressions(
         if not isinstance(value, Mapping):
             continue
         if value.get("status") == "ok":
-            clean = sanitize_bundle(value.get("data"), value.get("metadata"), trusted=False, private=private)  # type: ignore[arg-type]  # bad shapes are named in clean.removed
+            clean = clean_reply_bundle(value.get("data"), value.get("metadata"), private=private)
             out[name] = {"status": "ok", "data": clean.data, "metadata": clean.metadata}
         else:
             tb = value.get("traceback")

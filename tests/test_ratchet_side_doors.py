@@ -28,15 +28,23 @@ from sandbox_kernel.privacy import PrivacyStore, PrivateData
 IFACES = "import socket\nprint(sorted(n for _, n in socket.if_nameindex()))"
 
 
-def _kernel(tmp_path: Path, name: str = "k") -> SandboxKernelHandle:
+def _kernel(tmp_path: Path, name: str = "k", *extra: str) -> SandboxKernelHandle:
     require_bwrap()
     (tmp_path / f"{name}-ws").mkdir()
     (tmp_path / f"{name}-tmp").mkdir()
     return SandboxKernelHandle(
         tmp_path / f"{name}-ws",
         tmp_path / f"{name}-tmp",
-        extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.network=full"],
+        extra_args=["--SandboxKernel.backend=bwrap", "--SandboxKernel.network=full", *extra],
     )
+
+
+#: a cell keeping the host's loop busy for about 14 s: two 19 MB HTML displays
+#: built to be slow to clean (``BUSY_BUDGET`` lets both in)
+BUSY_CELL = (
+    "from IPython.display import HTML\nhtml = '<b>' * ((19 << 20) // 3)\nfor _ in range(2):\n    display(HTML(html))\n"
+)
+BUSY_BUDGET = f"--SandboxKernel.max_output_bytes={60 << 20}"
 
 
 def test_restart_without_notebook_path_keeps_the_session(tmp_path: Path) -> None:
@@ -117,36 +125,17 @@ def test_host_rise_cuts_a_busy_uncooperative_sandbox_at_once(tmp_path: Path) -> 
 
 def test_a_sandbox_keeping_the_host_busy_is_cut_on_time(tmp_path: Path) -> None:
     """The poll runs on the kernel's event loop, and so does the cleaning of
-    what a sandbox sends. A cell whose reply carries three 20 MB HTML pages
-    built to be slow to clean kept the loop busy for seconds, and a host-side
-    rise made meanwhile cut its network only afterwards (5 s later, measured).
-    The cut watchdog's thread must cut it while the host is still cleaning."""
-    k = _kernel(tmp_path)
+    what a sandbox sends. A cell whose outputs are built to be slow to clean
+    kept the loop busy for seconds, and a host-side rise made meanwhile cut its
+    network only afterwards (5 s later, measured). The cut watchdog's thread
+    must cut it while the host is still cleaning."""
+    k = _kernel(tmp_path, "k", BUSY_BUDGET)
     try:
         run = k.run(IFACES_DAEMON)
         assert run.status == "ok", run.errors
-        user_id, session_id = _identity(k)
-        ifaces = _wait_for_network(k)
-        msg_id = k.kc.execute(
-            "open('/workspace/flooding', 'w').close()\n"
-            "page = {'source': 'page', 'data': {'text/html': '<b>' * (20 * 1024 * 1024 // 3)}}\n"
-            "for _ in range(3):\n"
-            "    get_ipython().payload_manager.write_payload(page)\n",
-            stop_on_error=False,
-        )
-        deadline = time.monotonic() + 30
-        while not (k.workspace / "flooding").exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(1.5)  # the reply is being cleaned: the kernel's loop is busy for seconds
-        store = PrivacyStore(k.data_dir / "privacy")
-        PrivateData(user_id, session_id, store).add_private_dataset("crm", "SECRET", source="connector")
-        raised = time.monotonic()
-        cut_after = None
-        while time.monotonic() - raised < 60:
-            if ifaces.read_text() == "['lo']":
-                cut_after = time.monotonic() - raised
-                break
-            time.sleep(0.02)
+        assert k.run("del daemon\nkept = 'state'").status == "ok"  # (a Popen is not checkpointed)
+        time.sleep(1.0)  # the checkpoint at idle
+        msg_id, raised, cut_after = _rise_while_busy(k, BUSY_CELL)
         assert cut_after is not None, "the sandbox still had its network 60 s after the host-side rise"
         reply_to(k, msg_id)
         replied_after = time.monotonic() - raised
@@ -154,9 +143,10 @@ def test_a_sandbox_keeping_the_host_busy_is_cut_on_time(tmp_path: Path) -> None:
         assert cut_after < 2.0, f"the network was cut {cut_after:.1f} s after the rise (the poll interval is 0.25 s)"
         # the attack held the loop: the reply was still being cleaned well after the cut
         assert replied_after > cut_after + 0.5, (cut_after, replied_after)
-        # the loop's poll did the rest: a sandbox without network, the state carried over
+        # the loop's poll did the rest: the cell stopped, a sandbox without
+        # network, the state of earlier cells carried over
         assert k.run(IFACES).stdout.strip() == "['lo']"
-        assert k.run("print(len(page['data']['text/html']))").stdout.strip() == str(20 * 1024 * 1024 // 3 * 3)
+        assert k.run("print(kept)").stdout == "state\n"
     finally:
         k.shutdown()
 
@@ -172,30 +162,13 @@ def test_frames_that_hold_the_hosts_gil_do_not_delay_the_cut(tmp_path: Path) -> 
         run = k.run(IFACES_DAEMON)
         assert run.status == "ok", run.errors
         assert k.run("del daemon\nkept = 'state'").status == "ok"  # (a Popen is not checkpointed)
-        user_id, session_id = _identity(k)
-        ifaces = _wait_for_network(k)
         time.sleep(1.0)  # the checkpoint at idle
-        msg_id = k.kc.execute(
-            FORGE + "open('/workspace/flooding', 'w').close()\n"
-            "body = b'[\"' + b'a\",\"' * (16 * 1024 * 1024 - 1) + b'\"]'  # the largest frame\n"
+        msg_id, _, cut_after = _rise_while_busy(
+            k,
+            FORGE + "body = b'[\"' + b'a\",\"' * (16 * 1024 * 1024 - 1) + b'\"]'  # the largest frame\n"
             "for _ in range(6):\n"
             "    forge(None, raw=body)\n",
-            stop_on_error=False,
         )
-        deadline = time.monotonic() + 30
-        while not (k.workspace / "flooding").exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(1.5)  # the frames are being counted
-        assert ifaces.read_text() != "['lo']", "the sandbox lost its network before the rise"
-        store = PrivacyStore(k.data_dir / "privacy")
-        PrivateData(user_id, session_id, store).add_private_dataset("crm", "SECRET", source="connector")
-        raised = time.monotonic()
-        cut_after = None
-        while time.monotonic() - raised < 60:
-            if ifaces.read_text() == "['lo']":
-                cut_after = time.monotonic() - raised
-                break
-            time.sleep(0.02)
         print(f"network cut {cut_after} s after the rise")
         assert cut_after is not None and cut_after < 2.0, f"the network was cut {cut_after} s after the rise"
         # Stopped in the middle of a frame, the cell's process left the host
@@ -207,6 +180,30 @@ def test_frames_that_hold_the_hosts_gil_do_not_delay_the_cut(tmp_path: Path) -> 
         assert run.stdout == "state\n", (run.stderr, run.errors)
     finally:
         k.shutdown()
+
+
+def _rise_while_busy(k: SandboxKernelHandle, code: str) -> tuple[str, float, float | None]:
+    """Run ``code`` (a cell that keeps the host busy) in a kernel whose daemon
+    of ``IFACES_DAEMON`` runs, raise the session from host Python 1.5 s into
+    it, and wait for the daemon to see only ``lo``: the cell's msg_id, when
+    the rise was made, and how long after it the cut came (None: not in 60 s)."""
+    user_id, session_id = _identity(k)
+    ifaces = _wait_for_network(k)
+    msg_id = k.kc.execute("open('/workspace/flooding', 'w').close()\n" + code, stop_on_error=False)
+    deadline = time.monotonic() + 30
+    while not (k.workspace / "flooding").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(1.5)  # what the cell sent is being read and cleaned: the host is busy
+    assert ifaces.read_text() != "['lo']", "the sandbox lost its network before the rise"
+    PrivateData(user_id, session_id, PrivacyStore(k.data_dir / "privacy")).add_private_dataset(
+        "crm", "SECRET", source="connector"
+    )
+    raised = time.monotonic()
+    while time.monotonic() - raised < 60:
+        if ifaces.read_text() == "['lo']":
+            return msg_id, raised, time.monotonic() - raised
+        time.sleep(0.02)
+    return msg_id, raised, None
 
 
 #: a daemon (its own session: it outlives its cell) writing the sandbox's interfaces every 20 ms

@@ -226,6 +226,7 @@ class Session:
         #: when the privacy poll last began, and on which loop (``cut_from_thread``)
         self._poll_began: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._proxy_cut_queued: EgressProxy | None = None  # by ``cut_from_thread``, once
         self._workspace_noted = False  # the home-rule note is shown once per session
         self.started_at: float | None = None
         #: tells host-side raisers waiting for the cut what this session enforces
@@ -910,9 +911,11 @@ class Session:
             return False
         cut = False
         loop = self._loop
-        if self.proxy is not None and not self.proxy.is_cut and loop is not None:
+        proxy = self.proxy
+        if proxy is not None and not proxy.is_cut and loop is not None and self._proxy_cut_queued is not proxy:
             # the proxy relays on the loop: nothing goes through it while the
             # loop is busy, and this runs before the loop's next reads
+            self._proxy_cut_queued = proxy
             loop.call_soon_threadsafe(self._cut_proxy)
             cut = True
         # As the loop's cut: what runs on the development fallback goes
@@ -1213,12 +1216,20 @@ class Session:
         it (a rise stopped a cell that wrote 64 MB frames: it hung for good)."""
         rid = self._running
         worker.send({"op": Op.KILL})
+        loop = asyncio.get_running_loop()
 
-        def last_resort() -> None:
-            if self._running == rid and self.worker is worker and worker.alive:
-                self._kill_soon(worker, "the sandbox did not answer after the cell was killed")
+        def last_resort(due: float) -> None:
+            if self._running != rid or self.worker is not worker or not worker.alive:
+                return
+            now = time.monotonic()
+            if now - due > 1.0 or now - worker.read_at < KILLED_CELL_WAIT or not worker.messages.empty():
+                # the host is behind (its loop was busy; the answer may wait
+                # in the queue behind outputs still to clean): not the worker
+                loop.call_later(KILLED_CELL_WAIT, last_resort, now + KILLED_CELL_WAIT)
+                return
+            self._kill_soon(worker, "the sandbox did not answer after the cell was killed")
 
-        asyncio.get_running_loop().call_later(KILLED_CELL_WAIT, last_resort)
+        loop.call_later(KILLED_CELL_WAIT, last_resort, time.monotonic() + KILLED_CELL_WAIT)
 
     async def _after_death(self, done: dict[str, Any], hits: list[str], guarded: Emit, whose: str) -> str:
         """Why a request's process died (for its error), after the sandbox the

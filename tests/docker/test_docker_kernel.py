@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 import pytest
 from kernel_helpers import SandboxKernelHandle, reply_to, status_of
+from test_ratchet_side_doors import BUSY_BUDGET, BUSY_CELL
 
 from sandbox_kernel.docker.hardening import ICC_OPTION, SANDBOX_NETWORK
 from sandbox_kernel.docker.names import LABEL_KIND, LABEL_MANAGED, LABEL_OWNER_PID
@@ -498,22 +499,17 @@ def test_host_rise_with_wait_disconnects_a_busy_container(docker_client: Any, te
 def test_a_container_keeping_the_host_busy_is_disconnected_on_time(
     docker_client: Any, test_image: str, tmp_path: Path
 ) -> None:
-    """A reply carrying 60 MB of HTML slow to clean keeps the kernel's loop busy
-    for seconds; a host-side rise meanwhile must still disconnect the container
+    """Outputs built to be slow to clean keep the kernel's loop busy for
+    seconds; a host-side rise meanwhile must still disconnect the container
     within about the poll interval (the cut watchdog's thread disconnects it),
     not once the cleaning ends."""
-    k = DockerKernel(tmp_path, docker_client, test_image)
+    k = DockerKernel(tmp_path, docker_client, test_image, BUSY_BUDGET)
     try:
         assert k.run("kept = 1").status == "ok"
         assert _networked(k), "a public docker sandbox has a network"
         state = status_of(k.handle)
-        msg_id = k.handle.kc.execute(
-            "open('/workspace/flooding', 'w').close()\n"
-            "page = {'source': 'page', 'data': {'text/html': '<b>' * (20 * 1024 * 1024 // 3)}}\n"
-            "for _ in range(3):\n"
-            "    get_ipython().payload_manager.write_payload(page)\n",
-            stop_on_error=False,
-        )
+        time.sleep(1.0)  # the checkpoint at idle: the cell may be killed in the middle of an output
+        msg_id = k.handle.kc.execute("open('/workspace/flooding', 'w').close()\n" + BUSY_CELL, stop_on_error=False)
         assert wait_for(lambda: (k.handle.workspace / "flooding").exists(), 30)
         time.sleep(1.5)  # the reply is being cleaned
         store = PrivacyStore(k.handle.data_dir / "privacy")

@@ -1222,9 +1222,11 @@ class Session:
             if self._running != rid or self.worker is not worker or not worker.alive:
                 return
             now = time.monotonic()
-            if now - due > 1.0 or now - worker.read_at < KILLED_CELL_WAIT or not worker.messages.empty():
+            if now - due > 1.0 or not worker.messages.empty():
                 # the host is behind (its loop was busy; the answer may wait
-                # in the queue behind outputs still to clean): not the worker
+                # in the queue behind outputs still to clean), not the worker.
+                # Frames that keep coming do not count: a cell that stopped
+                # its holder may print on for ever.
                 loop.call_later(KILLED_CELL_WAIT, last_resort, now + KILLED_CELL_WAIT)
                 return
             self._kill_soon(worker, "the sandbox did not answer after the cell was killed")

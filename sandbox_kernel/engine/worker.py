@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -73,8 +72,6 @@ class WorkerHandle:
         self._sizes: dict[int, int] = {}  # id of a queued frame -> its size
         self._room = asyncio.Event()
         self._room.set()
-        #: when the last frame was read (``Session._kill_cell``: a worker still talking is not stuck)
-        self.read_at = time.monotonic()
         self._reader = asyncio.ensure_future(self._read())
         self._stderr = asyncio.ensure_future(self._drain_stderr())
 
@@ -131,7 +128,6 @@ class WorkerHandle:
                 if sized is None:
                     break
                 msg, size = sized
-                self.read_at = time.monotonic()
                 if self._between is not None and msg.get("type") in OUTPUT_TYPES:
                     self._pass_on(msg)
                     continue

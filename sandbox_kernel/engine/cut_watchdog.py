@@ -66,25 +66,29 @@ class CutWatchdog:
     def _run(self) -> None:
         while True:
             with self._lock:
-                watched = list(self._sessions.items())
-            if not watched:
-                with self._lock:
-                    if not self._sessions:
-                        self._thread = None
-                        return
-                continue
-            self._wake.wait(min(interval for _, interval in watched) / 2)
+                if not self._sessions:
+                    self._thread = None
+                    return
+                period = min(self._sessions.values()) / 2
+            self._wake.wait(period)
             self._wake.clear()
-            for session, interval in watched:
-                lag = session.poll_lag()
-                if lag is None or lag <= LATE_POLLS * interval:
-                    continue
-                try:
-                    if session.cut_from_thread():
-                        log.warning("network cut by the watchdog: the poll was %.1f s late (the loop is busy)", lag)
-                except Exception as exc:  # the loop's poll still follows
-                    log.error("the cut watchdog could not check a session: %s", exc)
-            del watched, session  # no strong reference between rounds: a closed session goes
+            self._check()
+
+    def _check(self) -> None:
+        """One round. The sessions are held only for it, not while the thread
+        waits: a session dropped meanwhile must be finalised by its own
+        thread (its transports close on their loop), not by this one."""
+        with self._lock:
+            watched = list(self._sessions.items())
+        for session, interval in watched:
+            lag = session.poll_lag()
+            if lag is None or lag <= LATE_POLLS * interval:
+                continue
+            try:
+                if session.cut_from_thread():
+                    log.warning("network cut by the watchdog: the poll was %.1f s late (the loop is busy)", lag)
+            except Exception as exc:  # the loop's poll still follows
+                log.error("the cut watchdog could not check a session: %s", exc)
 
 
 #: the process's watchdog

@@ -132,10 +132,7 @@ class ContainerProcess(SandboxProcess):
         not the container): its interfaces but ``lo`` vanish at once."""
         if self._removed:
             return False
-        try:
-            await asyncio.to_thread(_disconnect_all, self.client, self.container_id)
-        except Exception as exc:
-            log.error("could not disconnect sandbox container %s: %s", self.container_id[:12], exc)
+        if not await asyncio.to_thread(self._disconnect):
             self.cut_refused = True
             return False
         self.network_cut = True
@@ -145,14 +142,18 @@ class ContainerProcess(SandboxProcess):
         """Disconnect the container from another thread (see
         ``SandboxProcess.cut_network_now``); a daemon that refuses leaves only
         :meth:`kill_now`."""
-        if self._removed:
+        if self._removed or not self._disconnect():
             return False
+        self.cut_now = True
+        return True
+
+    def _disconnect(self) -> bool:
+        """Have the daemon disconnect the container from every network; whether it did."""
         try:
             _disconnect_all(self.client, self.container_id)
         except Exception as exc:
             log.error("could not disconnect sandbox container %s: %s", self.container_id[:12], exc)
             return False
-        self.cut_now = True
         return True
 
     def kill_now(self) -> None:

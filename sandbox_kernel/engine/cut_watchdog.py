@@ -72,7 +72,10 @@ class CutWatchdog:
                 period = min(self._sessions.values()) / 2
             self._wake.wait(period)
             self._wake.clear()
-            self._check()
+            try:
+                self._check()
+            except Exception as exc:  # never end the thread: every session of the process relies on it
+                log.error("the cut watchdog's round failed: %s", exc)
 
     def _check(self) -> None:
         """One round. The sessions are held only for it, not while the thread
@@ -81,10 +84,10 @@ class CutWatchdog:
         with self._lock:
             watched = list(self._sessions.items())
         for session, interval in watched:
-            lag = session.poll_lag()
-            if lag is None or lag <= LATE_POLLS * interval:
-                continue
             try:
+                lag = session.poll_lag()
+                if lag is None or lag <= LATE_POLLS * interval:
+                    continue
                 if session.cut_from_thread():
                     log.warning("network cut by the watchdog: the poll was %.1f s late (the loop is busy)", lag)
             except Exception as exc:  # the loop's poll still follows

@@ -223,6 +223,8 @@ class Session:
         self._background: set[asyncio.Future[Any]] = set()
         #: one-off commands running with a way out, and whether it is the proxy
         self._commands: dict[SandboxProcess, bool] = {}
+        #: one-off commands with a way out, decided but not started yet
+        self._starting_commands = 0
         #: when the privacy poll last began, and on which loop (``cut_from_thread``)
         self._poll_began: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -288,7 +290,7 @@ class Session:
     def network_reachable(self) -> bool:
         """The live sandbox, or a command of the session (``run_command``), can
         still send: started with network, not cut since."""
-        if self._starting_network:
+        if self._starting_network or self._starting_commands:
             return True
         if self.sandbox_proxied:
             return self.sandbox_has_network or self._commands_reachable()
@@ -456,36 +458,54 @@ class Session:
             raise SandboxUnavailable(unisolated_refusal(self.sandbox.name))
         proxied = self.network_allowed and self.proxied_mode
         isolate = not self.network_allowed or proxied or self.config.network == "none"
-        extra: list[BindMount] = []
-        if proxied:
-            proxy = await self._ensure_proxy()
-            extra = [
-                BindMount(proxy.socket_path.parent, IN_EGRESS, readonly=True),
-                BindMount(WORKER_SOURCE, f"{IN_LIB}/{WORKER_PACKAGE}", readonly=True),
-            ]
-            # a one-off command has no worker to run the forwarder: a small launcher does
-            command = [sys.executable, "-I", "-c", FORWARDER_THEN_EXEC % f"{IN_LIB}/{WORKER_PACKAGE}", *command]
-        withheld = await self._holders_with_network() if isolate and not proxied else None
-        if withheld:
-            self._pending_notices.append(self._withheld_notice(withheld))
-        launch = await asyncio.to_thread(
-            functools.partial(self._launch, command, isolate, extra, proxied, withhold_mounts=bool(withheld))
-        )
+        # From its network decision until it runs, a command with a way out
+        # counts as holding the network: a rise in that window (the workspace
+        # scan of its launch can take a second) is not reported as cut, so no
+        # private data is handed over before ``started`` has cut it. Measured
+        # before: a connector's ``wait=True`` returned, and the command, started
+        # with network, read what it handed over and sent it out.
         way_out = not isolate or proxied
+        starting = way_out
+        if way_out:
+            self._starting_commands += 1
         live: list[SandboxProcess] = []
 
         def started(child: SandboxProcess) -> None:
+            nonlocal starting
             live.append(child)
-            if way_out:
+            if starting:
+                starting = False
+                self._starting_commands -= 1
                 self._commands[child] = proxied
+                # the level read again: one that rose since the decision cuts it now
+                if self.cut_from_thread() and proxied:
+                    self._cut_proxy()
                 self._report_enforcement()
 
         try:
+            extra: list[BindMount] = []
+            if proxied:
+                proxy = await self._ensure_proxy()
+                extra = [
+                    BindMount(proxy.socket_path.parent, IN_EGRESS, readonly=True),
+                    BindMount(WORKER_SOURCE, f"{IN_LIB}/{WORKER_PACKAGE}", readonly=True),
+                ]
+                # a one-off command has no worker to run the forwarder: a small launcher does
+                command = [sys.executable, "-I", "-c", FORWARDER_THEN_EXEC % f"{IN_LIB}/{WORKER_PACKAGE}", *command]
+            withheld = await self._holders_with_network() if isolate and not proxied else None
+            if withheld:
+                self._pending_notices.append(self._withheld_notice(withheld))
+            launch = await asyncio.to_thread(
+                functools.partial(self._launch, command, isolate, extra, proxied, withhold_mounts=bool(withheld))
+            )
             return await self.sandbox.run_spec(launch.spec, timeout=timeout, started=started, max_output=max_output)
         finally:
-            for child in live:
-                if self._commands.pop(child, None) is not None:
-                    self._report_enforcement()
+            never_ran = starting
+            if never_ran:
+                self._starting_commands -= 1
+            ended = [child for child in live if self._commands.pop(child, None) is not None]
+            if never_ran or ended:
+                self._report_enforcement()
 
     async def _holders_with_network(self) -> str | None:
         """Before private datasets are mounted: wait until every other live

@@ -107,6 +107,10 @@ class ContainerProcess(SandboxProcess):
         self.container_name = name
         self._removed = False
         self._caps_looked_up = False
+        #: the watchdog's thread and the loop may disconnect at once: the
+        #: second, seeing the first's networks, failed on them ("not
+        #: connected") and was taken for a refusal, which removes the sandbox
+        self._disconnecting = threading.Lock()
 
     def caps_mark(self) -> dict[str, int]:
         """The daemon caps the container (memory without swap, pids): find its
@@ -150,7 +154,8 @@ class ContainerProcess(SandboxProcess):
     def _disconnect(self) -> bool:
         """Have the daemon disconnect the container from every network; whether it did."""
         try:
-            _disconnect_all(self.client, self.container_id)
+            with self._disconnecting:
+                _disconnect_all(self.client, self.container_id)
         except Exception as exc:
             log.error("could not disconnect sandbox container %s: %s", self.container_id[:12], exc)
             return False

@@ -8,6 +8,7 @@ daemon is not asked meanwhile, are real.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import requests
@@ -65,6 +66,31 @@ class DaemonGoneAway:
         self._client = client
         self.api = self._API(client.api, self)
         self.down = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+class DaemonSlowToDisconnect:
+    """The real client, except that the daemon takes ``delay`` seconds to
+    start each network disconnect (a daemon under load): the disconnect
+    itself, and everything else, is real."""
+
+    class _API:
+        def __init__(self, api: Any, delay: float) -> None:
+            self._api = api
+            self._delay = delay
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._api, name)
+
+        def disconnect_container_from_network(self, *args: Any, **kwargs: Any) -> Any:
+            time.sleep(self._delay)
+            return self._api.disconnect_container_from_network(*args, **kwargs)
+
+    def __init__(self, client: Any, delay: float) -> None:
+        self._client = client
+        self.api = self._API(client.api, delay)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)

@@ -17,7 +17,7 @@ import pytest
 
 docker = pytest.importorskip("docker")  # CI installs sandbox_kernel[docker]: tests/docker/conftest.py fails there
 
-from daemon_refusals import DaemonGoneAway, DaemonRefusingDisconnect  # noqa: E402
+from daemon_refusals import DaemonGoneAway, DaemonRefusingDisconnect, DaemonSlowToDisconnect  # noqa: E402
 
 from sandbox_kernel.engine import EngineConfig, Session  # noqa: E402
 from sandbox_kernel.engine.ratchet import Ratchet  # noqa: E402
@@ -150,4 +150,35 @@ async def test_a_rise_while_the_daemon_is_unreachable_still_stops_the_container(
         assert text.strip().endswith("['lo']")
     finally:
         client.down = False
+        await session.shutdown()
+
+
+async def test_the_watchdogs_disconnect_and_the_loops_at_once_are_not_a_refusal(
+    docker_client: Any, test_image: str, tmp_path: Path
+) -> None:
+    """The cut watchdog's thread disconnects a container while the loop is
+    busy; the loop's poll, once it runs, disconnects it too. When the two
+    overlapped, the second saw the networks the first was removing, failed
+    on them ("not connected"), and the host took that for a refusal: the
+    sandbox was removed and its state lost, with nothing leaking. A daemon
+    that takes 0.5 s to disconnect makes them overlap every time."""
+    session = _session(DaemonSlowToDisconnect(docker_client, 0.5), test_image, tmp_path)
+    try:
+        status, text = await _run(session, "import socket\nkept = 'state'\n" + IFACES, 1)
+        assert status == "ok", text
+        assert "eth0" in text
+        assert session.worker is not None
+        process = session.worker.process
+        from_thread = asyncio.ensure_future(asyncio.to_thread(process.cut_network_now))
+        await asyncio.sleep(0.1)  # the thread's disconnect is under way
+        from_loop = await process.cut_network()
+        assert await from_thread is True
+        assert from_loop is True, "the loop's disconnect was taken for a refusal"
+        assert not process.cut_refused
+        assert not _networked(docker_client, process.container_id)
+        status, text = await _run(session, "print(kept)\n" + IFACES, 2)
+        assert status == "ok", text
+        assert text.split() == ["state", "['lo']"], text  # the same sandbox, without network
+        assert session.worker.process is process
+    finally:
         await session.shutdown()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..outputs.sizing import text_of
 from ..privacy import (
     NetworkMode,
     PrivacyState,
@@ -462,7 +463,7 @@ class Ratchet:
                 marked = self._cell_marked
                 if marked is not None and level <= marked:
                     return {"ok": True, "level": marked.name}  # a mark this high is recorded: no store I/O
-                state = self.mark(level.name, str(payload.get("reason", ""))[:1000], "cell")
+                state = self.mark(level.name, text_of(payload.get("reason", ""), 1000), "cell")
                 self._cell_marked = max(level, marked) if marked is not None else level
             elif kind == "mount":
                 name = payload.get("name")

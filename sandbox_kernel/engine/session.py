@@ -31,6 +31,7 @@ from ..network import EgressLog, EgressPolicy, EgressProxy
 from ..network.host_addresses import local_addresses
 from ..outputs import MESSAGE_COST, OutputLimiter, bundle_size, format_bytes, json_size, sanitize_bundle
 from ..outputs.links import defang_text
+from ..outputs.sizing import text_of
 from ..outputs.widgets import WIDGET_VIEW_MIME, WidgetComms, WidgetRefused, message_size
 from ..privacy.enforcement import EnforcementRecord, pending_holders
 from ..privacy.modes import NetworkMode
@@ -757,10 +758,10 @@ class Session:
         if manifest:
             raw = manifest.get("dropped")
             if isinstance(raw, dict):
-                dropped.update({str(k)[:100]: str(v)[:300] for k, v in raw.items()})
+                dropped.update({text_of(k, 100): text_of(v, 300) for k, v in raw.items()})
         failed = result.get("failed")
         if isinstance(failed, dict):
-            dropped.update({str(k)[:100]: str(v)[:300] for k, v in failed.items()})
+            dropped.update({text_of(k, 100): text_of(v, 300) for k, v in failed.items()})
         cell = manifest.get("cell") if manifest else None
         cell = cell if isinstance(cell, int) and not isinstance(cell, bool) and cell > 0 else None  # sandbox-written
         lines = [f"{NOTICE} The sandbox was replaced" + (f" ({reason})" if reason else "") + "."]
@@ -1256,7 +1257,9 @@ class Session:
     async def _after_death(self, done: dict[str, Any], hits: list[str], guarded: Emit, whose: str) -> str:
         """Why a request's process died (for its error), after the sandbox the
         ratchet asked for, or a new one if the whole sandbox went, is in place."""
-        text = self._kill_reason or (hits[0] if hits else None) or str(done.get("reason") or "the cell's process died")
+        text = (
+            self._kill_reason or (hits[0] if hits else None) or text_of(done.get("reason") or "the cell's process died")
+        )
         threads = done.get("threads_lost")
         if isinstance(threads, str) and threads:
             # the request ran beside them (they live in its process): users of
@@ -1307,7 +1310,7 @@ class Session:
                 "parent_id": parent_id,
             }
             done, hits = await self._run_request(worker, request, emit, guarded, limiter, None, timeout)
-            status = str(done.get("status"))
+            status = text_of(done.get("status"))
             if status == "died":
                 text = await self._after_death(done, hits, guarded, "The widget callback's")
                 guarded("stream", {"name": "stderr", "text": f"{NOTICE} {text}\n"})
@@ -1518,7 +1521,7 @@ class Session:
         value = EOF  # when nobody can answer
         if ask_input is not None:
             try:
-                value = await ask_input(str(msg.get("prompt", "")), bool(msg.get("password")))
+                value = await ask_input(text_of(msg.get("prompt", "")), bool(msg.get("password")))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the frontend went away
@@ -1549,7 +1552,7 @@ class Session:
             # The proxied sandbox, or a public "none" one, never had the private
             # mounts: a new one gets them (bwrap cannot add mounts to a running sandbox).
             self._kill_reason = (
-                f"the private dataset {str(msg.get('name'))[:100]!r} is mounted only in a sandbox that never had "
+                f"the private dataset {text_of(msg.get('name'), 100)!r} is mounted only in a sandbox that never had "
                 "network, so a new one was started"
             )
             self._replace_reason = "to mount the private datasets"
@@ -1643,9 +1646,9 @@ class Session:
             emit(
                 "error",
                 {
-                    "ename": str(msg.get("ename", "Error"))[:200],
-                    "evalue": str(msg.get("evalue", ""))[:100000],
-                    "traceback": [str(line) for line in tb][:1000] if isinstance(tb, list) else [],
+                    "ename": text_of(msg.get("ename", "Error"), 200),
+                    "evalue": text_of(msg.get("evalue", ""), 100000),
+                    "traceback": [text_of(line) for line in tb[:1000]] if isinstance(tb, list) else [],
                 },
             )
         elif kind == Msg.CLEAR_OUTPUT:
@@ -1716,7 +1719,7 @@ class Session:
                         content = {
                             **content,
                             # (a class name is any string: type('https://…', (Exception,), {}))
-                            "ename": defang_text(str(content.get("ename", ""))),
+                            "ename": defang_text(text_of(content.get("ename", ""))),
                             "evalue": defang_text(content.get("evalue", "")),
                             "traceback": [defang_text(line) for line in content.get("traceback", [])],
                         }
@@ -1767,9 +1770,9 @@ class Session:
         return ExecuteResult(
             status=status,
             execution_count=execution_count,
-            ename=str(done.get("ename", "")),
-            evalue=str(done.get("evalue", "")),
-            traceback=[str(x) for x in tb] if isinstance(tb, list) else [],
+            ename=text_of(done.get("ename", "")),
+            evalue=text_of(done.get("evalue", "")),
+            traceback=[text_of(x) for x in tb] if isinstance(tb, list) else [],
             user_expressions=expressions if isinstance(expressions, dict) else {},
             payload=[p for p in payload if isinstance(p, dict)] if isinstance(payload, list) else [],
             exit_requested=done.get("exit_now") is True,

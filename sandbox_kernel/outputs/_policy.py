@@ -39,13 +39,20 @@ _STRIP = re.compile(r"[\x00-\x20\x7f]+")
 _DATA_IMAGE = re.compile(r"^data:image/(?:png|jpe?g|gif|webp|bmp|avif|svg\+xml)[;,]", re.I)
 _DATA_FONT = re.compile(r"^data:(?:font/|application/(?:x-)?font-)", re.I)
 LINK_SCHEMES = frozenset({"http", "https", "mailto"})
+URL_WINDOW = 256 * 1024
 
 
 def normalise_url(value: str) -> str:
     """The URL as a browser acts on it: it strips surrounding and embedded ASCII
     whitespace/control characters and treats ``\\`` like ``/``, so
-    ``java\\tscript:`` and ``\\\\evil.example`` are caught as what they are."""
-    return _STRIP.sub("", value).replace("\\", "/")
+    ``java\\tscript:`` and ``\\\\evil.example`` are caught as what they are.
+    A long value goes a window at a time (the same result: what is stripped
+    is stripped wherever it is), so no call holds the GIL long: a 20 MB
+    link held it 0.8 s in one."""
+    if len(value) <= URL_WINDOW:
+        return _STRIP.sub("", value).replace("\\", "/")
+    kept = (_STRIP.sub("", value[i : i + URL_WINDOW]) for i in range(0, len(value), URL_WINDOW))
+    return "".join(kept).replace("\\", "/")
 
 
 def url_scheme(url: str) -> str | None:
@@ -153,6 +160,14 @@ def _first_bad(css: str) -> str | None:
     return None
 
 
+#: Each pass over a style is one regular-expression call, which holds the GIL
+#: throughout: a crafted 20 MB style held it 1.2 s in one (the cut watchdog, a
+#: thread, waits for it). At this size a call holds it at most about 0.3 s.
+#: A pandas table with a colour per cell has a fifth of its HTML as style: one
+#: of 18.6 MB (under the 20 MB bundle limit) has 3.9 MB, and keeps it.
+MAX_CSS_CHARS = 5 * 1024 * 1024
+
+
 def clean_css(css: str, *, private: bool, notes: Notes, where: str, why: str | None = None) -> str | None:
     """Clean a style sheet or ``style`` attribute.
 
@@ -167,6 +182,9 @@ def clean_css(css: str, *, private: bool, notes: Notes, where: str, why: str | N
     removed in place: then the whole style goes. ``<`` is escaped so a style
     sheet can never close its ``<style>`` element."""
     why = why or (PRIVATE_REASON if private else CSS_FETCH_REASON)
+    if len(css) > MAX_CSS_CHARS:
+        notes.add(f"CSS removed from {where} (over {MAX_CSS_CHARS // (1024 * 1024)} MB, too large to clean)")
+        return None
     if "/*" in css:
         css = _CSS_COMMENT.sub(" ", css)
     low = css.lower()  # stages below only remove, so absent words stay absent

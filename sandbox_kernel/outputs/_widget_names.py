@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .sizing import text_of
+
 BASE = "@jupyter-widgets/base"
 CONTROLS = "@jupyter-widgets/controls"
 OUTPUT = "@jupyter-widgets/output"
@@ -175,14 +177,14 @@ def name_problem(key: str, value: Any, *, optional: bool) -> str | None:
         return None
     if isinstance(value, str) and _NAME.match(value):
         return None
-    return f"widget {key} must be 1-100 letters, digits or '_', not {str(value)[:40]!r}"
+    return f"widget {key} must be 1-100 letters, digits or '_', not {text_of(value, 40)!r}"
 
 
 def version_problem(key: str, value: Any) -> str | None:
     """Why ``value`` cannot be a module version (range): it never holds markup."""
     if value is None or (isinstance(value, str) and len(value) <= 100 and _VERSION.match(value)):
         return None
-    return f"widget {key} must be a version such as '2.0.0' or '^1.5', not {str(value)[:40]!r}"
+    return f"widget {key} must be a version such as '2.0.0' or '^1.5', not {text_of(value, 40)!r}"
 
 
 def view_problem(model: tuple[str | None, str | None], view: View) -> str | None:

@@ -9,9 +9,10 @@ so the user can be told exactly how much was cut.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
+
+from .sizing import json_size
 
 
 def format_bytes(n: int) -> str:
@@ -41,19 +42,6 @@ def bundle_size(data: Mapping[str, Any]) -> int:
 #: what a message without data (``clear_output``) is charged: its wire size,
 #: roughly (a cell sending 200,000 of them kept the host busy for 30 s)
 MESSAGE_COST = 256
-
-
-def json_size(value: Any) -> int:
-    """Bytes ``value`` takes as JSON (0 for None): what goes beside a bundle's
-    data (its metadata, its display id) is charged as the data is."""
-    if value is None:
-        return 0
-    if isinstance(value, str):
-        return _utf8_len(value)
-    try:
-        return len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
-    except (TypeError, ValueError, RecursionError):
-        return len(repr(value))
 
 
 class OutputLimiter:

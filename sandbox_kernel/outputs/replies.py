@@ -39,6 +39,7 @@ from typing import Any
 from ..terminal_text import terminal_safe_output
 from .limits import bundle_size
 from .sanitize import SanitizedBundle, sanitize_bundle
+from .sizing import text_of
 
 log = logging.getLogger("sandbox_kernel.outputs")
 
@@ -61,8 +62,7 @@ def _identity(text: str) -> str:
 def plain_text(value: Any, limit: int = MAX_TEXT, defang: Defang = _identity) -> str:
     """A string of at most ``limit`` characters, without lone surrogates or
     control sequences a terminal frontend would obey (colours kept)."""
-    text = value if isinstance(value, str) else str(value)
-    text = text[:limit].encode("utf-8", "replace").decode("utf-8")
+    text = text_of(value, limit).encode("utf-8", "replace").decode("utf-8")
     return defang(terminal_safe_output(text))
 
 
@@ -107,7 +107,7 @@ def clean_payloads(payloads: Any, *, private: bool, defang: Defang = _identity) 
         elif source == "ask_exit":
             out.append({"source": "ask_exit", "keepkernel": payload.get("keepkernel") is True})
         else:
-            log.warning("dropped an execute_reply payload of source %r from the sandbox", str(source)[:60])
+            log.warning("dropped an execute_reply payload of source %r from the sandbox", text_of(source, 60))
     return out
 
 

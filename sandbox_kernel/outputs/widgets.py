@@ -73,6 +73,7 @@ from ._widget_names import (
 )
 from .links import defang_json, defang_text, map_json_strings
 from .sanitize import sanitize_bundle
+from .sizing import json_size, text_of
 
 #: the MIME type of a widget view in a display bundle
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
@@ -214,16 +215,14 @@ class CleanMessage:
 def _comm_id(content: Mapping[str, Any]) -> str:
     comm_id = content.get("comm_id")
     if not isinstance(comm_id, str) or not _COMM_ID.match(comm_id):
-        raise WidgetRefused(f"comm_id must be 1-64 letters, digits, '-' or '_', not {str(comm_id)[:80]!r}")
+        raise WidgetRefused(f"comm_id must be 1-64 letters, digits, '-' or '_', not {text_of(comm_id, 80)!r}")
     return comm_id
 
 
 def message_size(content: Any, buffers: Iterable[bytes]) -> int:
-    try:
-        size = len(json.dumps(content, default=repr, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-    except (ValueError, RecursionError):
-        size = 1 << 62
-    return size + sum(len(b) for b in buffers)
+    """Bytes a widget message takes on the wire (more than any budget for
+    what JSON cannot hold), counted without holding the GIL long (``json_size``)."""
+    return json_size(content) + sum(len(b) for b in buffers)
 
 
 class WidgetComms:
@@ -322,7 +321,7 @@ class WidgetComms:
         content = msg.get("content")
         metadata = msg.get("metadata")
         if msg_type not in ("comm_open", "comm_msg", "comm_close"):
-            raise WidgetRefused(f"unknown comm message kind {str(msg_type)[:40]!r}")
+            raise WidgetRefused(f"unknown comm message kind {text_of(msg_type, 40)!r}")
         if not isinstance(content, Mapping) or not isinstance(metadata, (Mapping, type(None))):
             raise WidgetRefused("a comm message's content and metadata must be objects")
         self._check_rate()
@@ -339,7 +338,7 @@ class WidgetComms:
         if msg_type == "comm_open":
             target = content.get("target_name")
             if target not in SANDBOX_TARGETS:
-                raise WidgetRefused(f"a cell may open comms only for widgets, not for {str(target)[:80]!r}")
+                raise WidgetRefused(f"a cell may open comms only for widgets, not for {text_of(target, 80)!r}")
             if comm_id in self._comms or self.host_comm(comm_id):
                 raise WidgetRefused(f"comm {comm_id} is already open")
             self._admit_new()
@@ -481,7 +480,7 @@ class WidgetComms:
         method = data.get("method")
         out: dict[str, Any] = dict(data)
         if method is not None and method not in SANDBOX_METHODS:
-            raise WidgetRefused(f"unknown widget method {str(method)[:40]!r}")
+            raise WidgetRefused(f"unknown widget method {text_of(method, 40)!r}")
         if method == "update_states":
             if comm.target != "jupyter.widget.control":
                 raise WidgetRefused("update_states is answered only on the widget control comm")
@@ -518,7 +517,7 @@ class WidgetComms:
                 placed = _buffers_by_key(paths or [], buffers, prefix=(model_id, "state"))
                 kept[model_id] = self._clean_state_entry(model_id, entry, placed, private, notes)
             except WidgetRefused as exc:
-                notes.add(f"widget {str(model_id)[:40]} left out: {exc}")
+                notes.add(f"widget {text_of(model_id, 40)} left out: {exc}")
         kept_paths = []
         kept_buffers = []
         for path, buffer in zip(paths or [], buffers, strict=True):
@@ -539,7 +538,7 @@ class WidgetComms:
         so both must be the model this comm was opened as (a state naming
         another model would be cleaned as that one)."""
         if not self.owns(model_id) or not isinstance(entry, Mapping):
-            raise WidgetRefused(f"{str(model_id)[:80]} is not a widget of this session")
+            raise WidgetRefused(f"{text_of(model_id, 80)} is not a widget of this session")
         if private and self._comms[model_id].armed:
             raise WidgetRefused(_armed_refusal(model_id))
         state = entry.get("state")
@@ -551,7 +550,7 @@ class WidgetComms:
             raise WidgetRefused(self._module_refusal(module))
         if not comm.model_name or (module, name) != (comm.model_module, comm.model_name):
             raise WidgetRefused(
-                f"the entry names {str(name)[:40]!r} of {str(module)[:40]!r}, but the widget is "
+                f"the entry names {text_of(name, 40)!r} of {text_of(module, 40)!r}, but the widget is "
                 f"{comm.model_name or 'unknown'!r} of {comm.model_module!r}"
             )
         version = entry.get("model_module_version", "")
@@ -583,7 +582,7 @@ class WidgetComms:
         return isinstance(module, str) and module in self.modules
 
     def _module_refusal(self, module: Any) -> str:
-        return f"widget module {str(module)[:80]!r} is not installed in this Jupyter server"
+        return f"widget module {text_of(module, 80)!r} is not installed in this Jupyter server"
 
     def _clean_state(
         self, comm: _Comm, state: Mapping[str, Any], placed: Mapping[str, bytes | None], private: bool, notes: Notes
@@ -754,7 +753,7 @@ def _holds_text(state: Mapping[str, Any]) -> bool:
 
 def _armed_refusal(model_id: Any) -> str:
     return (
-        f"widget {str(model_id)[:64]} was made while the session was public and holds what a private "
+        f"widget {text_of(model_id, 64)} was made while the session was public and holds what a private "
         "session may not show (an address, an image to fetch): it is not shown or changed any more. "
         "Create the widget again"
     )
@@ -895,16 +894,16 @@ def _clean_outputs(outputs: Any, private: bool, notes: Notes) -> list[dict[str, 
             clean.append(entry)
         elif kind == "error":
             tb = item.get("traceback")
-            lines = [str(line) for line in tb][:1000] if isinstance(tb, list) else []
+            lines = [text_of(line) for line in tb[:1000]] if isinstance(tb, list) else []
             fix = defang_text if private else (lambda t: t)
             clean.append(
                 {
                     "output_type": "error",
-                    "ename": fix(str(item.get("ename", "Error"))[:200]),
-                    "evalue": fix(str(item.get("evalue", ""))[:100_000]),
+                    "ename": fix(text_of(item.get("ename", "Error"), 200)),
+                    "evalue": fix(text_of(item.get("evalue", ""), 100_000)),
                     "traceback": [fix(line) for line in lines],
                 }
             )
         else:
-            notes.add(f"an Output widget's {str(kind)[:40]!r} output dropped")
+            notes.add(f"an Output widget's {text_of(kind, 40)!r} output dropped")
     return clean

@@ -6,6 +6,7 @@ import asyncio
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kernel_helpers import require_bwrap
@@ -129,3 +130,31 @@ def test_subprocess_backend_says_it_isolates_nothing() -> None:
     assert "Nothing is isolated" in WARNING
     result = run(sandbox.run([PY, "-c", "import os; print(os.getpid() > 1)"], env=dict(os.environ)))
     assert result.stdout == b"True\n"
+
+
+def test_a_cut_cancelled_while_it_reaps_leaves_every_helper_to_the_kill() -> None:
+    """A cut (``cut_network``) took the helper list, then killed and reaped
+    one helper at a time. Cancelled in a wait (a registry's watcher stopped
+    during a rise), it left the rest unkilled and forgotten by the sandbox,
+    whose kill then neither killed nor reaped them: a helper (the user-mode
+    network) outlived its sandbox, its transport finalised after the loop."""
+    from sandbox_kernel.sandbox.base import SandboxProcess
+
+    async def scenario() -> list[int | None]:
+        def sleeper() -> Any:
+            return asyncio.create_subprocess_exec("sleep", "60", start_new_session=True)
+
+        main = await sleeper()
+        helpers = [await sleeper(), await sleeper()]
+        sandbox = SandboxProcess(main, "test", helpers)
+        cut = asyncio.ensure_future(sandbox.cut_network())
+        await asyncio.sleep(0)  # it killed what it kills before its first wait
+        cut.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cut
+        await sandbox.kill()
+        assert sandbox.helpers == []
+        return [main.returncode, *(h.returncode for h in helpers)]
+
+    codes = asyncio.run(scenario())
+    assert all(code is not None for code in codes), f"left running or unreaped: {codes}"

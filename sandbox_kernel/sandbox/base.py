@@ -244,15 +244,22 @@ class SandboxProcess:
         return stopped
 
     async def _stop_helpers(self) -> bool:
-        """Kill and reap the helper processes; whether there were any."""
-        helpers, self.helpers = self.helpers, []
+        """Kill every helper process, then reap them; whether there were any.
+        All are killed before the first wait, and each stays listed until it
+        is reaped: a cut cancelled in its wait (a registry's watcher stopped
+        during a rise) left a helper to :meth:`kill` neither killed nor
+        reaped, its transport finalised after its event loop had closed."""
+        helpers = list(self.helpers)
         for helper in helpers:
             if helper.returncode is None:
                 try:
                     helper.kill()
                 except ProcessLookupError:
                     pass
+        for helper in helpers:
             await helper.wait()
+            if helper in self.helpers:
+                self.helpers.remove(helper)
             self._close_pidfd(helper.pid)
         return bool(helpers)
 

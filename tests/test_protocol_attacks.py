@@ -4,17 +4,14 @@ while the kernel stays responsive and keeps its state (class 8)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from frames import read_frame
 from kernel_helpers import SandboxKernelHandle, bwrap_kernel
-
-from sandbox_kernel.engine.channel import read_message
-from sandbox_kernel.worker.protocol import HEADER
 
 
 def request(k: SandboxKernelHandle, msg_type: str, content: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
@@ -310,15 +307,7 @@ def test_lone_surrogates_from_a_cell_reach_the_frontend_replaced_and_lose_nothin
     ],
 )
 def test_the_host_reads_frames_without_lone_surrogates(body: bytes, text: str) -> None:
-    async def read() -> dict[str, Any]:
-        reader = asyncio.StreamReader()
-        reader.feed_data(HEADER.pack(len(body)) + body)
-        reader.feed_eof()
-        got = await read_message(reader)
-        assert got is not None
-        return got[0]
-
-    msg = asyncio.run(read())
+    msg = read_frame(body)
     assert msg["text"] == text
     json.dumps(msg, ensure_ascii=False).encode("utf-8")  # what jupyter_client's packer needs
 
@@ -331,19 +320,11 @@ def test_a_frame_of_too_many_lone_surrogates_is_a_notice() -> None:
     replaced as before."""
     from sandbox_kernel.engine.channel import MAX_FRAME_SURROGATES
 
-    async def read(body: bytes) -> dict[str, Any]:
-        reader = asyncio.StreamReader(limit=1 << 27)
-        reader.feed_data(HEADER.pack(len(body)) + body)
-        reader.feed_eof()
-        got = await read_message(reader)
-        assert got is not None
-        return got[0]
-
     def stream(raw: bytes) -> bytes:
         return b'{"type": "stream", "name": "stdout", "text": "' + raw + b'"}'
 
-    kept = asyncio.run(read(stream(b"\xed\xa0\x80" * MAX_FRAME_SURROGATES)))
+    kept = read_frame(stream(b"\xed\xa0\x80" * MAX_FRAME_SURROGATES))
     assert kept["name"] == "stdout" and kept["text"] == "\ufffd" * MAX_FRAME_SURROGATES
     for raw in (b"\xed\xa0\x80" * (21 << 20), b"\\udc80" * (MAX_FRAME_SURROGATES + 1)):
-        dropped = asyncio.run(read(stream(raw)))
+        dropped = read_frame(stream(raw))
         assert dropped["name"] == "stderr" and "lone surrogates" in dropped["text"], dropped["text"][:200]

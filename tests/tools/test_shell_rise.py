@@ -67,6 +67,23 @@ COMMAND = (
 )
 
 
+def _recorded_registry(network: str, recorder: int) -> tuple[str, SessionRegistry]:
+    """The recorder's URL as a sandbox on ``network`` reaches it, and a registry
+    whose egress proxy lets it through. "user" (pasta) cannot reach the host's
+    loopback: with it only the sandbox's interfaces are checked."""
+    url = f"http://files.example:{recorder}/x" if network == "proxied" else f"http://127.0.0.1:{recorder}/x"
+    reg = SessionRegistry(
+        ToolsConfig(
+            backend="bwrap",
+            idle_timeout=600,
+            network=network,
+            egress_policy=EgressPolicy(allow=["files.example"], allow_addresses=["127.0.0.1"]),
+            egress_name_overrides={"files.example": ["127.0.0.1"]},
+        )
+    )
+    return url, reg
+
+
 async def _start_command(reg: SessionRegistry, session_id: str, url: str) -> tuple[Path, asyncio.Task[Any]]:
     """Start COMMAND in the session's sandbox; return its workspace and task once it runs."""
     session = await reg.get("alice", session_id)
@@ -86,17 +103,7 @@ async def _start_command(reg: SessionRegistry, session_id: str, url: str) -> tup
 async def test_a_running_command_loses_its_network_when_the_session_rises(
     network: str, recorder: int, data_dir: Path
 ) -> None:
-    # "user" (pasta) cannot reach the host's loopback: only its interfaces are checked
-    url = f"http://files.example:{recorder}/x" if network == "proxied" else f"http://127.0.0.1:{recorder}/x"
-    reg = SessionRegistry(
-        ToolsConfig(
-            backend="bwrap",
-            idle_timeout=600,
-            network=network,
-            egress_policy=EgressPolicy(allow=["files.example"], allow_addresses=["127.0.0.1"]),
-            egress_name_overrides={"files.example": ["127.0.0.1"]},
-        )
-    )
+    url, reg = _recorded_registry(network, recorder)
     try:
         workspace, command = await _start_command(reg, "shell", url)
         assert (await reg.get("alice", "shell")).engine is None  # the command runs in an engine of its own
@@ -249,16 +256,7 @@ async def test_a_command_starting_while_the_session_rises_counts_as_holding_the_
     be cut."""
     from sandbox_kernel.engine.session import Session
 
-    url = f"http://files.example:{recorder}/x" if network == "proxied" else f"http://127.0.0.1:{recorder}/x"
-    reg = SessionRegistry(
-        ToolsConfig(
-            backend="bwrap",
-            idle_timeout=600,
-            network=network,
-            egress_policy=EgressPolicy(allow=["files.example"], allow_addresses=["127.0.0.1"]),
-            egress_name_overrides={"files.example": ["127.0.0.1"]},
-        )
-    )
+    url, reg = _recorded_registry(network, recorder)
     session = await reg.get("alice", "starting")
     workspace = session.workspace
     workspace.mkdir(parents=True, exist_ok=True)

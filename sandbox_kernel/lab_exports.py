@@ -23,8 +23,11 @@ too, and a notebook naming an import path was not written by a kernel. A
 plain name must name a script's exporter (or none installed): the script
 export delegates to whatever exporter the field names, so ``html`` made the
 "Executable Script" download an HTML page outside the HTML export's
-confinement, and ``pdf`` a LaTeX run. The notebook is not changed; removing
-the field lets it export.
+confinement, and ``pdf`` a LaTeX run. Without a delegate, the script's
+extension and type are the notebook's ``file_extension`` and ``mimetype``:
+they must be a script's (``.html`` and ``text/html`` made the same page,
+downloaded as ``report.html``). The notebook is not changed; removing the
+field lets it export.
 
 The handler's check reads the file, and jupyter_server's handler then reads
 it again to convert it: a sandbox swapping the notebook back and forth
@@ -64,7 +67,7 @@ def exporter_problem(notebook: Any) -> str:
     field = f"the notebook's metadata.language_info.nbconvert_exporter is {name!r}"
     fix = "Remove that field from the notebook's metadata to export it."
     if not name or name == "script":
-        return ""  # (nbconvert delegates to no exporter for these)
+        return _script_type_problem(info, fix)  # (nbconvert delegates to no exporter for these)
     if not (isinstance(name, str) and PLAIN_NAME.match(name)):
         return (
             f"{field}, not an exporter's name: nbconvert's script export would import it and run it in the "
@@ -75,6 +78,67 @@ def exporter_problem(notebook: Any) -> str:
         return (
             f"{field}, the exporter of {kind.__name__}, which makes no script: nbconvert's script export "
             f"would make that instead, unchecked (an HTML page with the notebook's scripts, or a LaTeX run). {fix}"
+        )
+    return ""
+
+
+#: what a script's file extension looks like (``.py``, ``.R``, ``.jl``, ``.sh``)
+SCRIPT_EXTENSION = re.compile(r"\.[A-Za-z0-9_+-]{1,16}\Z")
+#: extensions a browser or a desktop opens as a page, a document or a link
+#: rather than as a script's text: a script export must never be one
+NOT_SCRIPTS = frozenset(
+    [
+        "html",
+        "htm",
+        "xhtml",
+        "xht",
+        "shtml",
+        "mht",
+        "mhtml",
+        "svg",
+        "svgz",
+        "xml",
+        "xsl",
+        "xslt",
+        "pdf",
+        "hta",
+        "desktop",
+        "url",
+        "webloc",
+        "website",
+        "lnk",
+        "scf",
+    ]
+)
+#: what a script's type looks like (``text/x-python``): one that is no page
+SCRIPT_TYPE = re.compile(r"(?:text|application)/[A-Za-z0-9.+-]{1,64}\Z")
+
+
+def _script_type_problem(info: Any, fix: str) -> str:
+    """Why the script export of a notebook with ``language_info`` ``info``
+    must not be made, or "": it names the download's extension and type
+    after the notebook's ``file_extension`` and ``mimetype``, so a notebook a
+    sandbox wrote with ``.html`` and ``text/html`` made "Executable Script"
+    download an HTML page (the cell's source, scripts and remote images
+    included), outside the HTML export's confinement (an attack review)."""
+    if not isinstance(info, dict):
+        return ""
+    extension, mimetype = info.get("file_extension"), info.get("mimetype")
+    if extension is not None and not (
+        isinstance(extension, str) and SCRIPT_EXTENSION.match(extension) and extension[1:].lower() not in NOT_SCRIPTS
+    ):
+        return (
+            f"the notebook's metadata.language_info.file_extension is {str(extension)[:40]!r}, not a script's: "
+            f"its script export would be downloaded as that. {fix.replace('that field', 'it')}"
+        )
+    if mimetype is not None and not (
+        isinstance(mimetype, str)
+        and SCRIPT_TYPE.match(mimetype)
+        and not any(word in mimetype.lower() for word in ("html", "xml", "svg", "pdf"))
+    ):
+        return (
+            f"the notebook's metadata.language_info.mimetype is {str(mimetype)[:60]!r}, not a script's: "
+            f"its script export would be downloaded as that. {fix.replace('that field', 'it')}"
         )
     return ""
 

@@ -101,7 +101,36 @@ class _Calls:
     def __getattr__(self, name: str) -> Any:
         if name in self._replaced:
             return functools.partial(self._replaced[name], self._root)
+        listing = _LISTING.get() if name == "listdir" else None
+        if listing is not None:
+            # read here, where the listing's context is (the async manager
+            # lists in an executor thread, which does not carry it)
+            return functools.partial(_bounded_listdir, listing)
         return getattr(self._real, name)
+
+
+#: the folder being listed for a model of its content (its API path) and the
+#: most entries it may have (``SandboxContents.max_listed_entries``)
+_LISTING: contextvars.ContextVar[tuple[str, int] | None] = contextvars.ContextVar(
+    "sandbox_kernel_lab_listing", default=None
+)
+
+
+def _bounded_listdir(listing: tuple[str, int], os_path: str) -> list[str]:
+    """``os.listdir`` of the folder being listed, refused past its limit as
+    it reads. The count before the listing (:func:`_counted`) reads the
+    folder once and jupyter_server lists it again: a sandbox watching the
+    folder (inotify) swapped a folder of 100,000 entries in between (an
+    attack review: listed whole, 21 s and 48 MiB of the server). This read is
+    the listing's own."""
+    path, limit = listing
+    names: list[str] = []
+    with os.scandir(os_path) as entries:
+        for entry in entries:
+            names.append(entry.name)
+            if len(names) > limit:
+                raise _too_many_entries(path, f"more than {limit:,}", limit)
+    return names
 
 
 def _move(root: str, source: str, destination: str, *args: Any, **kwargs: Any) -> str:
@@ -247,11 +276,15 @@ def _counted(path: str, os_path: str, limit: int) -> None:
     except OSError:
         return  # jupyter_server answers for a folder it cannot list
     if count > limit:
-        raise HTTPError(
-            403,
-            f"{path or 'the root folder'} holds {count:,} entries: the file browser lists folders of up to "
-            f"{limit:,} (SandboxContents.max_listed_entries). Look at it in a terminal, or raise the limit",
-        )
+        raise _too_many_entries(path, f"{count:,}", limit)
+
+
+def _too_many_entries(path: str, count: str, limit: int) -> HTTPError:
+    return HTTPError(
+        403,
+        f"{path or 'the root folder'} holds {count} entries: the file browser lists folders of up to "
+        f"{limit:,} (SandboxContents.max_listed_entries). Look at it in a terminal, or raise the limit",
+    )
 
 
 def _cell_count(text: str | bytes, limit: int) -> int | None:
@@ -387,17 +420,27 @@ def guard(
         if inspect.iscoroutinefunction(dir_model):
 
             async def listed_async(path: str, content: bool = True) -> Any:
-                if content:
-                    await asyncio.to_thread(_counted, path, cm._get_os_path(path), max_listed_entries)
-                return await dir_model(path, content=content)
+                if not content:
+                    return await dir_model(path, content=content)
+                await asyncio.to_thread(_counted, path, cm._get_os_path(path), max_listed_entries)
+                token = _LISTING.set((path, max_listed_entries))
+                try:
+                    return await dir_model(path, content=content)
+                finally:
+                    _LISTING.reset(token)
 
             cm._dir_model = listed_async
         else:
 
             def listed(path: str, content: bool = True) -> Any:
-                if content:
-                    _counted(path, cm._get_os_path(path), max_listed_entries)
-                return dir_model(path, content=content)
+                if not content:
+                    return dir_model(path, content=content)
+                _counted(path, cm._get_os_path(path), max_listed_entries)
+                token = _LISTING.set((path, max_listed_entries))
+                try:
+                    return dir_model(path, content=content)
+                finally:
+                    _LISTING.reset(token)
 
             cm._dir_model = listed
     cm.atomic_writing = _atomic_writing(cm)

@@ -156,3 +156,15 @@ def test_the_users_nbconvert_configuration_applies(tmp_path: Path) -> None:
         'src="https://math.example/mj/MathJax.js"' in done.stdout
         and "https://math.example/mj/" in done.stdout.split("</head>")[0]
     )
+
+
+def test_a_script_export_is_never_written_as_a_page(tmp_path: Path) -> None:
+    # nbconvert names the script after the notebook's language_info: a
+    # sandbox's notebook made `--to script` write report.html beside it
+    nb = v4.new_notebook(cells=[v4.new_code_cell("<script>window.ran = 1</script>")])
+    nb.metadata["language_info"] = {"name": "python", "file_extension": ".html", "mimetype": "text/html"}
+    notebook = _write(tmp_path / "report.ipynb", nb)
+    done = _cli(notebook, "--to", "script", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "file_extension is '.html', not a script's" in done.stderr
+    assert not (tmp_path / "report.html").exists()

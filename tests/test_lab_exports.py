@@ -67,3 +67,43 @@ def test_the_converted_notebook_itself_is_checked() -> None:
     notebook.metadata["language_info"]["nbconvert_exporter"] = "os.system"
     with pytest.raises(ExportRefused, match=r"nbconvert_exporter is 'os\.system', not an exporter's name"):
         kind().from_notebook_node(notebook)
+
+
+def _script_notebook(**info: Any) -> dict[str, Any]:
+    return {"metadata": {"language_info": {"name": "x", **info}}, "cells": []}
+
+
+@pytest.mark.parametrize(
+    ("extension", "mimetype"),
+    [
+        (".py", "text/x-python"),  # ipykernel
+        (".r", "text/x-r-source"),  # IRkernel
+        (".jl", "application/julia"),  # IJulia
+        (".sh", "text/x-sh"),  # bash_kernel
+        (".js", "application/javascript"),  # IJavascript (its type is served as text/plain)
+        (".scala", "text/x-scala"),
+        (None, None),
+    ],
+)
+def test_the_script_types_kernels_write_pass(extension: Any, mimetype: Any) -> None:
+    info = {k: v for k, v in (("file_extension", extension), ("mimetype", mimetype)) if v is not None}
+    assert exporter_problem(_script_notebook(**info)) == ""
+    assert exporter_problem(_script_notebook(nbconvert_exporter="script", **info)) == ""
+
+
+@pytest.mark.parametrize("extension", [".html", ".HTM", ".svg", ".xhtml", ".hta", ".desktop", ".pdf", "py", ".a/b", 3])
+def test_a_script_export_named_as_a_page_is_refused(extension: Any) -> None:
+    # nbconvert names the script export's download after these fields: a
+    # sandbox's notebook made "Executable Script" download an HTML page
+    problem = exporter_problem(_script_notebook(file_extension=extension, mimetype="text/x-python"))
+    assert problem.startswith(
+        f"the notebook's metadata.language_info.file_extension is {str(extension)!r}, not a script's"
+    )
+
+
+@pytest.mark.parametrize(
+    "mimetype", ["text/html", "application/xhtml+xml", "image/svg+xml", "text/xml", "text/html; x", 1]
+)
+def test_a_script_export_typed_as_a_page_is_refused(mimetype: Any) -> None:
+    problem = exporter_problem(_script_notebook(file_extension=".py", mimetype=mimetype))
+    assert problem.startswith(f"the notebook's metadata.language_info.mimetype is {str(mimetype)!r}, not a script's")

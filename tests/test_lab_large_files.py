@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -28,6 +29,7 @@ from typing import Any
 
 import pytest
 from browser.lab_helpers import LabServer, notebook_json, serving
+from jupyter_server.services.contents.filemanager import FileContentsManager
 from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
 from kernel_helpers import SandboxKernelHandle, peak_mib, require_bwrap, shared_data_kernel
 from tornado.web import HTTPError
@@ -248,6 +250,56 @@ def test_a_folder_of_too_many_entries_is_not_listed(servers: dict[str, LabServer
     assert _get(servers["guarded"], "work/many", "content=0")[0] == 200
     status, listing = _get(servers["control"], "work/many")  # jupyter_server lists any number
     assert status == 200 and len(listing["content"]) == ENTRIES + 1
+
+
+@pytest.mark.parametrize("manager", ["async", "sync"])
+def test_a_folder_swapped_in_after_the_count_is_not_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, manager: str
+) -> None:
+    """The folder was counted by one read and listed by jupyter_server's
+    own, a second one: a sandbox watching the small folder it asked the user
+    to open (inotify sees the server's read through the mount) swapped a
+    folder of 100,000 entries in between (``renameat2(RENAME_EXCHANGE)``, an
+    attack review: listed whole on the first try, 21 s of the server). The
+    swap is made here just after the count, as the sandbox makes it; the
+    listing's own read must refuse it."""
+    from jupyter_server.services.contents import filecheckpoints, filemanager
+
+    for module in (filemanager, filecheckpoints):  # install_calls replaces them: undone after the test
+        monkeypatch.setattr(module, "os", module.os)
+        monkeypatch.setattr(module, "shutil", module.shutil)
+    monkeypatch.setattr(filemanager, "send2trash", filemanager.send2trash)
+    monkeypatch.setattr(filecheckpoints, "ensure_dir_exists", filecheckpoints.ensure_dir_exists)
+    (tmp_path / "view").mkdir()
+    (tmp_path / "view" / "a.txt").write_text("a")
+    (tmp_path / "big").mkdir()
+    for number in range(50):
+        (tmp_path / "big" / f"{number}.txt").touch()
+    contents = (AsyncLargeFileManager if manager == "async" else FileContentsManager)(root_dir=str(tmp_path))
+    assert lab_saves.guard(contents, max_listed_entries=20)
+    lab_saves.install_calls(str(tmp_path))
+    counted = lab_saves._counted
+
+    def count_then_swap(path: str, os_path: str, limit: int) -> None:
+        counted(path, os_path, limit)
+        os.rename(tmp_path / "view", tmp_path / "swap")
+        os.rename(tmp_path / "big", tmp_path / "view")
+        os.rename(tmp_path / "swap", tmp_path / "big")
+
+    monkeypatch.setattr(lab_saves, "_counted", count_then_swap)
+
+    def listing(path: str) -> Any:
+        got = contents.get(path, content=True, type="directory")
+        return asyncio.run(got) if manager == "async" else got
+
+    with pytest.raises(HTTPError) as refused:
+        listing("view")
+    assert refused.value.status_code == 403, refused.value
+    assert "view holds more than 20 entries" in str(refused.value.log_message)
+    # the sandbox swaps them back: the small folder lists as before
+    monkeypatch.setattr(lab_saves, "_counted", counted)
+    count_then_swap("", str(tmp_path / "big"), 100)
+    assert [m["name"] for m in listing("view")["content"]] == ["a.txt"]
 
 
 #: notebooks a cell writes: one over the cell limit, one at it, the one over

@@ -292,3 +292,28 @@ def test_a_downloaded_export_runs_and_fetches_nothing_of_the_notebooks(
         assert any(url.endswith("/plugin/notes/notes.js") for url in opened.cdn), opened.cdn
     # and the notebook reads as in Lab: its heading and both tables
     assert "Quarterly results" in opened.text and "region" in opened.text and "total" in opened.text
+
+
+def test_a_script_export_is_never_downloaded_as_a_page(plain_server: LabServer, guarded_server: LabServer) -> None:
+    """The script export takes its download's extension and type from the
+    notebook's ``language_info`` (an attack review): a sandbox's notebook
+    saying ``.html`` and ``text/html`` made "Executable Script" download
+    ``report.html``, the cell's source as a page (its script and remote
+    image included), which runs and fetches when opened from disk. The
+    control shows it; the guarded server refuses, naming the field."""
+    source = "<script>window.ran = 1</script><img src='https://tracker.example/x.png'>"
+    for server in (plain_server, guarded_server):
+        notebook = notebook_json([source])
+        notebook["metadata"]["language_info"] = {"name": "python", "file_extension": ".html", "mimetype": "text/html"}
+        (server.notebooks / "report.ipynb").write_text(json.dumps(notebook))
+    request = urllib.request.Request(
+        f"{plain_server.base_url}/nbconvert/script/report.ipynb?download=true",
+        headers={"Authorization": f"token {plain_server.token}"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.headers["Content-Type"].startswith("text/html")
+        assert response.headers["Content-Disposition"].endswith("report.html")
+        assert source.encode() in response.read()
+    status, body = _export(guarded_server, "GET", "/nbconvert/script/report.ipynb?download=true")
+    assert status == 400, body[:300]
+    assert "metadata.language_info.file_extension is &#39;.html&#39;, not a script&#39;s" in body.decode()

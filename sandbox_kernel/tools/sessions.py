@@ -182,6 +182,10 @@ class ToolSession:
         #: watcher still cuts it (a cell's object can make the checkpoint last
         #: up to 120 s)
         self.suspending: Session | None = None
+        #: the engine ``ensure_engine`` is starting (or resuming): watched too,
+        #: from before its network decision (a rise while it started was
+        #: reported cut, and a module the cell had planted sent the data on)
+        self.starting: Session | None = None
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
 
@@ -224,11 +228,14 @@ class ToolSession:
         # definitions and imports of earlier cells are replayed, not pickled
         engine.replay = ReplayLog.from_json(self.notebook.replay)
         engine._last_done_count = self.notebook.execution_count
+        self.starting = engine
         try:
             await engine.start()
         except BaseException:
             await engine.shutdown()
             raise
+        finally:
+            self.starting = None
         self.engine = engine
         self.notebook.engine = engine
         return engine
@@ -426,7 +433,7 @@ class SessionRegistry:
 
         async def check() -> None:
             for session in [*self._sessions.values(), *self._retiring]:
-                for engine in [session.engine, session.suspending, *session.command_engines]:
+                for engine in [session.engine, session.starting, session.suspending, *session.command_engines]:
                     if engine is None:
                         continue
                     try:

@@ -683,7 +683,9 @@ class Session:
         self._needs_mounts = False
         if self.sandbox_proxied:
             await self._ensure_proxy()
-        withheld = await self._holders_with_network()
+        # (a sandbox given a way out gets no private mounts to withhold; a rise
+        # since its decision would have it wait for its own start's record)
+        withheld = None if self._launch_has_network else await self._holders_with_network()
         if withheld:
             notice = self._withheld_notice(withheld)
             if emit is not None:

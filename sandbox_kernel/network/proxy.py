@@ -29,6 +29,7 @@ import os
 import re
 import secrets
 import socket
+import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -88,6 +89,18 @@ class _Connection:
         self.upstream: asyncio.StreamWriter | None = None
 
     def abort(self) -> None:
+        """Close both ends now. The upstream is reset, not closed: a plain
+        close lets the host's kernel go on sending what the sandbox had
+        queued in the socket (up to its 4 MiB send buffer), and an origin
+        reading slowly was still receiving it 10 s after the cut (an attack
+        review). With a zero linger the kernel drops the queue and resets."""
+        if self.upstream is not None:
+            sock = self.upstream.transport.get_extra_info("socket")
+            if sock is not None:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                except OSError:
+                    pass  # (closed already)
         for writer in (self.client, self.upstream):
             if writer is not None:
                 writer.transport.abort()

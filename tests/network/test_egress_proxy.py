@@ -510,3 +510,64 @@ def test_a_cut_while_a_name_resolves_opens_no_connection(tmp_path: Path) -> None
         fwd.close()
         proxy.close()
         listener.close()
+
+
+def test_a_cut_drops_what_the_proxy_had_queued_for_the_origin(tmp_path: Path) -> None:
+    """The cut closed the upstream socket, and the host's kernel went on
+    sending what the sandbox had queued in it before the cut (up to its
+    4 MiB send buffer): an origin reading slowly was still receiving it 10 s
+    after the cut (an attack review). The upstream is reset now: the origin
+    gets at most what already sat in its own receive buffer, then a reset."""
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    got: dict[str, Any] = {"after": 0, "end": None}
+    cut_at: list[float] = []
+
+    def slow_origin() -> None:
+        conn, _ = server.accept()
+        with conn:
+            time.sleep(1.5)  # reads nothing meanwhile: the proxy's upstream queue fills
+            conn.settimeout(8)
+            try:
+                while True:
+                    data = conn.recv(1 << 16)
+                    if not data:
+                        got["end"] = "closed after its queue was sent"
+                        return
+                    if cut_at:
+                        got["after"] += len(data)
+            except ConnectionResetError:
+                got["end"] = "reset"
+            except TimeoutError:
+                got["end"] = "still open"
+
+    origin = threading.Thread(target=slow_origin, daemon=True)
+    origin.start()
+    policy = EgressPolicy(allow=["slow.test"], allow_addresses=["127.0.0.1"])
+    proxy = ProxyThread(tmp_path / "p.sock", policy, {"slow.test": ["127.0.0.1"]})
+    try:
+        client = socket.socket(socket.AF_UNIX)
+        client.connect(str(tmp_path / "p.sock"))
+        client.sendall(
+            f"SK-EGRESS {proxy.proxy.token}\r\nCONNECT slow.test:{port} HTTP/1.1\r\nHost: slow.test\r\n\r\n".encode()
+        )
+        assert client.recv(4096).startswith(b"HTTP/1.1 200"), "the tunnel did not open"
+        client.settimeout(0.2)
+        chunk = b"x" * 65536
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # the sandbox writes: the proxy relays what it can
+            try:
+                client.send(chunk)
+            except TimeoutError:
+                pass
+        assert proxy.cut() == 1
+        cut_at.append(time.monotonic())
+        origin.join(12)
+        client.close()
+    finally:
+        proxy.close()
+        server.close()
+    assert got["end"] == "reset", got
+    assert got["after"] <= 1 << 20, f"the origin received {got['after']:,} bytes after the cut"

@@ -74,7 +74,7 @@ def export(path: Path, fmt: str, config: Any = None) -> tuple[str, str]:
         # (what the schema quotes of the file is the sandbox's: no terminal sequence)
         message = terminal_safe_output(" ".join(str(exc.message).split())[:300], keep_colours=False)
         raise ExportError(f"{path} is not a valid notebook: {message} (at {where or 'its top level'})") from None
-    problem = exporter_problem(notebook)
+    problem = exporter_problem(notebook, fmt)
     if problem:
         raise ExportError(f"{path}: {problem}")
     exporter = confined_class(get_exporter(fmt))(config=config if config is not None else _config())  # type: ignore[no-untyped-call]

@@ -59,15 +59,17 @@ from .lab_content_policy import remote_content_allowed
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}\Z")
 
 
-def exporter_problem(notebook: Any) -> str:
-    """Why the server must not convert ``notebook`` (its JSON content), or ""."""
+def exporter_problem(notebook: Any, fmt: str | None = None) -> str:
+    """Why the server must not convert ``notebook`` (its JSON content) to
+    ``fmt`` (None: to any format), or ""."""
     metadata = notebook.get("metadata") if isinstance(notebook, dict) else None
     info = metadata.get("language_info") if isinstance(metadata, dict) else None
     name = info.get("nbconvert_exporter") if isinstance(info, dict) else None
     field = f"the notebook's metadata.language_info.nbconvert_exporter is {name!r}"
     fix = "Remove that field from the notebook's metadata to export it."
     if not name or name == "script":
-        return _script_type_problem(info, fix)  # (nbconvert delegates to no exporter for these)
+        # nbconvert delegates to no exporter for these: the script's own name and type are the notebook's
+        return _script_type_problem(info, fix) if fmt in (None, "script") else ""
     if not (isinstance(name, str) and PLAIN_NAME.match(name)):
         return (
             f"{field}, not an exporter's name: nbconvert's script export would import it and run it in the "
@@ -123,7 +125,8 @@ def _script_type_problem(info: Any, fix: str) -> str:
     included), outside the HTML export's confinement (an attack review)."""
     if not isinstance(info, dict):
         return ""
-    extension, mimetype = info.get("file_extension"), info.get("mimetype")
+    # (empty, as gophernotes and lgo write them: nbconvert writes no extension and no type)
+    extension, mimetype = info.get("file_extension") or None, info.get("mimetype") or None
     if extension is not None and not (
         isinstance(extension, str) and SCRIPT_EXTENSION.match(extension) and extension[1:].lower() not in NOT_SCRIPTS
     ):
@@ -177,8 +180,12 @@ def checked_class(kind: type) -> type:
     if kind in _CHECKED:
         return _CHECKED[kind]
 
+    from nbconvert.exporters import ScriptExporter
+
+    fmt = "script" if issubclass(kind, ScriptExporter) else "other"
+
     def from_notebook_node(self: Any, nb: Any, resources: Any = None, **kw: Any) -> Any:
-        problem = exporter_problem(nb)
+        problem = exporter_problem(nb, fmt)
         if problem:
             raise ExportRefused(problem)
         return super(checked, self).from_notebook_node(nb, resources, **kw)  # type: ignore[arg-type]
@@ -226,7 +233,7 @@ def _guarded_handlers() -> dict[type, type]:
             self.check_xsrf_cookie()  # as the handler does, before anything is read
             model = await ensure_async(self.contents_manager.get(path=path.strip("/")))  # type: ignore[no-untyped-call]
             if model.get("type") == "notebook":
-                problem = exporter_problem(model.get("content"))
+                problem = exporter_problem(model.get("content"), format)
                 if problem:
                     raise HTTPError(400, problem)
             return await super().get(format, path)  # type: ignore[misc]  # (decorated)
@@ -236,7 +243,7 @@ def _guarded_handlers() -> dict[type, type]:
         @authorized
         async def post(self, format: str) -> Any:
             model = self.get_json_body()
-            problem = exporter_problem(model.get("content") if isinstance(model, dict) else None)
+            problem = exporter_problem(model.get("content") if isinstance(model, dict) else None, format)
             if problem:
                 raise HTTPError(400, problem)
             return await super().post(format)  # type: ignore[misc]  # (decorated)

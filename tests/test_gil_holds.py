@@ -142,6 +142,20 @@ def test_a_style_too_large_to_clean_is_removed_at_once() -> None:
     assert clean_css(table, private=False, notes=Notes(), where="an output") == table
 
 
+def test_a_markdown_style_too_large_once_escaped_says_so() -> None:
+    # markdown's style is also checked escaped (a renderer may escape its
+    # quotes), which can make it six times as long: past the limit, it goes
+    # for that reason, not for one it does not have
+    from sandbox_kernel.outputs.sanitize import sanitize_bundle
+
+    css = "p{font-family:" + '"A",' * 400_000 + '"B"}'  # 1.6 MB, 4.8 MB of quotes once escaped
+    assert len(css) < _policy.MAX_CSS_CHARS < len(css) + 5 * css.count('"')
+    clean = sanitize_bundle({"text/markdown": f"<style>{css}</style>\n\ntext"})
+    assert any("over 5 MB once escaped, too large to clean" in note for note in clean.removed), clean.removed
+    assert not any("could turn it into something unsafe" in note for note in clean.removed), clean.removed
+    assert "text" in clean.data["text/markdown"]
+
+
 # ---- the new ways give the old results ----------------------------------------------------
 
 
@@ -180,6 +194,7 @@ def test_sizes_are_those_of_json_dumps(slice_size: int, monkeypatch: pytest.Monk
         json.dumps({1: 2, None: [1.5], 2.5: "x", False: {}})
     )
     assert encoded_size((1, [2, (3,)])) == len(json.dumps((1, [2, (3,)])))
+    assert encoded_size([(), (), [], {}, ""]) == len(json.dumps([(), (), [], {}, ""]))  # (one empty tuple object)
 
 
 def test_what_json_cannot_hold_is_over_any_budget() -> None:

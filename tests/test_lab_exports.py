@@ -107,3 +107,27 @@ def test_a_script_export_named_as_a_page_is_refused(extension: Any) -> None:
 def test_a_script_export_typed_as_a_page_is_refused(mimetype: Any) -> None:
     problem = exporter_problem(_script_notebook(file_extension=".py", mimetype=mimetype))
     assert problem.startswith(f"the notebook's metadata.language_info.mimetype is {str(mimetype)!r}, not a script's")
+
+
+def test_only_the_script_export_is_named_after_these_fields() -> None:
+    # nbconvert reads them for the script export alone: a notebook saying
+    # .html still exports to HTML (and gophernotes or lgo write them empty)
+    page = _script_notebook(file_extension=".html", mimetype="text/html")
+    assert exporter_problem(page, "html") == "" and exporter_problem(page, "slides") == ""
+    assert exporter_problem(page, "script").startswith("the notebook's metadata.language_info.file_extension")
+    empty = _script_notebook(file_extension="", mimetype="", nbconvert_exporter="")
+    assert exporter_problem(empty, "script") == "" and exporter_problem(empty) == ""
+
+
+def test_the_converting_exporter_checks_the_script_fields_only_for_a_script() -> None:
+    import nbformat
+    from nbconvert.exporters import HTMLExporter, ScriptExporter
+
+    from sandbox_kernel.lab_exports import ExportRefused, checked_class
+
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")])
+    notebook.metadata["language_info"] = {"name": "python", "file_extension": ".html", "mimetype": "text/html"}
+    with pytest.raises(ExportRefused, match=r"file_extension is '\.html', not a script's"):
+        checked_class(ScriptExporter)().from_notebook_node(notebook)
+    page, _ = checked_class(HTMLExporter)().from_notebook_node(notebook)
+    assert "print" in page

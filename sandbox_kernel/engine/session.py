@@ -479,8 +479,15 @@ class Session:
                 self._starting_commands -= 1
                 self._commands[child] = proxied
                 # the level read again: one that rose since the decision cuts it now
-                if self.cut_from_thread() and proxied:
-                    self._cut_proxy()
+                # (a helper killed, a container disconnected: in a task, as a
+                # daemon's answer must not hold the loop)
+                if self.ratchet is not None and self.ratchet.state.network_mode != NetworkMode.FULL:
+                    if proxied:
+                        self._cut_proxy()
+                    else:
+                        cut = asyncio.ensure_future(self._cut_commands())
+                        self._background.add(cut)
+                        cut.add_done_callback(self._background.discard)
                 self._report_enforcement()
 
         try:

@@ -23,6 +23,7 @@ from ._policy import (
     HTML_ATTRIBUTES,
     HTML_TAGS,
     LINK_REL,
+    MAX_CSS_CHARS,
     PRIVATE_REASON,
     Notes,
     clean_css,
@@ -273,6 +274,11 @@ class _Cleaner:
         # (url\( -> url() or escape quotes (url(=" -> url(=&quot;): the CSS
         # must stay clean either way.
         for variant in (_MD_ESCAPE.sub(r"\1", css), html.escape(css, quote=True)):
+            if len(variant) > MAX_CSS_CHARS:  # (escaping can make it six times as long)
+                mb = MAX_CSS_CHARS // (1024 * 1024)
+                self.notes.add(f"CSS removed from {where} (over {mb} MB once escaped, too large to clean)")
+                css = ""
+                break
             if clean_css(variant, private=self.private, notes=Notes(), where=where) != variant.replace("<", "\\3c "):
                 self.notes.add(f"CSS removed from {where} (a markdown renderer could turn it into something unsafe)")
                 css = ""

@@ -82,8 +82,9 @@ def encoded_size(value: Any) -> int:
     """``len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))``,
     never giving one C call more than about :data:`SLICE` values. Raises
     TypeError for what JSON cannot hold and ValueError for a container met
-    twice (a cycle, which ``json.dumps`` refuses too, or one shared, which a
-    parsed frame never has).
+    twice (a cycle, which ``json.dumps`` refuses too, or one shared, which
+    ``json.dumps`` writes twice but a parsed frame never has) or for keys
+    that JSON writes alike (``1`` and ``"1"``).
 
     Each container is sized with the containers in it written as ``0`` (they
     are sized in turn). Small ones are sized together, up to :data:`SLICE`
@@ -103,9 +104,10 @@ def encoded_size(value: Any) -> int:
             small.append(item)
             small_values += 1
         else:
-            if id(item) in seen:
-                raise ValueError("a container met twice (does one hold itself?)")
-            seen.add(id(item))
+            if item:  # (an empty one holds nothing: the empty tuple is one object, met anywhere)
+                if id(item) in seen:
+                    raise ValueError("a container met twice (does one hold itself?)")
+                seen.add(id(item))
             shell, holes = _shell(_str_keys(item) if isinstance(item, dict) else item, todo)
             total -= holes
             n = len(shell)

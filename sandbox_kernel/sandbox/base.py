@@ -407,8 +407,6 @@ class Sandbox(ABC):
         if max_output < 2:
             raise ValueError(f"max_output must be at least 2 bytes, got {max_output}")
         child = await self.start(spec)
-        if started is not None:
-            started(child)
         process = child.process
         out, err = _HeadTail(max_output), _HeadTail(max_output)
 
@@ -417,6 +415,8 @@ class Sandbox(ABC):
             await process.wait()
 
         try:
+            if started is not None:
+                started(child)  # (a caller's error here still kills it, below)
             await asyncio.wait_for(communicate(), timeout=timeout)
         except asyncio.TimeoutError:
             await child.kill()

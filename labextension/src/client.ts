@@ -246,15 +246,49 @@ export class StatusClient implements IDisposable {
    */
   private _onIopubMessage(
     _: ISessionContext,
-    msg: { header: { msg_type: string }; content: unknown }
+    msg: { header: { msg_type: string; session?: string }; content: unknown }
   ): void {
-    const content = msg.content as { restart?: unknown } | null;
+    const content = msg.content as {
+      restart?: unknown;
+      execution_state?: unknown;
+    } | null;
+    const session = msg.header.session || null;
     if (
       msg.header.msg_type === 'shutdown_reply' &&
       content &&
       content.restart === true
     ) {
       this._onStatusChanged(this.sessionContext, 'restarting');
+      this._restartedSession = session;
+      return;
+    }
+    // After such a restart the page may never see a status *change* from
+    // the new kernel process: jupyter_server's iopub socket reconnects to it
+    // a moment after it starts (under load, after it began the first cell),
+    // so its 'starting' and the cell's 'busy' are lost; the connection's
+    // status stayed 'idle' (the old kernel's statuses answer the shutdown
+    // request, an untracked type), and the cell's 'idle' changes nothing.
+    // Any message of another kernel session than the one that restarted
+    // (not a status the server makes itself) says the new process is up;
+    // but not ipykernel's iopub_welcome, which can come before the new
+    // process's own 'starting' (that would then be taken for one more
+    // restart and dispose the comm just opened).
+    if (
+      this._restartedSession !== null &&
+      session !== null &&
+      session !== this._restartedSession &&
+      !this._sawLive &&
+      msg.header.msg_type !== 'iopub_welcome' &&
+      (msg.header.msg_type !== 'status' ||
+        (content !== null &&
+          (content.execution_state === 'busy' ||
+            content.execution_state === 'idle')))
+    ) {
+      this._restartedSession = null;
+      this._sawLive = true;
+      if (this._needsComm()) {
+        this._openComm();
+      }
     }
   }
 
@@ -276,6 +310,7 @@ export class StatusClient implements IDisposable {
     this._lastNotice = null;
     this._closedByKernel = false;
     this._sawLive = false;
+    this._restartedSession = null;
     if (!kernel) {
       this._setPhase('inactive', true);
       return;
@@ -467,6 +502,8 @@ export class StatusClient implements IDisposable {
   private _comm: Kernel.IComm | null = null;
   private _closedByKernel = false;
   private _sawLive = false;
+  /** The kernel session whose shutdown_reply said it restarted, until the new process is heard. */
+  private _restartedSession: string | null = null;
   private _state: IState | null = null;
   private _lastError: string | null = null;
   private _lastNotice: string | null = null;

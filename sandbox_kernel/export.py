@@ -54,8 +54,10 @@ def export(path: Path, fmt: str, config: Any = None) -> tuple[str, str]:
     import nbformat
     from nbconvert.exporters import get_exporter
 
-    from .lab_exports import exporter_problem
+    from .lab_exports import exporter_problem, keep_templates_out_of_the_working_directory
     from .lab_html_exports import confined_class
+
+    keep_templates_out_of_the_working_directory()  # (before nbconvert makes an exporter: it reads conf.json)
 
     if fmt not in FORMATS:
         raise ExportError(f"--to {fmt!r} is not one of {', '.join(FORMATS)}")

@@ -173,6 +173,41 @@ class ExportRefused(ValueError):
 _CHECKED: dict[type, type] = {}
 
 
+def _no_template_basedirs(exporter: Any) -> list[str]:
+    return []
+
+
+def keep_templates_out_of_the_working_directory() -> None:
+    """Make nbconvert's templates, in this process, come only from the
+    Jupyter data path and the places the user configured, never from the
+    working directory.
+
+    Why: ``TemplateExporter.extra_template_basedirs`` defaults to the working
+    directory, searched before nbconvert's own templates; a template is Jinja
+    run unsandboxed (``cycler.__init__.__globals__.os.system``) and its
+    ``conf.json`` names preprocessors nbconvert imports. A Lab started in the
+    notebooks' folder, or ``sandbox-kernel export`` run there, works in a
+    sandbox's workspace: a cell that wrote ``lab/index.html.j2`` ran its
+    command on the host at the next HTML export (an attack review, measured
+    through the guarded Lab server and through the CLI). Exporters are made in
+    many places with whatever config is at hand (nbconvert's ``get_exporter``
+    makes one to ask whether it is enabled, the export menu's listing one of
+    each, the script export its delegate), so it is the trait's default that
+    changes, for every exporter class not defining its own. A value the user
+    configures still wins: it names a place of theirs."""
+    from nbconvert.exporters.templateexporter import TemplateExporter
+
+    handler = TemplateExporter._trait_default_generators.get("extra_template_basedirs")
+    if getattr(handler, "func", None) is _no_template_basedirs:
+        return
+    if handler is None or not callable(getattr(handler, "func", None)):  # nbconvert or traitlets changed
+        raise RuntimeError(
+            "sandbox_kernel cannot keep nbconvert from taking templates from the working directory "
+            "(TemplateExporter.extra_template_basedirs has no default handler): upgrade sandbox_kernel"
+        )
+    handler.func = _no_template_basedirs
+
+
 def checked_class(kind: type) -> type:
     """``kind``, with its ``from_notebook_node`` refusing a notebook
     :func:`exporter_problem` refuses, before anything reads it. (Same class
@@ -190,7 +225,11 @@ def checked_class(kind: type) -> type:
             raise ExportRefused(problem)
         return super(checked, self).from_notebook_node(nb, resources, **kw)  # type: ignore[arg-type]
 
-    checked = type(kind.__name__, (kind,), {"from_notebook_node": from_notebook_node, "__doc__": kind.__doc__})
+    checked = type(
+        kind.__name__,
+        (kind,),
+        {"from_notebook_node": from_notebook_node, "__doc__": kind.__doc__},
+    )
     _CHECKED[kind] = checked
     return checked
 
@@ -201,9 +240,11 @@ def install_exporters() -> bool:
     (:mod:`sandbox_kernel.lab_html_exports`) unless the user allowed remote
     content; whether they are confined. The handlers look their exporter up
     through their module's ``get_exporter`` (no setting or hook chooses the
-    class), so that one function is wrapped."""
+    class), so that one function is wrapped. Templates come from no
+    working directory (:func:`keep_templates_out_of_the_working_directory`)."""
     from jupyter_server.nbconvert import handlers
 
+    keep_templates_out_of_the_working_directory()
     confine = not remote_content_allowed()
     original: Any = handlers.get_exporter
     if getattr(original, "sandbox_kernel_checked", False):

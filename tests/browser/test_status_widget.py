@@ -15,6 +15,7 @@ on failure); the server log and the browser console are kept beside them."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -266,8 +267,15 @@ def dataset_rows(page: Page, expected: int) -> list[str]:
 
 
 def wait_restarted(page: Page, lab: LabServer, name: str) -> None:
+    """The restarted kernel is idle, the widget ready, and its comm re-opened
+    with the new kernel process (the ready phase alone is kept across a
+    restart, with the last state shown)."""
     lab.wait_kernel_idle(name, timeout=KERNEL_TIMEOUT / 1000)
     expect(status_item(page)).to_have_attribute("data-phase", "ready", timeout=KERNEL_TIMEOUT)
+    deadline = time.monotonic() + KERNEL_TIMEOUT / 1000
+    while (count := lab.status_comms(name)) == 0 and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert count >= 1, f"the widget did not re-open its status comm with the restarted kernel of {name}"
 
 
 def test_ratchet_survives_restart_and_new_kernel(page: Page, lab: LabServer, shot: Shots) -> None:

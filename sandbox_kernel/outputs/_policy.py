@@ -244,6 +244,16 @@ _TEX_FETCHING = re.compile(r"\\(style|htmlStyle|require|mmlToken)(?![A-Za-z])")
 #: brace. Any other use is disarmed, since ``\def\b{\bbox}`` followed by
 #: ``\b[background:url(...)]`` reaches MathJax as the options it would fetch.
 _TEX_BBOX_UNSAFE = re.compile(r"\\bbox(?![A-Za-z])(?!\s*(?:\{|\[[^\]\\(){}&]*\]))")
+#: ``\style{css}`` and ``\htmlStyle{css}`` kept in a public session only with
+#: CSS that holds no function (``url(``), escape, macro parameter (``#1``: a
+#: colour such as ``#f00`` is kept, ``#123`` is not told from one), brace or
+#: character reference. MathJax keeps ``cursor`` among the styles it allows,
+#: and Chromium loads a cursor image once the element is drawn: a public
+#: output's ``\style{cursor:url(//host/bit3)}{x}`` in a hidden block was
+#: fetched when a later private output's ``<style>`` (no URL in it) showed the
+#: block, so which blocks a private cell shows spells its secret (an attack
+#: review, in JupyterLab). Styles fetch in no session, as for CSS in HTML.
+_TEX_STYLE_UNSAFE = re.compile(r"\\(style|htmlStyle)(?![A-Za-z])(?!\s*\{(?:[^{}\\()&#<>\"'`]|#(?![1-9#]))*\})")
 
 
 def clean_tex(text: str, *, private: bool, notes: Notes, where: str) -> str:
@@ -251,9 +261,11 @@ def clean_tex(text: str, *, private: bool, notes: Notes, where: str) -> str:
 
     ``\\href{javascript:...}`` becomes a link to ``#``; ``\\href`` used any other
     way (``\\let\\x\\href``) is disarmed. In private sessions what can fetch is
-    disarmed too (:data:`_TEX_FETCHING`, a ``\\bbox`` whose options could hold
-    CSS). JupyterLab filters some of these itself, not all (``\\mmlToken``), and
-    other frontends may filter none."""
+    disarmed too (:data:`_TEX_FETCHING`); in every session, a ``\\bbox`` or
+    ``\\style`` whose CSS could fetch (:data:`_TEX_STYLE_UNSAFE`: a public one
+    can wait for a private output to show it). JupyterLab filters some of
+    these itself, not all (``\\mmlToken``, a ``cursor`` image), and other
+    frontends may filter none."""
     if "\\" not in text:
         return text
 
@@ -268,6 +280,16 @@ def clean_tex(text: str, *, private: bool, notes: Notes, where: str) -> str:
         return "\\" + m.group(1) + "{#}"
 
     text = _TEX_LINK.sub(fix_link, text)
+
+    def fix_bbox(m: re.Match[str]) -> str:
+        notes.add(f"\\bbox with CSS that could fetch disarmed in {where} ({CSS_FETCH_REASON})")
+        return "\\mathrm{bbox}"
+
+    def fix_style(m: re.Match[str]) -> str:
+        notes.add(f"\\{m.group(1)} with CSS that could fetch disarmed in {where} ({CSS_FETCH_REASON})")
+        return "\\mathrm{" + m.group(1) + "}"
+
+    text = _TEX_STYLE_UNSAFE.sub(fix_style, _TEX_BBOX_UNSAFE.sub(fix_bbox, text))
     if private:
 
         def fix_fetch(m: re.Match[str]) -> str:
@@ -275,12 +297,6 @@ def clean_tex(text: str, *, private: bool, notes: Notes, where: str) -> str:
             return "\\mathrm{" + m.group(1) + "}"
 
         text = _TEX_FETCHING.sub(fix_fetch, text)
-
-        def fix_bbox(m: re.Match[str]) -> str:
-            notes.add(f"\\bbox with CSS that could fetch disarmed in {where} ({PRIVATE_REASON})")
-            return "\\mathrm{bbox}"
-
-        text = _TEX_BBOX_UNSAFE.sub(fix_bbox, text)
     return text
 
 

@@ -654,14 +654,14 @@ class WidgetComms:
             out = _clean_style_values(out, private, notes, where)
         if comm.model_name == "OutputModel" and "outputs" in out:
             out["outputs"] = _clean_outputs(out["outputs"], private, notes)
+        # ipywidgets typesets a Label's value and descriptions with MathJax:
+        # once private every string is defanged and math commands that fetch
+        # are disarmed (``$\mmlToken{mglyph}[src=...]{}$`` is an image); in a
+        # public session, those that could wait (a ``\style`` cursor image, in
+        # a view a private output's CSS shows later: ``clean_tex``)
         if private:
-            # every string is defanged, and math commands that fetch are
-            # disarmed: ipywidgets typesets a Label's value and descriptions
-            # with MathJax (``$\mmlToken{mglyph}[src=...]{}$`` is an image)
-            out = map_json_strings(
-                defang_json(out, urls=True), lambda text: clean_tex(text, private=True, notes=notes, where=where)
-            )
-        return out
+            out = defang_json(out, urls=True)
+        return map_json_strings(out, lambda text: clean_tex(text, private=private, notes=notes, where=where))
 
     def _take_identity(self, comm: _Comm, state: Mapping[str, Any]) -> None:
         """Record the model and view a piece of state names, and refuse what the

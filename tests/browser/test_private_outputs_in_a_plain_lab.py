@@ -167,9 +167,25 @@ ARMED: list[tuple[str, str, str, str]] = [
         '<div class="sk-lazy" style="display:none"><img loading="lazy" width="5" height="5" src="@AT@-armed-lazy"></div>',
         "<style>.sk-lazy {display: block !important}</style><p>shown</p>",
     ),
+    # math's \style: MathJax keeps a cursor image, which Chromium loads once
+    # the element is drawn (helper 67), in HTML and in markdown
+    (
+        "armed-tex-cursor",
+        "text/html",
+        '<div class="sk-texhide" style="display:none">$x + \\style{cursor:url(@AT@-armed-tex-cursor),auto}{y}$</div>'
+        "<p>texarm</p>",
+        "<style>.sk-texhide {display: block !important}</style><p>tex revealed</p>",
+    ),
+    (
+        "armed-md-cursor",
+        "text/markdown",
+        '<div class="sk-mdhide" style="display:none">\n\n$x + \\style{cursor:url(@AT@-armed-md-cursor),auto}{y}$'
+        "\n\n</div>\n\nmdarm",
+        "<style>.sk-mdhide {display: block !important}</style><p>md revealed</p>",
+    ),
 ]
 #: what the private outputs set off when the public ones are not cleaned
-ARMED_FIRED = {"armed-class5", "armed-unhide", "armed-font", "armed-lazy"}
+ARMED_FIRED = {"armed-class5", "armed-unhide", "armed-font", "armed-lazy", "armed-tex-cursor", "armed-md-cursor"}
 
 #: Ways an output can carry a script (name, MIME type, content), each calling
 #: the page's probe ``__skRan(name)`` when it runs: Lab shows live outputs as

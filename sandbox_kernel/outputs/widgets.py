@@ -661,7 +661,10 @@ class WidgetComms:
         # a view a private output's CSS shows later: ``clean_tex``)
         if private:
             out = defang_json(out, urls=True)
-        return map_json_strings(out, lambda text: clean_tex(text, private=private, notes=notes, where=where))
+        cleaned: dict[str, Any] = map_json_strings(
+            out, lambda text: clean_tex(text, private=private, notes=notes, where=where)
+        )
+        return cleaned
 
     def _take_identity(self, comm: _Comm, state: Mapping[str, Any]) -> None:
         """Record the model and view a piece of state names, and refuse what the

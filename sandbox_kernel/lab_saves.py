@@ -44,6 +44,10 @@ more than :attr:`SandboxContents.max_notebook_cells` are not opened either
 
 Contents managers that keep no files on the host (no ``_get_os_path``) are
 left alone: nothing they store is mounted into a sandbox.
+
+The same extension keeps saves from signing a notebook that carries saved
+widget state (:mod:`sandbox_kernel.lab_signatures`): a signature is what lets
+Lab build that state, and a save signed a sandbox's.
 """
 
 from __future__ import annotations
@@ -62,10 +66,10 @@ from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from tornado.web import HTTPError
-from traitlets import Integer
+from traitlets import Bool, Integer
 from traitlets.config import Configurable
 
-from . import no_follow
+from . import lab_signatures, no_follow
 
 #: 100 MiB: a CSV or a notebook with many images opens; the server's peak stays near 1.5 GiB
 DEFAULT_MAX_OPEN_BYTES = 100 * 2**20
@@ -389,6 +393,16 @@ class SandboxContents(Configurable):
         jupyter_server builds a model of each, for every listing; a larger folder
         gets a 403 saying so.""",
     )
+    sign_saved_widget_state = Bool(
+        False,
+        config=True,
+        help="""Whether a save may sign a notebook that carries saved widget state
+        (``metadata.widgets``). Jupyter signs every notebook whose cells show no
+        rich output, and opening a signed notebook builds its saved widgets, which
+        can run script (anywidget) and render HTML outside the kernel's output
+        policy; a sandbox can write such a notebook in its workspace, so by default
+        no save signs one (``jupyter trust`` on the host still does).""",
+    )
     max_notebook_cells = Integer(
         DEFAULT_MAX_NOTEBOOK_CELLS,
         config=True,
@@ -515,6 +529,8 @@ def _maybe_async(function: Callable[..., None], asynchronous: bool) -> Callable[
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     settings = SandboxContents(parent=serverapp)
     cm = serverapp.contents_manager
+    if not settings.sign_saved_widget_state and callable(getattr(cm, "check_and_sign", None)):
+        lab_signatures.sign_no_widget_state(cm, serverapp.log)
     if guard(cm, settings.max_open_bytes, settings.max_listed_entries, settings.max_notebook_cells):
         install_calls(cm.root_dir, int(getattr(cm, "max_copy_folder_size_mb", 0) or 0) * 2**20)
     else:

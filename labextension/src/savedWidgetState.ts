@@ -12,9 +12,10 @@
  * Jupyter's rule is that an untrusted notebook runs no script when opened,
  * and views of its widget outputs are not rendered anyway (their renderer is
  * not "safe"); so for an untrusted notebook the manager is given no saved
- * state. A notebook the user trusts (signed by the server with the user's
- * secret, which no sandbox can read) keeps it: "Trust Notebook", save, and
- * open it again to load it.
+ * state. A signed notebook keeps it. The server signs any notebook whose cells
+ * show no rich output at a save, without looking at its metadata, so the
+ * server extension (sandbox_kernel.lab_signatures) keeps saves from signing a
+ * notebook with saved widget state: `jupyter trust NOTEBOOK` on the host does.
  */
 import {
   JupyterFrontEnd,
@@ -70,7 +71,7 @@ export function guardSavedWidgetState(model: INotebookModel): void {
     if (!said) {
       said = true;
       console.warn(
-        'sandbox_kernel: the saved widget state of this untrusted notebook is not loaded (building its models could run code it carries); trust the notebook and open it again to load it'
+        'sandbox_kernel: the saved widget state of this untrusted notebook is not loaded (building its models could run code it carries); if you wrote it, sign it on the host (jupyter trust NOTEBOOK) and open it again to load it'
       );
     }
     return undefined;

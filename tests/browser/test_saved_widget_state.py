@@ -102,6 +102,22 @@ def lab(chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts
         yield server
 
 
+@pytest.fixture(scope="module")
+def plain_lab(chromium_path: Path, tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[LabServer]:
+    """The control: a Lab without the server extensions (``protected=False``), its notary in the test's folder."""
+    root = tmp_path_factory.mktemp("lab-saved-state-plain")
+    notary_dir = root / "notary"
+    notary_dir.mkdir()
+    with serving(
+        root,
+        artifacts / "jupyter-lab-saved-state-plain.log",
+        extra_args=[f"--NotebookNotary.data_dir={notary_dir}"],
+        protected=False,
+    ) as server:
+        server.notary_dir = notary_dir  # type: ignore[attr-defined]
+        yield server
+
+
 def _ran(page: Page) -> Any:
     return page.evaluate(f"() => window.{FLAG}")
 
@@ -135,3 +151,51 @@ def test_an_untrusted_notebooks_saved_widget_state_runs_no_code(page: Page, lab:
     open_notebook(page, lab, "saved/mine.ipynb")
     page.wait_for_function(f"() => window.{FLAG} === 1", timeout=30_000)
     assert (folder / "report.ipynb").read_text() == written, "opening the notebook changed the file"
+
+
+def _save_and_reopen(page: Page, server: LabServer, name: str) -> tuple[bool, Any]:
+    """Open ``name``, save it as the user would (Ctrl+S, nothing else), open it
+    again: whether the saved file is signed, and what its state's script did."""
+    open_notebook(page, server, name)
+    page.wait_for_timeout(3000)
+    assert _ran(page) is None, "a sandbox-written notebook ran script in the page when first opened"
+    page.locator(".jp-Notebook .jp-Cell").first.click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+s")
+    page.wait_for_timeout(3000)
+    saved = nbformat.read(str(server.notebooks / name), as_version=4)  # type: ignore[no-untyped-call]
+    assert "widgets" in saved.metadata, "the save dropped the notebook's widget state"
+    signed = bool(NotebookNotary(data_dir=str(server.notary_dir)).check_signature(saved))  # type: ignore[attr-defined]
+    page.goto("about:blank")
+    open_notebook(page, server, name)
+    page.wait_for_timeout(5000)
+    return signed, _ran(page)
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["control", "guarded"])
+def test_a_plain_save_does_not_make_a_sandboxs_widget_state_trusted(
+    page: Page, request: pytest.FixtureRequest, guarded: bool
+) -> None:
+    """The server signs every notebook whose cells show no rich output, and
+    never looks at its metadata: a sandbox's notebook with a stream output and
+    anywidget state was signed by a plain save, and opened again it ran the
+    state's script in the page (an attack review: the script then opened a
+    terminal on the host through the server's API). With the server extension
+    the save keeps the state, unsigned."""
+    server: LabServer = request.getfixturevalue("lab" if guarded else "plain_lab")
+    notebook = _notebook_with_saved_state()
+    notebook["cells"] = [
+        code_cell(
+            "report",
+            "print('report ready')",
+            [{"output_type": "stream", "name": "stdout", "text": "report ready\n"}],
+            execution_count=1,
+        )
+    ]
+    (server.notebooks / "streamed.ipynb").write_text(json.dumps(notebook))
+    signed, ran = _save_and_reopen(page, server, "streamed.ipynb")
+    if guarded:
+        assert not signed and ran is None, f"signed: {signed}, the state's script ran {ran} time(s)"
+        assert b"is not signed: it carries saved widget state" in server.log_bytes()
+    else:
+        assert signed and ran == 1, f"the control: signed {signed}, ran {ran}"

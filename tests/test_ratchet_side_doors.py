@@ -283,14 +283,17 @@ def test_a_private_notebook_raises_every_notebook_sharing_its_folder(tmp_path: P
         assert _wait_for_lo(parent) is not None, "a notebook whose folder contains A's folder kept its network"
         # The parent's cells reach both folders: they copy A's rows beside the
         # sibling, so the sibling rises too (an attack review: it kept its
-        # network and could send them). Without a session in a folder holding
-        # both, a sibling keeps its network:
+        # network and could send them). A sandbox worked in the folder holding
+        # both (the parent's, since before the rise: what it left there, a
+        # link, may already tie them), so the sibling rose with A
+        # (tests/test_reached_folders.py). Without a sandbox ever in a folder
+        # holding both, a sibling keeps its network:
         # test_a_private_folder_renamed_by_a_host_shell_stays_private.
         run = parent.run("import shutil\nshutil.copy('/workspace/project/rows.csv', '/workspace/other/rows.csv')")
         assert run.status == "ok", (run.stderr, run.errors)
         notices = _wait_for_lo(sibling)
         assert notices is not None, "a sibling with network beside the rows the parent's session copied there"
-        assert "whose folder holds private data" in notices, notices
+        assert "a sandbox worked in" in notices and "which holds that folder" in notices, notices
         # B's own cells say why, and the level never comes back down
         run = b.run("import sandbox_kernel.private as p\nprint(p.mark_private('INTERNAL'))")
         assert run.stdout.strip() == "CONFIDENTIAL", (run.stdout, run.stderr, run.errors)

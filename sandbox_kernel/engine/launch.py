@@ -101,6 +101,10 @@ def plan_launch(
         sources = ratchet.private_sources() if ratchet is not None else ()
         mounts, plan = apply_policy(workspace, IN_WORKSPACE, store_dirs, allowed_roots, sources)
         notes = plan.notes
+        if ratchet is not None:
+            # before it starts: what it leaves may tie the folders inside
+            # together (privacy/workspace_levels.py, "reached")
+            ratchet.note_reached(writable_folders(mounts, workspace))
         mounts += extra_mounts
         if isolate_network and ratchet is not None and private_mounts is not False:
             mounts += ratchet.bind_mounts()
@@ -124,6 +128,17 @@ def plan_launch(
     return Launch(spec=spec, notes=notes, workspace=inside, home=home)
 
 
+def writable_folders(mounts: Sequence[BindMount], workspace: Path) -> list[Path]:
+    """The folders of the workspace a sandbox with ``mounts`` writes in as one
+    mount each (a link or a rename crosses no mount): the workspace, or under
+    the home rule its top-level entries bound writable."""
+    return [
+        m.source
+        for m in mounts
+        if m.kind == "bind" and not m.readonly and (m.source == workspace or workspace in m.source.parents)
+    ]
+
+
 __all__ = [
     "IN_EGRESS",
     "IN_LIB",
@@ -135,4 +150,5 @@ __all__ = [
     "Launch",
     "plan_launch",
     "sandbox_env",
+    "writable_folders",
 ]

@@ -31,8 +31,9 @@ from ..privacy import (
 )
 from ..privacy.live_folder import LiveFolder
 from ..privacy.records import clean_reason
-from ..privacy.workspace_levels import WorkspaceLevels, read_all_folders
+from ..privacy.workspace_levels import WorkspaceLevels, folder_of, read_all_folders
 from ..sandbox import BindMount
+from .workspace_policy import WorkspaceRefused
 
 SYSTEM_NOTICE = (
     "[SYSTEM] Network access has been restricted because private data entered this "
@@ -289,6 +290,24 @@ class Ratchet:
         self.data.store.prepare(self.user_id, self.session_id)
         if self.folders is not None and self.workspace is not None:
             self.folders.prepare(self.workspace)
+            self.folders.prepare_reached([folder_of(self.workspace)])
+
+    def note_reached(self, folders: Sequence[Path]) -> None:
+        """Record, before a sandbox of this session starts, the folders it
+        writes in (:meth:`WorkspaceLevels.note_reached`: a later rise of a
+        folder inside one raises it). Raises :class:`WorkspaceRefused` when
+        they cannot be recorded: that sandbox must not start."""
+        if self.folders is None or not folders:
+            return
+        try:
+            self.folders.note_reached(
+                [folder_of(folder) for folder in folders], f"session {self.session_id} of {self.user_id}"
+            )
+        except (PrivacyStoreError, OSError, ValueError) as exc:
+            raise WorkspaceRefused(
+                f"could not record that a sandbox works in {folders[0]} in the privacy store ({exc}): the ratchet "
+                "needs it to keep the folders inside at their level"
+            ) from exc
 
     @property
     def workspace(self) -> Path | None:

@@ -195,6 +195,9 @@ def pending_holders(store_root: Path, user_id: str, session_id: str, level: Sens
         for h in (own_holders if root == Path(store_root) else _holders(root))
     ]
     folders = {str(h[3]["workspace"]) for h in own if isinstance(h[3].get("workspace"), str)}
+    # a folder around one of them that a sandbox worked in rises with it (what
+    # it left there may tie its other subfolders to it: workspace_levels)
+    folders |= {str(place) for folder in list(folders) for place in _reached_around(folder)}
     # A live holder whose folder contains one of these, or that reads one of
     # them (a read-only mount), rises with it and records its own folder
     # (engine/ratchet.py, docker/manager.py): the sessions in that folder
@@ -230,6 +233,12 @@ def pending_holders(store_root: Path, user_id: str, session_id: str, level: Sens
                 f"{'with' if entry.get('network') else 'without'} network)"
             )
     return pending
+
+
+def _reached_around(folder: str) -> list[Path]:
+    from .workspace_levels import folder_of, reached_ancestors
+
+    return reached_ancestors(folder_of(folder))
 
 
 def wait_enforced(store_root: Path, user_id: str, session_id: str, level: Sensitivity, timeout: float = 10.0) -> None:

@@ -26,6 +26,21 @@ by its identity, from its new path and from every folder inside it; the read
 that finds it records it under its new path too, so the folders now around it
 rise as well (``below``), from then on.
 
+**A folder a sandbox worked in holds what it left.** A sandbox whose
+workspace ``A`` holds ``W`` and a sibling ``S`` can, while everything is still
+public, tie the two: a hard link to one file from both, a unix socket that a
+sandbox in ``S`` listens on moved into ``W``, a file a process in ``S`` keeps
+open renamed into ``W``. Nothing of that shows in a path, and it outlives the
+sandbox: when ``W`` turned private later, the private cell's ``results.csv``
+was read from ``S`` by a sandbox with network (an attack review, with real
+kernels). So every folder a sandbox mounts writable is recorded as
+*reached* (:meth:`WorkspaceLevels.note_reached`, before it starts), and a rise
+of ``W`` records each reached strict ancestor at ``W``'s level too
+(``exact``): every folder in it rises, as if a session had worked there
+after the rise. Under the home rule a sandbox of the home writes only in its
+top-level entries (each its own mount, where no link or rename crosses), so
+those are what it reaches, not the home.
+
 **Every store counts.** Two processes on one folder may keep their sessions in
 different stores (``--SandboxKernel.privacy_dir``, another ``data_dir``,
 ``ToolsConfig.data_dir``), each with its folder levels beside it. A folder's
@@ -57,6 +72,12 @@ BELOW = "below"
 SAME_EXACT = "exact-identity"
 SAME_BELOW = "below-identity"
 _SAME = {EXACT: SAME_EXACT, BELOW: SAME_BELOW}
+#: folders a sandbox mounted writable (by path, and by identity)
+REACHED = "reached"
+SAME_REACHED = "reached-identity"
+#: the level a reached record is kept at (the store keeps levels; any above
+#: PUBLIC reads as reached, and an unreadable record fails closed as reached)
+_REACHED_MARK_LEVEL = Sensitivity.INTERNAL
 #: identities remembered per process (a stat tells whether one still holds)
 _IDENTITIES_KEPT = 512
 #: the folder levels' store, beside a session store (``<store>/../workspace-levels``)
@@ -132,6 +153,42 @@ class WorkspaceLevels:
             if same is not None:
                 self.store.prepare(_SAME[kind], same)
 
+    def prepare_reached(self, folders: Iterable[Path]) -> None:
+        """Make the records :meth:`note_reached` writes for ``folders`` ready now
+        (a sandbox may fill the disk before the next one starts)."""
+        for folder in folders:
+            self.store.prepare(REACHED, _key(folder))
+            same = self.identity(folder)
+            if same is not None:
+                self.store.prepare(SAME_REACHED, same)
+
+    def note_reached(self, folders: Iterable[Path], who: str) -> None:
+        """Record that a sandbox of ``who`` mounts each of ``folders`` (resolved
+        paths) writable: what it leaves there (a link, a socket, an open file
+        moved) may tie the folders inside together, so a later rise of one of
+        them raises the folder (see the module's doc). Raises
+        :class:`PrivacyStoreError` when a record cannot be written: the caller
+        must not start the sandbox then."""
+        for folder in folders:
+            if self._reached_here(folder):
+                continue
+            mark = SessionMark.create(
+                _REACHED_MARK_LEVEL, "workspace", clean_reason(f"a sandbox of {who} worked in {folder}")
+            )
+            self._mark_all([(SAME_REACHED, self.identity(folder)), (REACHED, _key(folder))], mark)
+
+    def _reached_here(self, folder: Path) -> bool:
+        """Whether this store holds ``folder`` as reached (an unreadable record
+        counts: fail closed)."""
+        by_path = self.store.read(REACHED, _key(folder))
+        if by_path.error is not None or by_path.sensitivity > Sensitivity.PUBLIC:
+            return True
+        same = self.identity(folder)
+        if same is None:
+            return False
+        by_identity = self.store.read(SAME_REACHED, same)
+        return by_identity.error is not None or by_identity.sensitivity > Sensitivity.PUBLIC
+
     def rise(self, workspace: str | os.PathLike[str], state: PrivacyState, who: str) -> None:
         """Record that a session with ``workspace`` reached ``state``'s level
         (no-op for a public state, and once the records are that high)."""
@@ -181,6 +238,22 @@ class WorkspaceLevels:
         records: list[tuple[str, str | None]] = [(SAME_EXACT, same)] if identity_low else []
         records += [(SAME_BELOW, self.identity(place)) for place in folder.parents]
         records += [(EXACT, _key(folder))] + [(BELOW, _key(place)) for place in folder.parents]
+        # a folder around this one that a sandbox worked in may hold links,
+        # sockets or moved files into it: it rises too, and what is in it
+        tied = reached_ancestors(folder, self)
+        tied_records: list[tuple[str, str | None]] = []
+        for place in tied:
+            tied_records += [(SAME_EXACT, self.identity(place)), (EXACT, _key(place))]
+        tied_mark = SessionMark.create(
+            level,
+            "workspace",
+            clean_reason(
+                f"{reason}; a sandbox worked in {tied[0] if tied else ''}, which holds that folder, before: what it "
+                "left there may tie the folder's other subfolders to it"
+            ),
+        )
+        # the folders around first: a crash between the two leaves them higher, not lower
+        self._mark_all(tied_records, tied_mark)
         self._mark_all(records, mark)
 
     def _mark_all(self, records: Sequence[tuple[str, str | None]], mark: SessionMark) -> None:
@@ -289,6 +362,24 @@ def _candidates(own: WorkspaceLevels | None) -> tuple[list[Path], str | None]:
             _places.clear()
         _places[key] = found
     return list(found), problem
+
+
+def reached_ancestors(folder: Path, own: WorkspaceLevels | None = None) -> list[Path]:
+    """The strict ancestors of ``folder`` (resolved) that a sandbox mounted
+    writable (:meth:`WorkspaceLevels.note_reached`), by the records beside any
+    store of the host, nearest first. An unreadable record counts as reached
+    (fail closed). A store registry that cannot be read leaves out the stores
+    it would list: meanwhile every folder's level reads SECRET anyway
+    (:func:`read_all_folders`), and raising every ancestor (up to ``/``) for
+    good would make every folder of the host private."""
+    from .store import _highwater_root
+
+    places, _ = _candidates(own)
+    levels = [own] if own is not None else []
+    levels += [
+        levels_at(place) for place in places if os.path.lexists(place) or os.path.lexists(_highwater_root(place))
+    ]
+    return [place for place in folder.parents if any(one._reached_here(place) for one in levels)]
 
 
 def read_everywhere(workspace: str | os.PathLike[str], own: WorkspaceLevels | None = None) -> PrivacyState:

@@ -28,6 +28,7 @@ from ..privacy import NetworkMode, PrivacyStore, default_user_id, validate_id
 from ..sandbox import ResourceLimits
 from ..sandbox.limit_traits import DEFAULT_LIMITS
 from ..sandbox.registry import backend_isolates
+from .errors import ToolFatalError
 from .notebook import MAX_CELLS, MAX_NOTEBOOK_BYTES, NOTEBOOK_FILE, Notebook
 from .workspace import data_dir, session_dir, workspace_dir
 
@@ -188,6 +189,10 @@ class ToolSession:
         self.starting: Session | None = None
         self.lock = asyncio.Lock()
         self.last_used = time.monotonic()
+        #: set once the registry took this session out and ``suspend`` ended:
+        #: only then may another ToolSession of the same ids resume from the
+        #: checkpoint (``SessionRegistry.get`` waits for it)
+        self.retired = asyncio.Event()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -326,16 +331,43 @@ class SessionRegistry:
         self._shell_records: dict[tuple[str, str, str], Any] = {}
 
     async def get(self, user_id: str, session_id: str) -> ToolSession:
-        user_id = validate_id(user_id, "user_id")
-        session_id = validate_id(session_id, "session_id")
-        async with self._lock:
-            session = self._sessions.get((user_id, session_id))
-            if session is None:
-                session = await asyncio.to_thread(ToolSession, self, user_id, session_id)
-                self._sessions[session.key] = session
-            self._ensure_reaper()
-            self._ensure_watcher()
-            return session
+        """The live session of these ids, built (from its files on the host)
+        if there is none. A session of the same ids still being suspended is
+        waited for first: a second one resumed meanwhile from the checkpoint
+        then in the state dir (an older one: the suspending engine was still
+        writing its own), and the checkpoint it took next superseded the one
+        the suspension finished, losing earlier cells' state for good (an
+        attack review). Refused while the registry closes (:meth:`aclose`)."""
+        key = (validate_id(user_id, "user_id"), validate_id(session_id, "session_id"))
+        while True:
+            async with self._lock:
+                self._refuse_while_closing(key)
+                retiring = self._still_retiring(key)
+                if retiring is None:
+                    session = self._sessions.get(key)
+                    if session is None:
+                        session = await asyncio.to_thread(ToolSession, self, *key)
+                        self._sessions[session.key] = session
+                    self._ensure_reaper()
+                    self._ensure_watcher()
+                    return session
+            await retiring.retired.wait()  # without the registry's lock: other sessions go on
+
+    def _refuse_while_closing(self, key: tuple[str, str]) -> None:
+        """A call arriving while :meth:`aclose` checkpoints and stops every
+        session gets a clear error: a session built now would be missed by
+        the close (left running, unwatched, after it returned) or resume
+        from a checkpoint the close is still replacing."""
+        if self._closing:
+            raise ToolFatalError(
+                f"the agent tools are shutting down (the session registry is closing: every session is being "
+                f"checkpointed and stopped), so this call on session {key[0]}/{key[1]} was not run; "
+                "call again once the tools are served again"
+            )
+
+    def _still_retiring(self, key: tuple[str, str]) -> ToolSession | None:
+        """A session of ``key`` out of the registry whose suspension has not ended."""
+        return next((s for s in self._retiring if s.key == key and not s.retired.is_set()), None)
 
     @asynccontextmanager
     async def use(self, user_id: str, session_id: str) -> AsyncIterator[ToolSession]:
@@ -368,8 +400,10 @@ class SessionRegistry:
                 if now - session.last_used < limit:
                     continue
                 async with self._lock:
-                    if self._sessions.get(session.key) is session:
-                        del self._sessions[session.key]
+                    if self._sessions.get(session.key) is not session:
+                        continue  # the close took it: the close suspends it
+                    del self._sessions[session.key]
+                    self._retiring.add(session)  # with the removal: ``get`` sees one or the other
                 await self._retire(session)
                 expired.append(session.key)
         return expired
@@ -378,12 +412,21 @@ class SessionRegistry:
         """Suspend a session taken out of the registry, still watched: its
         checkpoint can last up to 120 s (a cell's ``__reduce__`` decides), and
         a rise meanwhile left its sandbox, and a daemon in it, with network for
-        all of that time, ``wait=True`` timing out (an attack review)."""
+        all of that time, ``wait=True`` timing out (an attack review). A call
+        for the same ids waits for ``session.retired`` (:meth:`get`)."""
         self._retiring.add(session)
         try:
             await session.suspend()
         finally:
             self._retiring.discard(session)
+            session.retired.set()
+
+    async def _retirements_ended(self) -> None:
+        """Wait for the suspensions the reaper began before the close: the
+        reaper is cancelled next, and an engine cut off in its checkpoint
+        would lose what that checkpoint was saving."""
+        while pending := [s for s in self._retiring if not s.retired.is_set()]:
+            await pending[0].retired.wait()
 
     def _ensure_reaper(self) -> None:
         if self._reaper is not None and not self._reaper.done():
@@ -516,15 +559,27 @@ class SessionRegistry:
         runs (a rise during their checkpoints is cut); it is stopped
         afterwards, and also ends by itself once no session is left (a
         cancellation that lands while it replaces a sandbox must not leave it
-        polling)."""
+        polling). Calls arriving meanwhile are refused (:meth:`get`)."""
         self._closing = True
+        try:
+            await self._close_sessions()
+            if self._docker is not None:
+                await self._docker.aclose_all()
+                self._docker = None
+        finally:
+            self._closing = False  # a registry closed is empty, and may be used again
+
+    async def _close_sessions(self) -> None:
+        """Suspend every session (and wait for those the reaper is suspending),
+        then stop the reaper, the watcher and the shell containers' records."""
         async with self._lock:
             sessions, self._sessions = list(self._sessions.values()), {}
-        self._retiring.update(sessions)
+            self._retiring.update(sessions)
         try:
             for session in sessions:
                 async with session.lock:
                     await self._retire(session)
+            await self._retirements_ended()
         finally:
             self._retiring.difference_update(sessions)
             if self._wake is not None:
@@ -540,10 +595,6 @@ class SessionRegistry:
             for record in self._shell_records.values():
                 record.close()
             self._shell_records = {}
-        if self._docker is not None:
-            await self._docker.aclose_all()
-            self._docker = None
-        self._closing = False  # a registry closed is empty, and may be used again
 
 
 _default: SessionRegistry | None = None

@@ -480,6 +480,74 @@ async def test_a_session_being_suspended_is_still_cut(registry: SessionRegistry,
     await ending
 
 
+#: a cell whose object makes every checkpoint of its session last 4 s (a
+#: cell's ``__reduce__`` decides how long a suspension takes)
+SLOW_CHECKPOINT = (
+    "import time\n"
+    "class Slow:\n"
+    "    def __reduce__(self):\n"
+    "        time.sleep(4)\n"
+    "        return (int, (7,))\n"
+    "slow = Slow()\n"
+    "b = [1, 2, 3]"
+)
+
+
+async def suspension_begun(session) -> None:
+    """Wait until ``session`` is out of its registry, checkpointing its engine."""
+    deadline = time.monotonic() + 30
+    while session.suspending is None:
+        assert time.monotonic() < deadline, "the session was never suspended"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_call_during_an_idle_expiry_waits_for_it(registry: SessionRegistry) -> None:
+    """An idle session's expiry took it out of the registry, then checkpointed
+    it (4 s here: its ``slow`` pickles slowly). A call arriving meanwhile built
+    a second session of the same ids, resumed from the checkpoint then on disk
+    (one holding ``a`` alone: ``b``, ``c`` and ``slow`` were gone), and its
+    next checkpoint superseded the one the expiry finished: lost for good
+    (attack review, expiry_race.py). The call now waits for the suspension."""
+    kw = ids(registry, "race")
+    await repl_execute_cell("a = 1", **kw)
+    await registry.expire_idle(0)  # the checkpoint on disk holds ``a`` alone
+    await repl_execute_cell(SLOW_CHECKPOINT, **kw)
+    await repl_execute_cell("c = 'kept'", **kw)
+    session = await registry.get("alice", "race")
+    expiring = asyncio.ensure_future(registry.expire_idle(0))
+    await suspension_begun(session)
+    r = await repl_execute_cell("print(a, b, c, slow)", **kw)
+    assert "1 [1, 2, 3] kept 7" in r.text, r.text
+    assert await expiring == [("alice", "race")]
+    assert [s.key for s in registry.live()] == [("alice", "race")] and registry.live()[0] is not session
+    # and it stays: suspended again, resumed again
+    await registry.expire_idle(0)
+    r = await repl_execute_cell("print(a, b, c, slow)", **kw)
+    assert "1 [1, 2, 3] kept 7" in r.text, r.text
+
+
+async def test_a_call_during_the_close_is_refused_and_loses_nothing(registry: SessionRegistry) -> None:
+    """The registry's close empties it, then suspends every session: a call
+    arriving meanwhile built a new session (resumed from an older checkpoint)
+    that the close never stopped. It is now refused with a clear error, and
+    the registry, closed, serves the whole state again."""
+    kw = ids(registry, "closing")
+    await repl_execute_cell("a = 1", **kw)
+    await registry.expire_idle(0)
+    await repl_execute_cell(SLOW_CHECKPOINT, **kw)
+    await repl_execute_cell("c = 'kept'", **kw)
+    session = await registry.get("alice", "closing")
+    closing = asyncio.ensure_future(registry.aclose())
+    await suspension_begun(session)
+    with pytest.raises(ToolFatalError, match=r"shutting down .* on session alice/closing was not run"):
+        await repl_execute_cell("lost = True", **kw)
+    await closing
+    assert not registry.live() and session.engine is None
+    r = await repl_execute_cell("print(a, b, c, slow)", **kw)
+    assert "1 [1, 2, 3] kept 7" in r.text, r.text
+    assert "lost" not in (await repl_show_notebook(**kw)).text
+
+
 async def test_an_export_of_a_private_session_is_cleaned_as_private(registry: SessionRegistry, data_dir: Path) -> None:
     """Outputs were cleaned as the session was when they came: a remote
     image a cell showed while public stayed in the export of the session

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import errno
 
+from ..terminal_text import terminal_safe_output
 from .calls import session_for, tool_errors, with_notices
 from .render import ToolResult, render_cell, render_notebook
 from .sessions import SessionRegistry
@@ -147,7 +148,8 @@ async def repl_export_ipynb(
             raise ValueError(f"path {path!r} cannot be written: {exc.strerror}") from None
         shown = agent_view(session.workspace, target)
         n = len(session.notebook.cells)
-    return with_notices(ToolResult(f"Saved {n} cell(s) to {shown}"), notices)
+    # as an error's text: the path is the agent's, and a terminal shows the answer
+    return with_notices(ToolResult(terminal_safe_output(f"Saved {n} cell(s) to {shown}", keep_colours=False)), notices)
 
 
 REPL_TOOLS = [

@@ -13,9 +13,11 @@ anything in /workspace, and must not be able to forge the notebook record.
 from __future__ import annotations
 
 import os
+import unicodedata
 from pathlib import Path, PurePosixPath
 
 from ..privacy import default_data_dir, validate_id
+from .notebook import unicode_problem
 
 IN_WORKSPACE = "/workspace"
 
@@ -49,9 +51,10 @@ def resolve_agent_path(workspace: Path, path: str, *, must_exist: bool = False) 
     """Translate a path as the agent sees it (``/workspace/x``, ``x``, ``./x``)
     into the host path inside ``workspace``; refuse anything that leaves it.
 
-    Refused: empty paths, NUL bytes, absolute paths outside ``/workspace``,
-    ``..`` components that climb out, and symlinks (anywhere on the path)
-    that resolve outside the workspace.
+    Refused: empty paths, NUL bytes, invalid Unicode, control and format
+    characters (:func:`unreadable_character`), absolute paths outside
+    ``/workspace``, ``..`` components that climb out, and symlinks (anywhere
+    on the path) that resolve outside the workspace.
     """
     if not isinstance(path, str):
         raise WorkspacePathError(f"path must be a string, got {type(path).__name__}")
@@ -61,6 +64,9 @@ def resolve_agent_path(workspace: Path, path: str, *, must_exist: bool = False) 
         raise WorkspacePathError("path contains a NUL byte")
     if len(path) > 4096:
         raise WorkspacePathError(f"path is too long ({len(path)} characters, at most 4096)")
+    problem = unicode_problem(path) or unreadable_character(path)
+    if problem:
+        raise WorkspacePathError(f"path {path!r} {problem}")
     pure = PurePosixPath(path)
     if pure.is_absolute():
         try:
@@ -86,6 +92,32 @@ def resolve_agent_path(workspace: Path, path: str, *, must_exist: bool = False) 
     if must_exist and not resolved.exists():
         raise WorkspacePathError(f"path {path!r} does not exist in the workspace")
     return resolved
+
+
+#: character categories refused in an agent's path: controls (ESC starts the
+#: sequences a terminal obeys: OSC 52 sets its clipboard), format characters
+#: (the bidirectional overrides show a name in another order than it is;
+#: zero-width ones make two names look alike) and line or paragraph separators
+_UNREADABLE = {"Cc": "control", "Cf": "format", "Zl": "line separator", "Zp": "paragraph separator"}
+#: names of the controls Unicode leaves unnamed that a path most likely holds
+_CONTROL_NAMES = {"\x1b": "ESCAPE", "\x07": "BELL", "\t": "TAB", "\n": "LINE FEED", "\r": "CARRIAGE RETURN"}
+
+
+def unreadable_character(path: str) -> str:
+    """Why ``path`` cannot be shown as it is, or "": the first control, format
+    or separator character in it. Such a name reached the terminal showing the
+    agent's transcript in the export's answer, and a host file was created
+    with it (an attack review)."""
+    for index, char in enumerate(path):
+        kind = _UNREADABLE.get(unicodedata.category(char))
+        if kind is not None:
+            name = unicodedata.name(char, "") or _CONTROL_NAMES.get(char, "")
+            named = f" ({name})" if name else ""
+            return (
+                f"holds the {kind} character U+{ord(char):04X}{named} at character {index}: "
+                "use printable characters only in a path"
+            )
+    return ""
 
 
 def agent_view(workspace: Path, host_path: Path) -> str:

@@ -156,6 +156,17 @@ async def test_bad_inputs_of_every_tool(registry: SessionRegistry, data_dir: Pat
         (repl_export_ipynb("", **kw), "path is empty"),
         (repl_export_ipynb("data.csv/out.ipynb", **kw), "path 'data.csv/out.ipynb' cannot be written: File exists"),
         (repl_export_ipynb("a" * 300 + ".ipynb", **kw), "cannot be written: File name too long"),
+        # failed in the host's path resolution: an error naming no argument, giving the host path's length
+        (repl_export_ipynb("\ud800.ipynb", **kw), r"path '\\ud800.ipynb' holds a lone surrogate .* at character 0"),
+        # echoed in the success text (OSC 52: the transcript terminal's clipboard), and a host file named so
+        (
+            repl_export_ipynb("\x1b]52;c;cHduZWQ=\x07\x1b[2Jx.ipynb", **kw),
+            r"holds the control character U\+001B \(ESCAPE\) at character 0",
+        ),
+        (
+            repl_export_ipynb("invoice_\u202efdp.ipynb", **kw),
+            r"holds the format character U\+202E \(RIGHT-TO-LEFT OVERRIDE\) at character 8",
+        ),
         (sandbox_execute("", **kw), "command must be a non-empty string"),
         (sandbox_execute("ls", timeout=0, **kw), "timeout must be between"),
         (repl_show_notebook(user_id="../x", session_id="s1", registry=registry), "user_id '../x' is invalid"),
@@ -171,6 +182,7 @@ async def test_bad_inputs_of_every_tool(registry: SessionRegistry, data_dir: Pat
     # a long name that fits is written (its temporary name no longer repeats it)
     assert "Saved 2 cell(s)" in (await repl_export_ipynb("a" * 240 + ".ipynb", **kw)).text
     assert not (data_dir / "escape.ipynb").exists()
+    assert sorted(p.name for p in (data_dir / "workspaces/alice/s1").iterdir()) == ["a" * 240 + ".ipynb", "data.csv"]
 
 
 async def test_path_confinement(tmp_path: Path) -> None:
@@ -189,6 +201,11 @@ async def test_path_confinement(tmp_path: Path) -> None:
         ("/tmp/x", "outside the workspace"),
         ("/workspace/../etc/passwd", "climbs out"),
         ("a\x00b", "NUL"),
+        ("\udcff/x.ipynb", r"path '\\udcff/x.ipynb' holds a lone surrogate"),
+        ("x\u2066.ipynb", r"format character U\+2066 \(LEFT-TO-RIGHT ISOLATE\) at character 1"),
+        ("a\nb.ipynb", r"control character U\+000A \(LINE FEED\)"),
+        ("a\x85b", r"control character U\+0085 at character 1"),
+        ("a\u2028b", r"line separator character U\+2028"),
     ]:
         with pytest.raises(WorkspacePathError, match=msg):
             resolve_agent_path(ws, bad)

@@ -11,6 +11,7 @@ that is not one of the literal loopback hosts (0.0.0.0 in docs/deploy/container.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -204,6 +205,57 @@ async def test_identity_headers_give_each_caller_its_own_session(gateway_server:
         r = await bad.call_tool("repl_execute_cell", {"code": "1"})
         assert r.is_error and "session_id" in text(r) and "invalid" in text(r), text(r)
         assert not text(r).startswith("[FATAL]")
+
+
+def call_as_sent(server: HttpServer, name: str, arguments: dict, headers: list[tuple[str, str]]) -> dict:
+    """One tool call over raw HTTP, every request carrying ``headers`` exactly
+    as listed (a header repeated stays repeated). Returns the call's JSON-RPC result."""
+    sent = [
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        *server.auth.items(),
+        *headers,
+    ]
+    with httpx2.Client(timeout=120) as http:
+        r = http.post(server.url, headers=sent, json=INITIALIZE)
+        assert r.status_code == 200, r.text
+        sent += [("Mcp-Session-Id", r.headers["mcp-session-id"]), ("MCP-Protocol-Version", "2025-06-18")]
+        http.post(server.url, headers=sent, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+        r = http.post(server.url, headers=sent, json=call)
+    assert r.status_code == 200, r.text
+    if r.headers["content-type"].startswith("text/event-stream"):
+        replies = [json.loads(line[5:]) for line in r.text.splitlines() if line.startswith("data:")]
+        return next(m["result"] for m in replies if m.get("id") == 2)
+    return r.json()["result"]
+
+
+def sessions_made(data_dir: Path) -> list[Path]:
+    """What tool calls created under the data dir: sessions' and workspaces' folders and files."""
+    found = [*data_dir.glob("sessions/**/*"), *data_dir.glob("workspaces/**/*")]
+    return [path.relative_to(data_dir) for path in found]
+
+
+def result_text(result: dict) -> str:
+    return "\n".join(block["text"] for block in result["content"] if block["type"] == "text")
+
+
+async def test_export_paths_no_terminal_can_show_are_refused(http_server: HttpServer, data_dir: Path) -> None:
+    """Over MCP: terminal controls in the export's path were echoed in the
+    success text (OSC 52 to the terminal showing the transcript) and named a
+    host file. Refused, naming ``path`` and the character. (A lone surrogate
+    never gets this far over HTTP: the SDK's JSON parser refuses the request;
+    the in-process tools are attacked with it in test_bad_inputs_of_every_tool.)"""
+    cases = [
+        ("\x1b]52;c;cHduZWQ=\x07\x1b[2Jx.ipynb", "holds the control character U+001B (ESCAPE) at character 0"),
+        ("invoice_\u202efdp.ipynb", "holds the format character U+202E (RIGHT-TO-LEFT OVERRIDE) at character 8"),
+    ]
+    for path, message in cases:
+        result = call_as_sent(http_server, "repl_export_ipynb", {"path": path}, [])
+        said = result_text(result)
+        assert result["isError"] and said.startswith("Error: path ") and message in said, said
+        assert "\x1b" not in said and "\u202e" not in said, said
+    assert not [path for path in sessions_made(data_dir) if path.parts[0] == "workspaces" and len(path.parts) > 3]
 
 
 # ------------------------------------------------------------ attacks over HTTP

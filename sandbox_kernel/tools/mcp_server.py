@@ -38,7 +38,7 @@ import ipaddress
 import logging
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -81,6 +81,28 @@ def _error(exc: BaseException) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
+#: the request headers a trusted gateway names the session with (``--identity-headers``)
+USER_HEADER = "X-Sandbox-User-Id"
+SESSION_HEADER = "X-Sandbox-Session-Id"
+
+
+def identity_header(headers: Mapping[str, str], name: str) -> str | None:
+    """The one value of the identity header ``name`` (any case), or None.
+
+    More than one is refused: a dict of the headers kept the last silently,
+    so behind a gateway that adds its header in front of the client's, the
+    client chose the session (a fresh, public one: out of the ratchet).
+    ``items()`` of the transport's headers (Starlette's) lists each header
+    as sent, repeats included."""
+    values = [value for key, value in headers.items() if key.lower() == name.lower()]
+    if len(values) > 1:
+        raise ToolFatalError(
+            f"the request carries {len(values)} {name} headers: exactly one is allowed with --identity-headers "
+            "(the gateway must replace the header a client sent, not add its own beside it)"
+        )
+    return values[0] if values else None
+
+
 def build_server(
     registry: SessionRegistry | None = None,
     user_id: str | None = None,
@@ -102,9 +124,9 @@ def build_server(
                 headers = ctx.headers or {}
             except Exception:
                 headers = {}
-            lowered = {k.lower(): v for k, v in headers.items()}
-            u = validate_id(lowered.get("x-sandbox-user-id", u), "user_id")
-            s = validate_id(lowered.get("x-sandbox-session-id", s), "session_id")
+            named_user, named_session = identity_header(headers, USER_HEADER), identity_header(headers, SESSION_HEADER)
+            u = validate_id(u if named_user is None else named_user, "user_id")
+            s = validate_id(s if named_session is None else named_session, "session_id")
         return {"user_id": u, "session_id": s, "registry": reg}
 
     async def call(spec: ToolSpec, arguments: dict[str, Any]) -> CallToolResult:

@@ -240,6 +240,28 @@ def result_text(result: dict) -> str:
     return "\n".join(block["text"] for block in result["content"] if block["type"] == "text")
 
 
+async def test_a_repeated_identity_header_is_refused(gateway_server: HttpServer, data_dir: Path) -> None:
+    """A gateway adding its identity header in front of one the client sent:
+    the server's dict of the headers kept the last, the client's, so the
+    client picked the session (a fresh, public one). Now refused, naming the
+    header, and nothing runs in any session."""
+    hop = {"command": "echo hopped > hop.txt"}
+    gateway = [("X-Sandbox-User-Id", "gw"), ("X-Sandbox-Session-Id", "assigned")]
+    for client_adds, repeated in (
+        (("X-Sandbox-Session-Id", "fresh"), "X-Sandbox-Session-Id"),
+        (("x-sandbox-user-id", "mallory"), "X-Sandbox-User-Id"),
+    ):
+        result = call_as_sent(gateway_server, "sandbox_execute", hop, [*gateway, client_adds])
+        said = result_text(result)
+        assert result["isError"] and said.startswith("[FATAL]"), said
+        assert f"carries 2 {repeated} headers" in said and "exactly one is allowed" in said, said
+    assert not sessions_made(data_dir)
+    # one of each: the gateway's session, as before
+    result = call_as_sent(gateway_server, "sandbox_execute", hop, gateway)
+    assert not result["isError"], result_text(result)
+    assert (data_dir / "workspaces/gw/assigned/hop.txt").read_text() == "hopped\n"
+
+
 async def test_export_paths_no_terminal_can_show_are_refused(http_server: HttpServer, data_dir: Path) -> None:
     """Over MCP: terminal controls in the export's path were echoed in the
     success text (OSC 52 to the terminal showing the transcript) and named a

@@ -68,6 +68,23 @@ def test_only_granted_mounts_are_visible(bwrap: BubblewrapSandbox, tmp_path: Pat
     assert (granted / "new.txt").read_text() == "w"
 
 
+def test_a_mount_through_a_linked_folder_is_granted(bwrap: BubblewrapSandbox, tmp_path: Path) -> None:
+    """A workspace (or the venv, the worker's code) reached through a linked
+    folder: the grant of the sandbox's uid follows the link as configured.
+    Opening the link as a folder without following it fails with ENOTDIR,
+    not ELOOP, and every sandbox start failed ("Not a directory")."""
+    (tmp_path / "real" / "ws").mkdir(parents=True)
+    (tmp_path / "linked").symlink_to(tmp_path / "real", target_is_directory=True)
+    result = run(
+        bwrap.run(
+            [PY, "-c", "open('/data/new.txt', 'w').write('w')"],
+            bind_mounts=[BindMount(tmp_path / "linked" / "ws", "/data")],
+        )
+    )
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "real" / "ws" / "new.txt").read_text() == "w"
+
+
 def test_environment_is_explicit(bwrap: BubblewrapSandbox, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOST_ONLY_SECRET", "s3cr3t")
     result = run(bwrap.run([PY, "-c", "import os; print(sorted(os.environ.items()))"], env={"ONLY": "this"}))

@@ -127,6 +127,13 @@ def _may(st: os.stat_result, uid: int, gid: int, want: int) -> bool:
     return bits & want == want
 
 
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
 def grant(path: Path, uid: int, gid: int, *, write: bool) -> None:
     """Let ``uid`` reach ``path`` (traverse every parent) and use it: read, or
     read and write (plus a default ACL) when ``write``. Each directory is
@@ -142,8 +149,11 @@ def grant(path: Path, uid: int, gid: int, *, write: bool) -> None:
             try:
                 nfd = os.open(name, flags | os.O_NONBLOCK, dir_fd=fd)
             except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    # A symlink on the way: follow it as the user configured it.
+                # A symlink on the way (ELOOP, or ENOTDIR where the open also
+                # asked for a directory: a venv or workspace path through a
+                # linked folder made every sandbox start fail): follow it as
+                # the user configured it.
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(name, fd):
                     target = (Path(*parts[:i]) / os.readlink(name, dir_fd=fd)).resolve()
                     os.close(fd)
                     fd = -1

@@ -139,7 +139,12 @@ def grant(path: Path, uid: int, gid: int, *, write: bool) -> None:
     read and write (plus a default ACL) when ``write``. Each directory is
     opened without following symlinks, and the ACL set on that descriptor,
     so a path swapped underneath cannot redirect the grant."""
-    path = Path(os.path.abspath(path))
+    # The links of the path as the user configured it are followed once, here
+    # (a venv or workspace behind a linked folder: opening the link as a
+    # folder below failed with ENOTDIR and every sandbox start failed); a
+    # link met on the walk was put there since, and is refused.
+    configured = Path(os.path.abspath(path))
+    path = Path(os.path.realpath(configured))
     parts = path.parts
     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -149,16 +154,12 @@ def grant(path: Path, uid: int, gid: int, *, write: bool) -> None:
             try:
                 nfd = os.open(name, flags | os.O_NONBLOCK, dir_fd=fd)
             except OSError as exc:
-                # A symlink on the way (ELOOP, or ENOTDIR where the open also
-                # asked for a directory: a venv or workspace path through a
-                # linked folder made every sandbox start fail): follow it as
-                # the user configured it.
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(name, fd):
-                    target = (Path(*parts[:i]) / os.readlink(name, dir_fd=fd)).resolve()
-                    os.close(fd)
-                    fd = -1
-                    grant(target / Path(*parts[i + 1 :]) if not last else target, uid, gid, write=write)
-                    return
+                    raise AccessGrantError(
+                        exc.errno,
+                        f"cannot give the sandbox's uid {uid} access to {configured}: {Path(*parts[: i + 1])} "
+                        "became a symbolic link while it was being granted",
+                    ) from exc
                 raise
             os.close(fd)
             fd = nfd

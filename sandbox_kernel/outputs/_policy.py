@@ -253,6 +253,10 @@ _TEX_BBOX_UNSAFE = re.compile(r"\\bbox(?![A-Za-z])(?!\s*(?:\{|\[[^\]\\(){}&]*\])
 #: fetched when a later private output's ``<style>`` (no URL in it) showed the
 #: block, so which blocks a private cell shows spells its secret (an attack
 #: review, in JupyterLab). Styles fetch in no session, as for CSS in HTML.
+#: ``\mmlToken`` makes any MathML token with any attributes, ``style`` (a
+#: ``cursor`` image that waits, as for ``\style``) and ``src`` (``mglyph``)
+#: included: disarmed in every session, however it is reached (``\let``).
+_TEX_MML_TOKEN = re.compile(r"\\mmlToken(?![A-Za-z])")
 _TEX_STYLE_UNSAFE = re.compile(r"\\(style|htmlStyle)(?![A-Za-z])(?!\s*\{(?:[^{}\\()&#<>\"'`]|#(?![1-9#]))*\})")
 
 
@@ -289,7 +293,12 @@ def clean_tex(text: str, *, private: bool, notes: Notes, where: str) -> str:
         notes.add(f"\\{m.group(1)} with CSS that could fetch disarmed in {where} ({CSS_FETCH_REASON})")
         return "\\mathrm{" + m.group(1) + "}"
 
+    def fix_token(m: re.Match[str]) -> str:
+        notes.add(f"\\mmlToken disarmed in {where} ({PRIVATE_REASON if private else CSS_FETCH_REASON})")
+        return "\\mathrm{mmlToken}"
+
     text = _TEX_STYLE_UNSAFE.sub(fix_style, _TEX_BBOX_UNSAFE.sub(fix_bbox, text))
+    text = _TEX_MML_TOKEN.sub(fix_token, text)
     if private:
 
         def fix_fetch(m: re.Match[str]) -> str:
@@ -387,7 +396,8 @@ HTML_TAGS: frozenset[str] = frozenset(
         "u",
         "ul",
         "var",
-        "wbr",
+        # (no "wbr": MathJax reads text without it, so ``\mml<wbr>Token``
+        # reached it as ``\mmlToken`` past clean_tex, which saw two words)
     ]
 )
 

@@ -45,6 +45,8 @@ and its tools. Commands:
             themselves with bwrap (docs/deploy/container.md)
   export    convert a notebook a sandbox wrote to HTML, slides or a script as
             the Lab server does (jupyter nbconvert trusts the file)
+  trust     sign notebooks you vouch for, as the guarded Lab checks them
+            (their outputs and saved widget state load as trusted)
   doctor    check bubblewrap, user namespaces, pasta, seccomp, cgroups, Docker,
             the kernelspec, the JupyterLab extension and the ratchet store, and
             print the command that fixes what is missing
@@ -66,6 +68,10 @@ def main(argv: list[str] | None = None) -> None:
         from .export import main as export_main
 
         sys.exit(export_main(args[1:]))
+    if args[0] == "trust":
+        from .trust import main as trust_main
+
+        sys.exit(trust_main(args[1:]))
     if args[0] == "container-profile":
         import json
 

@@ -401,7 +401,7 @@ class SandboxContents(Configurable):
         rich output, and opening a signed notebook builds its saved widgets, which
         can run script (anywidget) and render HTML outside the kernel's output
         policy; a sandbox can write such a notebook in its workspace, so by default
-        no save signs one (``jupyter trust`` on the host still does).""",
+        no save signs one (``sandbox-kernel trust NOTEBOOK`` on the host does).""",
     )
     max_notebook_cells = Integer(
         DEFAULT_MAX_NOTEBOOK_CELLS,
@@ -529,8 +529,10 @@ def _maybe_async(function: Callable[..., None], asynchronous: bool) -> Callable[
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     settings = SandboxContents(parent=serverapp)
     cm = serverapp.contents_manager
-    if not settings.sign_saved_widget_state and callable(getattr(cm, "check_and_sign", None)):
-        lab_signatures.sign_no_widget_state(cm, serverapp.log)
+    if callable(getattr(cm, "check_and_sign", None)):
+        lab_signatures.use_canonical_signatures(cm)
+        if not settings.sign_saved_widget_state:
+            lab_signatures.sign_no_widget_state(cm, serverapp.log)
     if guard(cm, settings.max_open_bytes, settings.max_listed_entries, settings.max_notebook_cells):
         install_calls(cm.root_dir, int(getattr(cm, "max_copy_folder_size_mb", 0) or 0) * 2**20)
     else:

@@ -15,15 +15,72 @@ terminal on the host (an attack review, in JupyterLab with anywidget).
 
 "Trust Notebook" in Lab marks the cells trusted and signs at the next save,
 like running every cell: neither shows the user the state. So no save signs
-a notebook with saved widget state; ``jupyter trust NOTEBOOK`` on the host
-still does (the user named that file), and so does a save when
+a notebook with saved widget state; ``sandbox-kernel trust NOTEBOOK`` on the
+host does (the user named that file), and so does a save when
 ``SandboxContents.sign_saved_widget_state`` is on. The file is not changed.
+
+The signature itself was ambiguous: nbformat's digest runs over every key
+and value of the notebook one after the other, with nothing between them, so
+``{"a": "bc"}`` and ``{"ab": "c"}`` sign alike. A sandbox had the user save
+a notebook whose stream output spelled the bytes of widget state, then cut
+the same bytes into a notebook whose metadata *was* that state: it opened
+trusted, and the state's script ran (a review of the change above, in Lab).
+The server's notary therefore signs a canonical form instead
+(:class:`CanonicalNotary`: sorted JSON, lines joined as nbformat reads
+them). Notebooks signed before, or by ``jupyter trust``, open untrusted once:
+"Trust Notebook" and a save sign them again.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 from collections.abc import Mapping
+from hmac import HMAC
 from typing import Any
+
+from nbformat.sign import NotebookNotary
+
+#: what the canonical digest starts with: no nbformat digest is one of its
+_DOMAIN = b"sandbox_kernel canonical notebook v1\0"
+
+
+def canonical_bytes(notebook: Any) -> bytes:
+    """The notebook (its JSON content, nbformat 4 or older) as the signature
+    sees it: without its signature and what nbformat strips when it writes a
+    file (cells' ``trusted``), multi-line strings joined as nbformat reads
+    them (a list of lines and the joined string are the same notebook), as
+    sorted, separated JSON: two different notebooks never give the same
+    bytes."""
+    from nbformat import from_dict
+    from nbformat.v4.rwbase import rejoin_lines, strip_transient
+
+    shown = from_dict(copy.deepcopy(dict(notebook)))  # type: ignore[no-untyped-call]
+    metadata = shown.get("metadata")
+    if isinstance(metadata, dict):
+        metadata.pop("signature", None)
+    if shown.get("nbformat", 0) >= 4 and isinstance(shown.get("cells"), list):
+        rejoin_lines(shown)  # type: ignore[no-untyped-call]
+        strip_transient(shown)  # type: ignore[no-untyped-call]
+    return _DOMAIN + json.dumps(shown, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+class CanonicalNotary(NotebookNotary):
+    """nbformat's notary (same secret, same store of signatures), whose
+    digest runs over :func:`canonical_bytes`. Config of ``NotebookNotary``
+    (its ``data_dir``, ``secret_file``) applies to it."""
+
+    def compute_signature(self, nb: Any) -> str:
+        digest = HMAC(self.secret, digestmod=self.digestmod)
+        digest.update(canonical_bytes(nb))
+        return digest.hexdigest()
+
+
+def use_canonical_signatures(cm: Any) -> None:
+    """Give ``cm`` (a contents manager) a :class:`CanonicalNotary` with the
+    config and parent its notary had."""
+    cm.notary = CanonicalNotary(parent=cm)  # type: ignore[no-untyped-call]
+
 
 #: the notebook metadata key where widget managers keep their state
 WIDGETS_KEY = "widgets"
@@ -57,7 +114,7 @@ def sign_no_widget_state(cm: Any, log: Any) -> None:
         if holds_widget_state(nb):
             log.warning(
                 "Notebook %s is not signed: it carries saved widget state, which opening it would build "
-                "outside the kernel's output policy (sign it on the host with `jupyter trust` if you wrote it)",
+                "outside the kernel's output policy (sign it on the host with `sandbox-kernel trust` if you wrote it)",
                 path,
             )
             return None

@@ -10,6 +10,8 @@ control here is jupyter_server's own contents manager, unchanged.
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,14 @@ import nbformat
 import pytest
 from jupyter_server.services.contents.filemanager import FileContentsManager
 from nbformat.sign import NotebookNotary
+from signature_attack import innocent_notebook, recut
+from traitlets.config import Config
 
-from sandbox_kernel.lab_signatures import holds_widget_state, sign_no_widget_state
+from sandbox_kernel.lab_signatures import (
+    holds_widget_state,
+    sign_no_widget_state,
+    use_canonical_signatures,
+)
 
 STATE = {
     "application/vnd.jupyter.widget-state+json": {
@@ -44,12 +52,15 @@ def _notebook(widgets: Any = None) -> dict[str, Any]:
 
 
 def _manager(tmp_path: Path, guarded: bool) -> tuple[FileContentsManager, NotebookNotary]:
+    """jupyter_server's contents manager, as the lab_saves extension leaves it when ``guarded``."""
     notary_dir = tmp_path / "notary"
     notary_dir.mkdir(exist_ok=True)
-    cm = FileContentsManager(root_dir=str(tmp_path))
-    cm.notary = NotebookNotary(data_dir=str(notary_dir))
+    # (the notary's folder by config, as a server's --NotebookNotary.data_dir)
+    cm = FileContentsManager(root_dir=str(tmp_path), config=Config({"NotebookNotary": {"data_dir": str(notary_dir)}}))
     if guarded:
+        use_canonical_signatures(cm)
         sign_no_widget_state(cm, logging.getLogger("test"))
+    assert cm.notary.db_file == str(notary_dir / "nbsignatures.db")
     return cm, cm.notary
 
 
@@ -90,3 +101,58 @@ def test_a_save_signs_no_notebook_with_saved_widget_state(tmp_path: Path) -> Non
 )
 def test_what_counts_as_saved_widget_state(widgets: Any, held: bool) -> None:
     assert holds_widget_state(_notebook(widgets)) is held
+
+
+def _trusted_when_opened(cm: FileContentsManager, name: str) -> list[bool]:
+    notebook = cm.get(name)["content"]
+    return [bool(cell.metadata.get("trusted")) for cell in notebook.cells if cell.cell_type == "code"]
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["control", "guarded"])
+def test_a_notebook_cut_from_a_signed_ones_bytes_is_not_trusted(tmp_path: Path, guarded: bool) -> None:
+    """nbformat's digest has no separators: a sandbox's innocent notebook,
+    signed by the user's save, cut again into one whose metadata is widget
+    state, opened trusted (a review of the no-signing save, in Lab)."""
+    cm, _ = _manager(tmp_path, guarded=guarded)
+    nbformat.write(innocent_notebook({"widgets": STATE}), str(tmp_path / "innocent.ipynb"))  # type: ignore[no-untyped-call]
+    cm.save({"type": "notebook", "format": "json", "content": cm.get("innocent.ipynb")["content"]}, "innocent.ipynb")
+    assert _trusted_when_opened(cm, "innocent.ipynb") == [True]  # signed by the save, in both
+    saved = nbformat.read(str(tmp_path / "innocent.ipynb"), as_version=4)  # type: ignore[no-untyped-call]
+    nbformat.write(recut(saved, {"widgets": STATE}), str(tmp_path / "report.ipynb"))  # type: ignore[no-untyped-call]
+    assert holds_widget_state(nbformat.read(str(tmp_path / "report.ipynb"), as_version=4))  # type: ignore[no-untyped-call]
+    assert _trusted_when_opened(cm, "report.ipynb") == [not guarded]
+
+
+def test_canonical_signatures_hold_across_a_save_and_a_load(tmp_path: Path) -> None:
+    """What the user's own Lab signs opens trusted again: rich outputs of
+    cells run in the session, multi-line sources and outputs (written as lists
+    of lines, read back joined)."""
+    cm, _ = _manager(tmp_path, guarded=True)
+    cell = nbformat.v4.new_code_cell("x = 1\ny = 2\nx + y")  # type: ignore[no-untyped-call]
+    cell.metadata["trusted"] = True  # what Lab sends for a cell it ran
+    cell.outputs = [
+        nbformat.v4.new_output("execute_result", data={"text/html": "<b>3</b>\n<i>three</i>"}, execution_count=1)  # type: ignore[no-untyped-call]
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[cell, nbformat.v4.new_markdown_cell("# a\nb")])  # type: ignore[no-untyped-call]
+    cm.save({"type": "notebook", "format": "json", "content": notebook}, "mine.ipynb")
+    assert _trusted_when_opened(cm, "mine.ipynb") == [True]
+    text = (tmp_path / "mine.ipynb").read_text()
+    (tmp_path / "mine.ipynb").write_text(text.replace("three", "four"))  # changed: no longer signed
+    assert _trusted_when_opened(cm, "mine.ipynb") == [False]
+
+
+def test_trust_signs_a_notebook_the_guarded_server_then_trusts(tmp_path: Path) -> None:
+    cm, _ = _manager(tmp_path, guarded=True)
+    nbformat.write(nbformat.from_dict(_notebook(STATE)), str(tmp_path / "report.ipynb"))  # type: ignore[no-untyped-call]
+    assert _trusted_when_opened(cm, "report.ipynb") == [False]
+    command = [sys.executable, "-m", "sandbox_kernel", "trust", "--notary-dir", str(tmp_path / "notary")]
+    done = subprocess.run([*command, str(tmp_path / "report.ipynb")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Signed" in done.stdout, done.stderr
+    assert _trusted_when_opened(cm, "report.ipynb") == [True]
+    # `jupyter trust` signs nbformat's digest, which the guarded server no longer accepts
+    (tmp_path / "other.ipynb").write_text((tmp_path / "report.ipynb").read_text().replace("ready", "done"))
+    with NotebookNotary(data_dir=str(tmp_path / "notary")) as plain:
+        plain.sign(nbformat.read(str(tmp_path / "other.ipynb"), as_version=4))  # type: ignore[no-untyped-call]
+    assert _trusted_when_opened(cm, "other.ipynb") == [False]
+    missing = subprocess.run([*command, str(tmp_path / "nope.ipynb")], capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1 and "nope.ipynb: no such file" in missing.stderr

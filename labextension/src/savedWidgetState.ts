@@ -15,7 +15,7 @@
  * state. A signed notebook keeps it. The server signs any notebook whose cells
  * show no rich output at a save, without looking at its metadata, so the
  * server extension (sandbox_kernel.lab_signatures) keeps saves from signing a
- * notebook with saved widget state: `jupyter trust NOTEBOOK` on the host does.
+ * notebook with saved widget state: `sandbox-kernel trust NOTEBOOK` on the host does.
  */
 import {
   JupyterFrontEnd,
@@ -71,7 +71,7 @@ export function guardSavedWidgetState(model: INotebookModel): void {
     if (!said) {
       said = true;
       console.warn(
-        'sandbox_kernel: the saved widget state of this untrusted notebook is not loaded (building its models could run code it carries); if you wrote it, sign it on the host (jupyter trust NOTEBOOK) and open it again to load it'
+        'sandbox_kernel: the saved widget state of this untrusted notebook is not loaded (building its models could run code it carries); if you wrote it, sign it on the host (sandbox-kernel trust NOTEBOOK) and open it again to load it'
       );
     }
     return undefined;

@@ -26,7 +26,10 @@ import pytest
 from lab_helpers import LabServer, code_cell, notebook_json, serving
 from nbformat.sign import NotebookNotary
 from playwright.sync_api import Page
+from signature_attack import innocent_notebook, recut
 from test_status_widget import open_notebook
+
+from sandbox_kernel.lab_signatures import CanonicalNotary
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -132,7 +135,9 @@ def test_an_untrusted_notebooks_saved_widget_state_runs_no_code(page: Page, lab:
     mine = _notebook_with_saved_state()
     mine["cells"][0]["source"] = "chart  # mine"
     signed = nbformat.from_dict(mine)
-    NotebookNotary(data_dir=str(lab.notary_dir)).sign(signed)  # type: ignore[attr-defined]
+    # (as `sandbox-kernel trust` signs it: the guarded server checks that digest)
+    with CanonicalNotary(data_dir=str(lab.notary_dir)) as notary:  # type: ignore[attr-defined]
+        notary.sign(signed)
     (folder / "mine.ipynb").write_text(nbformat.writes(signed))
 
     console: list[str] = []
@@ -153,7 +158,7 @@ def test_an_untrusted_notebooks_saved_widget_state_runs_no_code(page: Page, lab:
     assert (folder / "report.ipynb").read_text() == written, "opening the notebook changed the file"
 
 
-def _save_and_reopen(page: Page, server: LabServer, name: str) -> tuple[bool, Any]:
+def _save_and_reopen(page: Page, server: LabServer, name: str, guarded: bool) -> tuple[bool, Any]:
     """Open ``name``, save it as the user would (Ctrl+S, nothing else), open it
     again: whether the saved file is signed, and what its state's script did."""
     open_notebook(page, server, name)
@@ -165,7 +170,9 @@ def _save_and_reopen(page: Page, server: LabServer, name: str) -> tuple[bool, An
     page.wait_for_timeout(3000)
     saved = nbformat.read(str(server.notebooks / name), as_version=4)  # type: ignore[no-untyped-call]
     assert "widgets" in saved.metadata, "the save dropped the notebook's widget state"
-    signed = bool(NotebookNotary(data_dir=str(server.notary_dir)).check_signature(saved))  # type: ignore[attr-defined]
+    notary_class = CanonicalNotary if guarded else NotebookNotary  # the digest each server checks
+    with notary_class(data_dir=str(server.notary_dir)) as notary:  # type: ignore[attr-defined]
+        signed = bool(notary.check_signature(saved))
     page.goto("about:blank")
     open_notebook(page, server, name)
     page.wait_for_timeout(5000)
@@ -193,9 +200,39 @@ def test_a_plain_save_does_not_make_a_sandboxs_widget_state_trusted(
         )
     ]
     (server.notebooks / "streamed.ipynb").write_text(json.dumps(notebook))
-    signed, ran = _save_and_reopen(page, server, "streamed.ipynb")
+    signed, ran = _save_and_reopen(page, server, "streamed.ipynb", guarded)
     if guarded:
         assert not signed and ran is None, f"signed: {signed}, the state's script ran {ran} time(s)"
         assert b"is not signed: it carries saved widget state" in server.log_bytes()
     else:
         assert signed and ran == 1, f"the control: signed {signed}, ran {ran}"
+
+
+def test_a_notebook_cut_from_a_signed_ones_bytes_runs_nothing(page: Page, lab: LabServer) -> None:
+    """nbformat's signature runs over keys and values with nothing between
+    them: a sandbox's innocent notebook (a stream output spelling the bytes of
+    widget state), signed by a plain save, cut again into one whose metadata
+    is that state, opened trusted in the guarded Lab and ran the state's
+    script (a review of the no-signing save). The guarded server signs a
+    canonical form (tests/test_lab_signatures.py has the control)."""
+    wanted = {"kernelspec": _notebook_with_saved_state()["metadata"]["kernelspec"]}
+    wanted["widgets"] = _notebook_with_saved_state()["metadata"]["widgets"]
+    innocent = innocent_notebook(wanted, {"kernelspec": wanted["kernelspec"]})
+    nbformat.write(innocent, str(lab.notebooks / "innocent.ipynb"))  # type: ignore[no-untyped-call]
+    open_notebook(page, lab, "innocent.ipynb")
+    page.wait_for_timeout(2000)
+    page.locator(".jp-Notebook .jp-Cell").first.click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+s")
+    page.wait_for_timeout(3000)
+    saved = nbformat.read(str(lab.notebooks / "innocent.ipynb"), as_version=4)  # type: ignore[no-untyped-call]
+    signed = []
+    for notary_class in (CanonicalNotary, NotebookNotary):  # (whichever digest this server signs)
+        with notary_class(data_dir=str(lab.notary_dir)) as notary:  # type: ignore[attr-defined]
+            signed.append(notary.check_signature(saved))
+    assert any(signed), "the user's save did not sign the innocent notebook"
+    (lab.notebooks / "report2.ipynb").write_text(json.dumps(recut(saved, wanted)))
+    page.goto("about:blank")
+    open_notebook(page, lab, "report2.ipynb")
+    page.wait_for_timeout(5000)
+    assert _ran(page) is None, f"the re-cut notebook's widget state ran {_ran(page)} time(s)"

@@ -66,6 +66,7 @@ from .names import (
     owner_status,
     validate_ids,
 )
+from .orphans import daemon_id, docker_facts
 from .session import SandboxSession
 
 log = logging.getLogger(__name__)
@@ -253,6 +254,7 @@ class SandboxManager:
         #: not answer): a later same-named one may replace them
         self._unremoved: set[str] = set()
         self._ncpu: float | None = None
+        self._daemon = ""
         self._reaper: threading.Thread | None = None
         self._reaper_stop = threading.Event()
         #: the network watcher (see _hold_network), and one cut at a time (the
@@ -306,6 +308,12 @@ class SandboxManager:
             except Exception:  # informational only
                 self._ncpu = None
         return self._ncpu
+
+    def _daemon_id(self) -> str:
+        """The daemon's ID, for the holder records (``orphans.docker_facts``)."""
+        if not self._daemon:
+            self._daemon = daemon_id(self.client)
+        return self._daemon
 
     def _timeout(self, timeout: float | None) -> float:
         if timeout is None:
@@ -478,8 +486,11 @@ class SandboxManager:
                     if root is None:
                         return
                     workspace = self.workspace_root / key[0] / key[1]
+                    # its containers outlive this process (SIGKILL runs no
+                    # cleanup): the record names them for a rise after that
+                    facts = docker_facts(self._daemon_id(), {LABEL_USER: key[0], LABEL_SESSION: key[1]})
                     record = self._records[key] = EnforcementRecord(
-                        root, *key, workspace=workspace, reads=self.read_only_sources()
+                        root, *key, workspace=workspace, reads=self.read_only_sources(), docker=facts
                     )
                 record.report(Sensitivity.PUBLIC, True)
             elif record is not None:

@@ -9,7 +9,10 @@ sandbox of it has network) and updates the file whenever that changes.
 level with no network, or times out naming the ones that did not.
 
 Files live beside the store (``<store>-enforced/<user>/<session>/``), written
-atomically; a holder whose process is gone is ignored (and removed).
+atomically; a holder whose process is gone is ignored (and removed), unless
+it held Docker containers (its record's ``docker``): they outlive it, so a
+reader removes them through the daemon first and counts the holder as one
+with network until the daemon confirms none is left (``docker/orphans.py``).
 
 A holder names its workspace and the other host folders its sandboxes can
 read (a Docker shell's read-only mounts: ``reads``). A rise waits for the
@@ -25,7 +28,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +63,7 @@ class EnforcementRecord:
         session_id: str,
         workspace: Path | None = None,
         reads: Iterable[str | os.PathLike[str]] = (),
+        docker: Mapping[str, Any] | None = None,
     ) -> None:
         self.dir = enforced_root(store_root) / validate_id(user_id, "user_id") / validate_id(session_id, "session_id")
         self.path = self.dir / f"{os.getpid()}-{uuid.uuid4().hex[:12]}.json"
@@ -67,6 +71,9 @@ class EnforcementRecord:
         self.workspace = os.path.realpath(workspace) if workspace is not None else None
         #: other host folders the holder's sandboxes read (read-only mounts)
         self.reads = sorted({os.path.realpath(folder) for folder in reads})
+        #: the holder's Docker containers (``docker.orphans.docker_facts``):
+        #: they outlive its process, so its death alone does not end it
+        self.docker = dict(docker) if docker is not None else None
         self._last: tuple[str, bool, str | None] | None = None
 
     def report(self, level: Sensitivity, has_network: bool, workspace: Path | None = None) -> None:
@@ -89,6 +96,8 @@ class EnforcementRecord:
         entry["workspace"] = self.workspace
         if self.reads:
             entry["reads"] = self.reads
+        if self.docker is not None:
+            entry["docker"] = self.docker
         data = json.dumps(entry).encode()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
@@ -139,6 +148,10 @@ def _holders(store_root: Path) -> list[tuple[str, str, Path, dict[str, Any]]]:
                     entry = {"pid": -1, "level": "SECRET", "network": True, "unreadable": True}
                     pid = -1
                 if pid != -1 and not _alive(pid):
+                    left = _left_behind(pid, entry)
+                    if left is not None:  # still a holder with network (fails closed)
+                        found.append((user, session, path, {**entry, "network": True, "dead": left}))
+                        continue
                     try:
                         path.unlink()
                     except OSError:
@@ -146,6 +159,17 @@ def _holders(store_root: Path) -> list[tuple[str, str, Path, dict[str, Any]]]:
                     continue
                 found.append((user, session, path, entry))
     return found
+
+
+def _left_behind(pid: int, entry: dict[str, Any]) -> str | None:
+    """What the dead holder ``pid`` may have left with a network: None when
+    nothing (no Docker containers, or the daemon removed every one), else why
+    it still counts."""
+    if "docker" not in entry:
+        return None  # its sandboxes died with it (bwrap, subprocess)
+    from sandbox_kernel.docker.orphans import remove_dead_holders_containers
+
+    return remove_dead_holders_containers(pid, entry["docker"])
 
 
 def networked_workspaces(store_root: Path) -> list[tuple[str, int]]:
@@ -227,7 +251,9 @@ def pending_holders(store_root: Path, user_id: str, session_id: str, level: Sens
         except (ValueError, KeyError):
             pending.append(f"{path.name} (unreadable)")
             continue
-        if seen < level or bool(entry.get("network", True)):
+        if "dead" in entry:
+            pending.append(f"dead process {entry['pid']} of session {session}: {entry['dead']}")
+        elif seen < level or bool(entry.get("network", True)):
             pending.append(
                 f"process {entry['pid']} of session {session} ({seen.name}, "
                 f"{'with' if entry.get('network') else 'without'} network)"

@@ -126,9 +126,17 @@ class PrivateData:
         return state
 
     def _wait(self, state: PrivacyState, wait: bool | float) -> None:
+        from .enforcement import pending_holders, wait_enforced
+
         if wait is False or wait is None:
+            # One look at the holders all the same: a dead holder's Docker
+            # containers (they outlive it, on their network) are removed by
+            # that look, the only one that may come (enforcement._left_behind).
+            try:
+                pending_holders(self._store.root, self._user_id, self._session_id, state.sensitivity)
+            except Exception as exc:  # the rise itself is stored; waiting was not asked for
+                log.warning("could not look for holders left by dead processes: %s", exc)
             return
-        from .enforcement import wait_enforced
 
         timeout = 10.0 if wait is True else float(wait)
         wait_enforced(self._store.root, self._user_id, self._session_id, state.sensitivity, timeout)

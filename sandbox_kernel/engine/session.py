@@ -293,6 +293,8 @@ class Session:
         still send: started with network, not cut since."""
         if self._starting_network or self._starting_commands:
             return True
+        if self.sandbox.unstopped():  # killed, not confirmed gone: it may still send
+            return True
         if self.sandbox_proxied:
             return self.sandbox_has_network or self._commands_reachable()
         worker = self.sandbox_has_network and self.worker is not None and not self.worker.process.network_cut

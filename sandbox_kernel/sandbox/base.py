@@ -360,6 +360,12 @@ class Sandbox(ABC):
     async def start(self, spec: SandboxSpec) -> SandboxProcess:
         """Start ``spec.command`` in a fresh sandbox and return the live child."""
 
+    def unstopped(self) -> list[str]:
+        """Sandboxes this backend was told to kill without a confirmation that
+        they ended (a Docker daemon that does not answer): they may still have
+        their network. None for a backend whose sandboxes are host processes."""
+        return []
+
     async def run(
         self,
         command: Sequence[str],

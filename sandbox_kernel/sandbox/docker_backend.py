@@ -39,10 +39,12 @@ import asyncio
 import ctypes
 import logging
 import os
+import select
 import shutil
 import signal
 import sys
 import threading
+import time
 import uuid
 from abc import ABCMeta
 from pathlib import Path
@@ -61,6 +63,10 @@ log = logging.getLogger("sandbox_kernel.sandbox")
 
 #: ``sandbox_kernel.kind`` of the containers this backend makes
 KIND = "kernel"
+#: seconds a kill from the host waits for the container's first process to
+#: be known (normally known long before), and for it to end once killed
+TRACK_WAIT = 5.0
+HOST_KILL_WAIT = 5.0
 #: the label holding this backend's per-container id (unique per start)
 LABEL_SANDBOX = "sandbox_kernel.sandbox"
 
@@ -99,13 +105,32 @@ class ContainerProcess(SandboxProcess):
     """The attached Docker CLI; killing it removes the container first."""
 
     def __init__(
-        self, process: asyncio.subprocess.Process, backend: str, client: Any, container_id: str, name: str
+        self,
+        process: asyncio.subprocess.Process,
+        backend: str,
+        client: Any,
+        container_id: str,
+        name: str,
+        unstopped: dict[str, ContainerProcess] | None = None,
     ) -> None:
         super().__init__(process, backend)
         self.client = client
         self.container_id = container_id
         self.container_name = name
+        #: its removal was asked for (no disconnect is tried any more)
         self._removed = False
+        #: confirmed to run no process any more (removed by the daemon, or
+        #: its first process killed from the host): only then is it let go
+        self.stopped = False
+        #: the backend's containers whose stop is not confirmed yet (shared)
+        self._unstopped = unstopped if unstopped is not None else {}
+        #: a pidfd on the container's first process (docker-init) on this
+        #: host, opened once it runs (``track_init``): the host kills the
+        #: container with it when the daemon does not answer
+        self._init_fd: int | None = None
+        self._tracked = threading.Event()
+        self._tracking: asyncio.Future[None] | None = None
+        self._stopping = threading.Lock()
         self._caps_looked_up = False
         #: the watchdog's thread and the loop may disconnect at once: the
         #: second, seeing the first's networks, failed on them ("not
@@ -124,12 +149,93 @@ class ContainerProcess(SandboxProcess):
                 log.debug("cgroup of container %s not found: %s", self.container_id[:12], exc)
         return super().caps_mark()
 
+    def track_init(self, timeout: float) -> None:
+        """Open a pidfd on the container's first process once it runs (its
+        ``State.Pid``, checked again after the open, so that a reused pid is
+        never taken for it). A container whose daemon stops answering is then
+        still killed from the host: its first process is the init of its PID
+        namespace, whose death ends every process in it, stopped ones too."""
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and self.process.returncode is None and not self._removed:
+                state = self.client.api.inspect_container(self.container_id).get("State") or {}
+                pid = int(state.get("Pid") or 0)
+                if state.get("Running") and pid > 0:
+                    self._open_init(pid)
+                    return
+                if state.get("Status") in ("exited", "dead", "removing"):
+                    return
+                time.sleep(0.02)
+        except Exception as exc:  # no daemon, no pidfd: the daemon's removal is the only way
+            log.warning("the first process of container %s is not known on this host: %s", self.container_id[:12], exc)
+        finally:
+            self._tracked.set()
+
+    def _open_init(self, pid: int) -> None:
+        fd = os.pidfd_open(pid)
+        state = self.client.api.inspect_container(self.container_id).get("State") or {}
+        if state.get("Running") and int(state.get("Pid") or 0) == pid:
+            self._init_fd = fd
+        else:
+            os.close(fd)
+
     async def remove_container(self) -> None:
-        """Remove the container by id (``force``: kills what still runs in it)."""
-        if self._removed:
-            return
+        """Remove the container by id (``force``: kills what still runs in
+        it); when the daemon does not, kill it from the host. Tried again at
+        every call until one of them is confirmed (``stopped``)."""
         self._removed = True
-        await asyncio.to_thread(_remove_container, self.client, self.container_id)
+        if not self.stopped:
+            await asyncio.to_thread(self.stop)
+
+    def stop(self) -> bool:
+        """Have the container stopped for good; whether that is confirmed.
+        Unconfirmed, it stays in the backend's ``unstopped`` list: the
+        session reports network while it is there, and no new sandbox starts
+        before it is stopped (its network may still be up beside the
+        private workspace the next one mounts)."""
+        with self._stopping:
+            if self.stopped:
+                return True
+            self._removed = True
+            if _remove_container(self.client, self.container_id) or self._kill_from_host():
+                self.stopped = True
+                self._unstopped.pop(self.container_id, None)
+                self._close_init()
+            else:
+                self._unstopped[self.container_id] = self
+            return self.stopped
+
+    def _kill_from_host(self) -> bool:
+        """SIGKILL the container's first process through its pidfd (no
+        daemon needed); whether it is gone. Needs the right to signal it: a
+        root kernel, or the container running as the kernel's own uid (the
+        default for a non-root kernel; not with user-namespace remapping)."""
+        self._tracked.wait(TRACK_WAIT)
+        fd = self._init_fd
+        if fd is None:
+            log.error(
+                "container %s cannot be killed from the host: its first process is unknown", self.container_id[:12]
+            )
+            return False
+        try:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except ProcessLookupError:
+            return True
+        except OSError as exc:
+            log.error("could not kill container %s from the host: %s", self.container_id[:12], exc)
+            return False
+        if not select.select([fd], [], [], HOST_KILL_WAIT)[0]:
+            log.error(
+                "container %s did not end within %g s of its kill from the host", self.container_id[:12], HOST_KILL_WAIT
+            )
+            return False
+        log.warning("container %s killed from the host: its daemon did not remove it", self.container_id[:12])
+        return True
+
+    def _close_init(self) -> None:
+        fd, self._init_fd = self._init_fd, None
+        if fd is not None:
+            os.close(fd)
 
     async def cut_network(self) -> bool:
         """Disconnect the container from every network (the daemon does it,
@@ -163,9 +269,7 @@ class ContainerProcess(SandboxProcess):
 
     def kill_now(self) -> None:
         """Remove the container from another thread; the loop's :meth:`kill` follows."""
-        if not self._removed:
-            self._removed = True
-            _remove_container(self.client, self.container_id)
+        self.stop()
         super().kill_now()
 
     async def kill(self) -> None:
@@ -211,19 +315,25 @@ def _disconnect_all(client: Any, container_id: str) -> None:
             client.api.disconnect_container_from_network(container_id, name, force=True)
 
 
-def _remove_container(client: Any, container_id: str) -> None:
+def _remove_container(client: Any, container_id: str) -> bool:
+    """Have the daemon remove the container; whether it confirmed that it
+    is gone (or going: auto_remove's removal in progress, after its exit)."""
     import docker
 
     try:
         client.api.remove_container(container_id, force=True, v=True)
     except docker.errors.NotFound:
-        pass  # auto_remove was quicker
+        return True  # auto_remove was quicker
     except docker.errors.APIError as exc:
         # 409 "removal already in progress" (auto_remove racing us) is fine
-        if getattr(exc, "status_code", None) != 409:
-            log.error("could not remove sandbox container %s: %s", container_id[:12], exc)
+        if getattr(exc, "status_code", None) == 409:
+            return True
+        log.error("could not remove sandbox container %s: %s", container_id[:12], exc)
+        return False
     except Exception as exc:  # daemon gone: gc removes it later (labels)
         log.error("could not remove sandbox container %s: %s", container_id[:12], exc)
+        return False
+    return True
 
 
 def _discard_created(future: asyncio.Future[tuple[Any, str, str]]) -> None:
@@ -316,6 +426,26 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
         super().__init__(parent=parent, **kwargs)
         self._client = client
         self._max_cpus: float | None = None
+        #: containers whose stop could not be confirmed (no daemon, no kill
+        #: from the host), by id: see ``ContainerProcess.stop``
+        self._unstopped: dict[str, ContainerProcess] = {}
+
+    def unstopped(self) -> list[str]:
+        """Containers this backend was asked to stop without a confirmation
+        (the daemon did not answer and the host could not kill them): they
+        may still run, with their network."""
+        return list(self._unstopped)
+
+    def _stop_earlier(self) -> None:
+        """Before a new container: the earlier ones not confirmed stopped are
+        tried again; one still unconfirmed refuses the start (it may run on,
+        with its network, beside the workspace and state the new one mounts)."""
+        left = [cid[:12] for cid, process in list(self._unstopped.items()) if not process.stop()]
+        if left:
+            raise DockerSandboxError(
+                f"earlier sandbox container(s) {', '.join(left)} could not be stopped (the Docker daemon does not "
+                "answer, and they cannot be killed from this host); no new sandbox starts until they are"
+            )
 
     # ---- configuration ---------------------------------------------------------------
     def container_config(self) -> Any:
@@ -526,6 +656,7 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
                 f"the Docker command-line client {self.docker_cli!r} is not installed "
                 "(Debian/Ubuntu package 'docker.io' or 'docker-ce-cli')"
             )
+        await asyncio.to_thread(self._stop_earlier)
         creation = asyncio.ensure_future(asyncio.to_thread(self._create, spec))
         try:
             client, container_id, name = await asyncio.wait_for(asyncio.shield(creation), self.start_timeout)
@@ -557,7 +688,9 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
             await asyncio.to_thread(_remove_container, client, container_id)
             raise
         log.info("sandbox container %s (%s) started", name, container_id[:12])
-        return ContainerProcess(process, self.name, client, container_id, name)
+        container = ContainerProcess(process, self.name, client, container_id, name, self._unstopped)
+        container._tracking = asyncio.ensure_future(asyncio.to_thread(container.track_init, self.start_timeout))
+        return container
 
 
 __all__ = ["ContainerProcess", "DockerSandbox", "DockerSandboxError", "container_cgroup", "to_docker_mount"]

@@ -180,3 +180,80 @@ async def test_the_watchdogs_disconnect_and_the_loops_at_once_are_not_a_refusal(
         assert session.worker.process is process
     finally:
         await session.shutdown()
+
+
+async def _until_off_the_network(client: Any, container: str, seconds: float) -> bool:
+    for _ in range(int(seconds * 10)):
+        if not _networked(client, container):
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+async def test_a_rise_while_the_daemon_is_unreachable_stops_a_container_whose_holder_a_cell_stopped(
+    docker_client: Any, test_image: str, tmp_path: Path
+) -> None:
+    """Review r66, finding B: what stopped the container in the test above
+    is its worker reading EOF on its channel. A cell that SIGSTOPs its holder
+    (its parent, same uid) keeps that EOF unread: old code reported the cut
+    (``network_reachable`` False) while the container ran on, on its bridge
+    network, and it was still there after the daemon answered again, beside
+    the new private container sharing the workspace and state dir. Now the
+    host kills the container's first process (docker-init, the init of its
+    PID namespace) through a pidfd it opened at the start, without the
+    daemon."""
+    client = DaemonGoneAway(docker_client)
+    session = _session(client, test_image, tmp_path)
+    try:
+        process = await _on_the_bridge(session, "import os, signal, socket, time\n")
+        container = process.container_id
+        stop_holder = "os.kill(os.getppid(), signal.SIGSTOP)\nwhile True:\n    time.sleep(0.05)"
+        busy = asyncio.ensure_future(_run(session, stop_holder, 2))
+        await asyncio.sleep(1.0)
+        client.down = True
+        await session.mark_private("CONFIDENTIAL", "payroll", source="api")
+        assert await _until_off_the_network(docker_client, container, 10), "the container still runs on its network"
+        status, text = await asyncio.wait_for(busy, 60)
+        assert status == "died", text
+
+        client.down = False
+        status, text = await _run(session, IFACES, 3)
+        assert status == "ok", text
+        assert text.strip().endswith("['lo']")
+        assert not _networked(docker_client, container)
+    finally:
+        client.down = False
+        await session.shutdown()
+
+
+async def test_a_container_whose_stop_is_not_confirmed_holds_the_network_and_the_next_start(
+    docker_client: Any, test_image: str, tmp_path: Path
+) -> None:
+    """The host cannot kill the container itself when its first process is
+    unknown here (the daemon did not answer when the sandbox started; a
+    remote daemon; another uid): the kill is then not confirmed. Old code
+    reported the cut all the same and started the next sandbox beside it.
+    Now the session reports network while it may still run (a raiser's
+    ``wait=True`` waits), no sandbox starts before the daemon confirms its
+    removal, and the removal is asked again once the daemon answers."""
+    client = DaemonGoneAway(docker_client)
+    client.down = True  # the kernel's low-level calls fail from the start: docker-init's pid is never learnt
+    session = _session(client, test_image, tmp_path)
+    try:
+        process = await _on_the_bridge(session, "import socket, time\n")
+        container = process.container_id
+        await session.mark_private("CONFIDENTIAL", "payroll", source="api")
+        assert session.network_reachable, "reported cut while the container may still run"
+        status, text = await _run(session, IFACES, 2)
+        assert status == "error" and container[:12] in text and "could not be stopped" in text, text
+
+        client.down = False
+        status, text = await _run(session, IFACES, 3)
+        assert status == "ok", text
+        assert text.strip().endswith("['lo']")
+        assert not session.network_reachable
+        with pytest.raises(docker.errors.NotFound):
+            docker_client.api.inspect_container(container)
+    finally:
+        client.down = False
+        await session.shutdown()

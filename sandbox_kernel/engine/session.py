@@ -388,7 +388,7 @@ class Session:
         if launch.notes and not self._workspace_noted:
             self._workspace_noted = True
             self._pending_notices += [f"{NOTICE} {note}\n" for note in launch.notes]
-        return launch.spec
+        return dataclasses.replace(launch.spec, own_init=True)  # the worker's anchor (worker/main.py)
 
     def _launch(
         self,

@@ -171,6 +171,12 @@ class SandboxSpec:
     #: host uid the sandbox runs as when this process is root: None picks the
     #: unprivileged default (``host_ids.SANDBOX_UID``), 0 keeps root (unsafe)
     sandbox_uid: int | None = None
+    #: the command is its own init (the worker's anchor: it reaps orphans,
+    #: handles SIGTERM and leaves when its channel on stdin closes). Docker
+    #: then runs it as PID 1 without docker-init: the init of a PID namespace
+    #: gets no signal from inside it that it has no handler for, so no cell
+    #: can stop (SIGSTOP) or kill the process that ends the container.
+    own_init: bool = False
 
 
 class SandboxProcess:

@@ -610,6 +610,11 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
             raise DockerSandboxError(f"refused to build the container: {exc}") from exc
 
         kwargs["environment"] = dict(spec.env)  # exactly the engine's environment
+        if spec.own_init:
+            # The worker's anchor is PID 1: a cell cannot SIGSTOP it (as it
+            # can its holder, which would then never read its closed
+            # channel), and it leaves when that channel hangs up.
+            kwargs["init"] = False
         ulimits = list(kwargs["ulimits"])
         for name, value in (("nofile", spec.limits.open_files), ("fsize", spec.limits.file_size)):
             if value:

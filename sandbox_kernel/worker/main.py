@@ -1346,19 +1346,42 @@ def main() -> None:
             finally:
                 os._exit(1 if holder.forked_child else BROKEN_EXIT)
         os._exit(0)
-    os.close(read_fd)
     os.close(write_fd)
     if forwarder is not None:
         proxy_forward.serve(
             forwarder, os.environ[proxy_forward.SOCKET_ENV], os.environ.get(proxy_forward.TOKEN_ENV, "")
         )
-    _anchor()
+    _anchor(read_fd)
 
 
-def _anchor() -> None:
+def _leave_on_hangup(read_fd: int) -> None:
+    """Leave once the host's end of the channel is closed (the host, or the
+    Docker CLI attached for it, is gone). The holder reads that EOF too, but
+    a cell can SIGSTOP its holder; the anchor runs no user code and, as
+    PID 1 of a Docker sandbox (``SandboxSpec.own_init``), cannot be stopped
+    from inside. Only POLLHUP is asked for: the anchor never reads a byte
+    meant for the holder."""
+    poller = select.poll()
+    poller.register(read_fd, 0)
+
+    def watch() -> None:
+        while True:
+            for _, events in poller.poll():
+                if events & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                    os._exit(0)
+
+    threading.Thread(target=watch, name="channel-hangup", daemon=True).start()
+
+
+def _anchor(read_fd: int) -> None:
     """Reap every orphan; leave when the holder asked to shut down, when it lost
-    the host's channel, or when none is left. Leaving ends the sandbox (the
-    init of its PID namespace, bwrap's or docker-init, kills what remains)."""
+    the host's channel, when that channel hangs up, on SIGTERM, or when none
+    is left. Leaving ends the sandbox (the init of its PID namespace, bwrap's,
+    docker-init or the anchor itself, kills what remains)."""
+    # As PID 1 (Docker), SIGTERM (docker stop, the CLI forwarding the
+    # kernel's death) would be ignored without a handler.
+    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(0))
+    _leave_on_hangup(read_fd)
     while True:
         try:
             pid, status = os.wait()

@@ -33,7 +33,7 @@ def docker_args(image: str, *extra: str) -> list[str]:
     # FULL mode (a bridge network, disconnected by the ratchet) unless a test says
     # otherwise: PROXIED containers are tested in test_docker_proxied.py
     network = [] if any(a.startswith("--SandboxKernel.network=") for a in extra) else ["--SandboxKernel.network=full"]
-    return [
+    defaults = [
         "--SandboxKernel.backend=docker",
         *network,
         f"--DockerSandbox.image={image}",
@@ -42,8 +42,10 @@ def docker_args(image: str, *extra: str) -> list[str]:
         f"--DockerSandbox.pids_limit={PIDS}",
         "--DockerSandbox.cpu_limit=1.0",
         "--DockerSandbox.tmpfs_size=16m",
-        *extra,
     ]
+    # a setting the test gives replaces the default (traitlets refuses one given twice)
+    given = {a.split("=", 1)[0] for a in extra}
+    return [a for a in defaults if a.split("=", 1)[0] not in given] + list(extra)
 
 
 def containers_of(client: Any, kernel_pid: int) -> list[dict[str, Any]]:
@@ -208,7 +210,7 @@ def test_docker_inspect_shows_the_hardening(dk: DockerKernel) -> None:
     assert "no-new-privileges" in (host["SecurityOpt"] or [])
     assert host["Privileged"] is False
     assert host["ReadonlyRootfs"] is True
-    assert host["Init"] is True
+    assert host["Init"] is False  # the worker's anchor is PID 1 and reaps (SandboxSpec.own_init)
     assert host["IpcMode"] == "private"
     assert host["AutoRemove"] is True
     assert host["PidsLimit"] == PIDS
@@ -424,6 +426,50 @@ def test_kernel_killed_takes_its_container_with_it(
         (container,) = k.containers()
         if cli_too:
             assert docker_client.api.inspect_container(container["Id"])["Config"]["StdinOnce"] is True
+            clis = [p for p in psutil.Process(k.pid).children(recursive=True) if p.name() == "docker"]
+            assert len(clis) == 1, clis
+            clis[0].kill()
+        os.kill(k.pid, signal.SIGKILL)
+        gone = wait_for(lambda: not containers_of(docker_client, k.pid), 20)
+        assert gone, [(c["State"], c["Status"]) for c in containers_of(docker_client, k.pid)]
+    finally:
+        k.handle.kc.stop_channels()
+        k.handle.km.cleanup_resources()
+        remove_all(docker_client, k.pid)
+
+
+#: a cell that stops its holder (its parent: nobody reads the closed channel
+#: then) and tries to stop and kill the container's PID 1, then stays
+STOP_THE_READERS = (
+    "import os, signal, time\n"
+    "for sig in (signal.SIGSTOP, signal.SIGKILL):\n"
+    "    os.kill(1, sig)  # the anchor, PID 1: dropped by the kernel (no handler)\n"
+    "os.kill(os.getppid(), signal.SIGSTOP)\n"
+    "while True:\n"
+    "    time.sleep(1)"
+)
+
+
+@pytest.mark.parametrize("cli_too", [False, True], ids=["kernel", "kernel-and-cli"])
+def test_kernel_killed_takes_its_container_with_it_though_a_cell_stopped_its_holder(
+    docker_client: Any, test_image: str, tmp_path: Path, cli_too: bool
+) -> None:
+    """Review r66 (finding B, the kernel's death): the holder, which reads the
+    closed channel, was SIGSTOPped by its cell, and with the CLI dead too no
+    signal came: the container ran on, on its bridge network, after its
+    kernel (2 of 2 runs of the review, and here, on old code). The worker's
+    anchor is now the container's PID 1 (no docker-init), which no process
+    inside can stop or kill, and it leaves when the channel hangs up."""
+    k = DockerKernel(tmp_path, docker_client, test_image)
+    try:
+        assert k.run("1").status == "ok"
+        info = k.container()
+        assert info["HostConfig"]["Init"] is False and info["Config"]["StdinOnce"] is True
+        k.handle.kc.execute(STOP_THE_READERS, stop_on_error=False)
+        time.sleep(2)
+        (container,) = k.containers()
+        assert container["State"] == "running"
+        if cli_too:
             clis = [p for p in psutil.Process(k.pid).children(recursive=True) if p.name() == "docker"]
             assert len(clis) == 1, clis
             clis[0].kill()

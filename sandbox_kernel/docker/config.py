@@ -88,7 +88,15 @@ def parse_memory(value: object, what: str) -> int:
     return result
 
 
-def _positive_float(value: object, what: str, *, maximum: float | None = None) -> float:
+#: Docker's smallest CPU quota (``--cpus``): a smaller one rounded to
+#: ``NanoCpus=0``, which means no limit at all, or failed in the OCI runtime
+MIN_CPUS = 0.01
+#: the kernel's highest ``pid_max`` (64-bit): a larger pids limit limits
+#: nothing, and one past int64 was an anonymous daemon error (HTTP 500)
+MAX_PIDS = 4194304
+
+
+def _positive_float(value: object, what: str, *, maximum: float | None = None, minimum: float | None = None) -> float:
     if isinstance(value, bool):
         raise ValueError(f"{what} must be a number, got a bool")
     try:
@@ -99,10 +107,12 @@ def _positive_float(value: object, what: str, *, maximum: float | None = None) -
         raise ValueError(f"{what}={value!r} must be a finite number greater than zero")
     if maximum is not None and result > maximum:
         raise ValueError(f"{what}={value!r} is too large (at most {maximum:g})")
+    if minimum is not None and result < minimum:
+        raise ValueError(f"{what}={value!r} is too small (at least {minimum:g})")
     return result
 
 
-def _positive_int(value: object, what: str) -> int:
+def _positive_int(value: object, what: str, *, maximum: int | None = None) -> int:
     if isinstance(value, bool):
         raise ValueError(f"{what} must be an integer, got a bool")
     if isinstance(value, str):
@@ -112,6 +122,8 @@ def _positive_int(value: object, what: str) -> int:
         value = int(text)
     if not isinstance(value, int) or value <= 0:
         raise ValueError(f"{what}={value!r} must be a positive integer")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{what}={value!r} is too large (at most {maximum})")
     return value
 
 
@@ -301,11 +313,11 @@ class ContainerConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.image, str) or not self.image.strip() or any(c.isspace() for c in self.image):
             raise ValueError(f"ContainerConfig.image={self.image!r} must be a non-empty image reference")
-        self.cpu_limit = _positive_float(self.cpu_limit, "ContainerConfig.cpu_limit", maximum=1024)
+        self.cpu_limit = _positive_float(self.cpu_limit, "ContainerConfig.cpu_limit", maximum=1024, minimum=MIN_CPUS)
         if parse_memory(self.memory_limit, "ContainerConfig.memory_limit") < MIN_MEMORY_BYTES:
             raise ValueError(f"ContainerConfig.memory_limit={self.memory_limit!r} is below Docker's minimum of 6m")
         self.memory_limit = str(self.memory_limit).strip()
-        self.pids_limit = _positive_int(self.pids_limit, "ContainerConfig.pids_limit")
+        self.pids_limit = _positive_int(self.pids_limit, "ContainerConfig.pids_limit", maximum=MAX_PIDS)
         parse_memory(self.tmpfs_size, "ContainerConfig.tmpfs_size")
         self.tmpfs_size = str(self.tmpfs_size).strip()
         self.command_timeout = _positive_float(

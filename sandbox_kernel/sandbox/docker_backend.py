@@ -466,6 +466,19 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
                 return ContainerConfig.from_preset(self.preset.strip(), **overrides)
             return ContainerConfig(**overrides)
         except ValueError as exc:
+            # named as the user set it (--DockerSandbox.cpu_limit=...)
+            raise DockerSandboxError(
+                f"invalid DockerSandbox setting: {str(exc).replace('ContainerConfig.', 'DockerSandbox.')}"
+            ) from exc
+
+    def _checked_start_timeout(self) -> float:
+        """``start_timeout`` as a finite number of seconds above zero: NaN
+        made every start fail as if no daemon answered."""
+        from sandbox_kernel.docker.config import _positive_float
+
+        try:
+            return _positive_float(self.start_timeout, "DockerSandbox.start_timeout", maximum=24 * 3600.0)
+        except ValueError as exc:
             raise DockerSandboxError(f"invalid DockerSandbox setting: {exc}") from exc
 
     def _connect(self) -> Any:
@@ -655,6 +668,7 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
         return client, container.id, kwargs["name"]
 
     async def start(self, spec: SandboxSpec) -> SandboxProcess:
+        start_timeout = self._checked_start_timeout()
         cli = shutil.which(self.docker_cli)
         if not cli:
             raise DockerSandboxError(
@@ -664,13 +678,13 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
         await asyncio.to_thread(self._stop_earlier)
         creation = asyncio.ensure_future(asyncio.to_thread(self._create, spec))
         try:
-            client, container_id, name = await asyncio.wait_for(asyncio.shield(creation), self.start_timeout)
+            client, container_id, name = await asyncio.wait_for(asyncio.shield(creation), start_timeout)
         except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
             # the thread still runs: remove the container it makes, never start it
             creation.add_done_callback(_discard_created)
             if isinstance(exc, asyncio.CancelledError):
                 raise
-            raise DockerSandboxError(f"creating the sandbox container took over {self.start_timeout:g} s") from exc
+            raise DockerSandboxError(f"creating the sandbox container took over {start_timeout:g} s") from exc
         env = {k: os.environ[k] for k in _CLI_ENV if k in os.environ}
         parent = os.getpid()
         try:
@@ -694,7 +708,7 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
             raise
         log.info("sandbox container %s (%s) started", name, container_id[:12])
         container = ContainerProcess(process, self.name, client, container_id, name, self._unstopped)
-        container._tracking = asyncio.ensure_future(asyncio.to_thread(container.track_init, self.start_timeout))
+        container._tracking = asyncio.ensure_future(asyncio.to_thread(container.track_init, start_timeout))
         return container
 
 

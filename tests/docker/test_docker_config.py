@@ -104,6 +104,8 @@ def test_presets() -> None:
         ("memory_limit", "5m", "memory_limit"),
         ("memory_limit", "12x", "memory_limit"),
         ("pids_limit", 0, "pids_limit"),
+        ("cpu_limit", 1e-12, r"cpu_limit=1e-12 is too small \(at least 0.01\)"),  # was NanoCpus=0: no limit
+        ("pids_limit", 2**63, r"pids_limit=9223372036854775808 is too large"),  # was a daemon HTTP 500
         ("working_dir", "relative", "working_dir"),
         ("working_dir", "/", "working_dir"),
         ("user", "0:0", "never runs as root"),

@@ -482,6 +482,38 @@ def test_kernel_killed_takes_its_container_with_it_though_a_cell_stopped_its_hol
         remove_all(docker_client, k.pid)
 
 
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        # old code: NanoCpus=0, a container with no CPU limit at all
+        ("--DockerSandbox.cpu_limit=1e-12", "DockerSandbox.cpu_limit=1e-12 is too small (at least 0.01)"),
+        # old code: an OCI runtime error at the start
+        ("--DockerSandbox.cpu_limit=0.004", "DockerSandbox.cpu_limit=0.004 is too small (at least 0.01)"),
+        # old code: an anonymous HTTP 500 from the daemon
+        ("--DockerSandbox.pids_limit=9223372036854775808", "DockerSandbox.pids_limit=9223372036854775808 is too large"),
+        # old code: "no Docker daemon answers"
+        (
+            "--DockerSandbox.start_timeout=nan",
+            "DockerSandbox.start_timeout=nan must be a finite number greater than zero",
+        ),
+    ],
+)
+def test_a_bad_setting_is_named_in_the_cell_and_starts_nothing(
+    docker_client: Any, test_image: str, tmp_path: Path, setting: str, named: str
+) -> None:
+    """Review r66 (low): values the daemon takes for something else, or
+    refuses without saying which, are refused by the kernel, naming the
+    setting as the user wrote it (guarantee 7)."""
+    k = DockerKernel(tmp_path, docker_client, test_image, setting)
+    try:
+        run = k.run("1")
+        assert run.status == "error" and run.reply["ename"] == "SandboxUnavailable", run.reply
+        assert named in run.reply["evalue"], run.reply["evalue"]
+        assert k.containers() == []
+    finally:
+        k.shutdown()
+
+
 def test_missing_image_is_a_clear_error(docker_client: Any, tmp_path: Path) -> None:
     k = DockerKernel(tmp_path, docker_client, "sandbox-kernel-test:missing")
     try:

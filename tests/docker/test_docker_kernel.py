@@ -426,16 +426,23 @@ def test_kernel_killed_takes_its_container_with_it(
         (container,) = k.containers()
         if cli_too:
             assert docker_client.api.inspect_container(container["Id"])["Config"]["StdinOnce"] is True
-            clis = [p for p in psutil.Process(k.pid).children(recursive=True) if p.name() == "docker"]
-            assert len(clis) == 1, clis
-            clis[0].kill()
-        os.kill(k.pid, signal.SIGKILL)
-        gone = wait_for(lambda: not containers_of(docker_client, k.pid), 20)
-        assert gone, [(c["State"], c["Status"]) for c in containers_of(docker_client, k.pid)]
+        _kill_the_kernel_and_see_its_container_gone(k, docker_client, cli_too)
     finally:
         k.handle.kc.stop_channels()
         k.handle.km.cleanup_resources()
         remove_all(docker_client, k.pid)
+
+
+def _kill_the_kernel_and_see_its_container_gone(k: DockerKernel, docker_client: Any, cli_too: bool) -> None:
+    """SIGKILL the kernel (and first its attached Docker CLI when ``cli_too``):
+    its container must be gone within 20 s."""
+    if cli_too:
+        clis = [p for p in psutil.Process(k.pid).children(recursive=True) if p.name() == "docker"]
+        assert len(clis) == 1, clis
+        clis[0].kill()
+    os.kill(k.pid, signal.SIGKILL)
+    gone = wait_for(lambda: not containers_of(docker_client, k.pid), 20)
+    assert gone, [(c["State"], c["Status"]) for c in containers_of(docker_client, k.pid)]
 
 
 #: a cell that stops its holder (its parent: nobody reads the closed channel
@@ -469,13 +476,7 @@ def test_kernel_killed_takes_its_container_with_it_though_a_cell_stopped_its_hol
         time.sleep(2)
         (container,) = k.containers()
         assert container["State"] == "running"
-        if cli_too:
-            clis = [p for p in psutil.Process(k.pid).children(recursive=True) if p.name() == "docker"]
-            assert len(clis) == 1, clis
-            clis[0].kill()
-        os.kill(k.pid, signal.SIGKILL)
-        gone = wait_for(lambda: not containers_of(docker_client, k.pid), 20)
-        assert gone, [(c["State"], c["Status"]) for c in containers_of(docker_client, k.pid)]
+        _kill_the_kernel_and_see_its_container_gone(k, docker_client, cli_too)
     finally:
         k.handle.kc.stop_channels()
         k.handle.km.cleanup_resources()

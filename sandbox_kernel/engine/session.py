@@ -313,6 +313,19 @@ class Session:
             return None
         return {**self.proxy.stats(), "rules": self.proxy.policy.describe(), "recent": self.proxy.log.tail(10)}
 
+    async def _name_outliving_sandboxes(self) -> None:
+        """Before the first sandbox that can outlive this process (a Docker
+        container), its holder record names it: a rise after this process's
+        death then has the daemon remove it (``Sandbox.holder_facts``)."""
+        if self._enforcement is None or self._enforcement.docker is not None:
+            return
+        try:
+            facts = await asyncio.to_thread(self.sandbox.holder_facts)
+        except (OSError, RuntimeError) as exc:
+            raise SandboxUnavailable(f"could not start the {self.sandbox.name} sandbox: {exc}") from exc
+        if facts is not None:
+            self._enforcement.name_containers(facts)
+
     def _report_enforcement(self, state: PrivacyState | None = None) -> None:
         """Record what this session enforces now (``state``: the level the
         caller acted on, read just before; else read again)."""
@@ -459,6 +472,7 @@ class Session:
         await self.refresh_privacy()
         if await self._fail_closed():
             raise SandboxUnavailable(unisolated_refusal(self.sandbox.name))
+        await self._name_outliving_sandboxes()
         proxied = self.network_allowed and self.proxied_mode
         isolate = not self.network_allowed or proxied or self.config.network == "none"
         # From its network decision until it runs, a command with a way out
@@ -678,6 +692,7 @@ class Session:
         """Take the network decision for a new sandbox and start it. While a
         sandbox with network starts, the session counts as holding network
         (``_starting_network``): a rise in that window is not reported as cut."""
+        await self._name_outliving_sandboxes()
         # Ratchet before data: the network decision is taken for every new sandbox.
         self.sandbox_proxied = self.network_allowed and self.proxied_mode
         self.isolate_network = not self.network_allowed or self.sandbox_proxied or self.config.network == "none"

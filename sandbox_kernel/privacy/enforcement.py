@@ -76,6 +76,12 @@ class EnforcementRecord:
         self.docker = dict(docker) if docker is not None else None
         self._last: tuple[str, bool, str | None] | None = None
 
+    def name_containers(self, docker: Mapping[str, Any]) -> None:
+        """Name the holder's Docker containers (``docker.orphans.docker_facts``)
+        from now on: the next report writes them."""
+        self.docker = dict(docker)
+        self._last = None
+
     def report(self, level: Sensitivity, has_network: bool, workspace: Path | None = None) -> None:
         """Say what this holder enforces now, and where its folder is now
         (it may have moved under the sandbox); cheap when nothing changed."""

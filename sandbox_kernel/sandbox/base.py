@@ -366,6 +366,13 @@ class Sandbox(ABC):
     async def start(self, spec: SandboxSpec) -> SandboxProcess:
         """Start ``spec.command`` in a fresh sandbox and return the live child."""
 
+    def holder_facts(self) -> dict[str, Any] | None:
+        """What this process's holder record must say about the sandboxes it
+        starts when they can outlive it (Docker containers: ``docker.orphans``),
+        or None when they die with it (host processes). May raise when those
+        facts cannot be had: no sandbox may start without them."""
+        return None
+
     def unstopped(self) -> list[str]:
         """Sandboxes this backend was told to kill without a confirmation that
         they ended (a Docker daemon that does not answer): they may still have

@@ -430,6 +430,24 @@ class DockerSandbox(Sandbox, Configurable, metaclass=_Meta):
         #: from the host), by id: see ``ContainerProcess.stop``
         self._unstopped: dict[str, ContainerProcess] = {}
 
+    def holder_facts(self) -> dict[str, Any] | None:
+        """The daemon, this process and the kind of its containers: a cell can
+        keep its container alive after the kernel dies (a write end of the
+        worker's channel reopened through ``/proc/1/fd``, so no hang-up ever
+        comes), so a rise after the kernel's death must find them and have
+        the daemon remove them (``docker.orphans``; review r66)."""
+        from sandbox_kernel.docker.names import LABEL_KIND
+        from sandbox_kernel.docker.orphans import daemon_id, docker_facts
+
+        self._checked_start_timeout()  # (the client's own timeout comes from it)
+        daemon = daemon_id(self._connect())
+        if not daemon:
+            raise DockerSandboxError(
+                "the Docker daemon does not say its ID: a container started now could not be found again by a rise "
+                "if this kernel died"
+            )
+        return docker_facts(daemon, {LABEL_KIND: KIND})
+
     def unstopped(self) -> list[str]:
         """Containers this backend was asked to stop without a confirmation
         (the daemon did not answer and the host could not kill them): they

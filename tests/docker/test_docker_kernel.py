@@ -433,16 +433,72 @@ def test_kernel_killed_takes_its_container_with_it(
         remove_all(docker_client, k.pid)
 
 
-def _kill_the_kernel_and_see_its_container_gone(k: DockerKernel, docker_client: Any, cli_too: bool) -> None:
+def _kill_the_kernel_and_see_its_container_gone(
+    k: DockerKernel, docker_client: Any, cli_too: bool, expect_gone: bool = True
+) -> None:
     """SIGKILL the kernel (and first its attached Docker CLI when ``cli_too``):
-    its container must be gone within 20 s."""
+    its container must be gone within 20 s (``expect_gone``; else 5 s are
+    given for it to go)."""
     if cli_too:
         clis = [p for p in psutil.Process(k.pid).children(recursive=True) if p.name() == "docker"]
         assert len(clis) == 1, clis
         clis[0].kill()
     os.kill(k.pid, signal.SIGKILL)
-    gone = wait_for(lambda: not containers_of(docker_client, k.pid), 20)
-    assert gone, [(c["State"], c["Status"]) for c in containers_of(docker_client, k.pid)]
+    gone = wait_for(lambda: not containers_of(docker_client, k.pid), 20 if expect_gone else 5)
+    if expect_gone:
+        assert gone, [(c["State"], c["Status"]) for c in containers_of(docker_client, k.pid)]
+
+
+#: a cell that keeps a write end of the worker's channel (reopened through
+#: /proc/1/fd: the anchor's, PID 1) in a detached process, which writes the
+#: interfaces it sees and the private rows, once they exist, into leak.txt
+HOLD_THE_CHANNEL = (
+    "import os, socket, time\n"
+    "fd = next(int(n) for n in os.listdir('/proc/1/fd') if os.readlink(f'/proc/1/fd/{n}').startswith('pipe:')\n"
+    "          and n != '0' and n != '1' and n != '2')\n"
+    "held = os.open(f'/proc/1/fd/{fd}', os.O_WRONLY | os.O_NONBLOCK)\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        while not os.path.exists('/workspace/secret.csv'):\n"
+    "            time.sleep(0.2)\n"
+    "        names = sorted(n for _, n in socket.if_nameindex())\n"
+    "        open('/workspace/leak.txt', 'w').write(repr((names, open('/workspace/secret.csv').read())))\n"
+    "        while True:\n"
+    "            time.sleep(1)\n"
+    "    os._exit(0)\n"
+    "os.wait()\n"
+    "print('held', fd)\n"
+)
+
+
+def test_a_rise_after_the_kernels_death_removes_the_container_a_cell_kept_alive(
+    docker_client: Any, test_image: str, tmp_path: Path
+) -> None:
+    """Review r66 (of the anchor's fix): a cell reopened a write end of the
+    worker's channel through /proc/1/fd, so no hang-up came when the kernel
+    and its CLI were killed; the container ran on, on its network, the dead
+    kernel's holder record was dropped, a rise's wait=True returned at once
+    and the container read the rows written after it. The kernel's holder
+    record now names its containers: the rise has the daemon remove them."""
+    k = DockerKernel(tmp_path, docker_client, test_image)
+    try:
+        state = status_of(k.handle)
+        held = k.run(HOLD_THE_CHANNEL)
+        assert held.status == "ok" and held.stdout.startswith("held"), (held.stdout, held.stderr)
+        _kill_the_kernel_and_see_its_container_gone(k, docker_client, cli_too=True, expect_gone=False)
+        assert containers_of(docker_client, k.pid), "the container ended by itself: the attack did not hold"
+        PrivateData(
+            state["user_id"], state["session_id"], PrivacyStore(k.handle.data_dir / "privacy")
+        ).add_private_dataset("crm", "SECRET", source="connector", wait=True)
+        assert not containers_of(docker_client, k.pid), "the rise returned with the dead kernel's container running"
+        (k.handle.workspace / "secret.csv").write_text("name,ssn\nalice,123-45-6789\n")
+        time.sleep(2)
+        assert not (k.handle.workspace / "leak.txt").exists(), (k.handle.workspace / "leak.txt").read_text()
+    finally:
+        k.handle.kc.stop_channels()
+        k.handle.km.cleanup_resources()
+        remove_all(docker_client, k.pid)
 
 
 #: a cell that stops its holder (its parent: nobody reads the closed channel

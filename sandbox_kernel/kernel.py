@@ -40,6 +40,7 @@ from .outputs.replies import (
     clean_user_expressions,
     plain_text,
 )
+from .outputs.sizing import text_of, utf8_len
 from .outputs.widgets import WidgetRefused, installed_widget_modules
 from .privacy import default_user_id, session_id_for_notebook, validate_id
 from .privacy.store import default_data_dir
@@ -48,6 +49,9 @@ from .status_comm import StatusComm
 from .stop_on_error import StopOnError
 from .terminal_text import terminal_safe_message, terminal_safe_output
 from .worker.language import language_info
+
+#: the largest code ``is_complete`` judges, in UTF-8 bytes (larger: "unknown")
+MAX_IS_COMPLETE_BYTES = 1 << 20
 
 
 class _HostComms(CommManager):
@@ -726,14 +730,39 @@ class SandboxKernel(Kernel, EngineSettings):
         return {"status": "ok", "found": found, "data": clean.data if found else {}, "metadata": {}}
 
     async def do_is_complete(self, code: Any) -> dict[str, Any]:
+        """IPython's answer, off the event loop (it compiles the code: about
+        2 s per MB), "unknown" for code over :data:`MAX_IS_COMPLETE_BYTES`
+        (a console asks at each Enter; it runs code it gets "unknown" for) and
+        for code IPython cannot judge: an attack review's ``1+1+...+1`` raised
+        RecursionError while compiling, and the client never got a reply."""
         problem = requests.text_problem(code, "code", self.max_code_bytes)
         if problem:
             return requests.error_reply(problem)
-        status, indent = self._transformer.check_complete(code)
+        if utf8_len(code) > MAX_IS_COMPLETE_BYTES:
+            return {"status": "unknown"}
+        try:
+            status, indent = await asyncio.to_thread(self._transformer.check_complete, code)
+        except (Exception, RecursionError, MemoryError) as exc:
+            self.log.warning("is_complete could not judge the code: %s: %s", type(exc).__name__, text_of(exc, 200))
+            return {"status": "unknown"}
         reply: dict[str, Any] = {"status": status}
         if status == "incomplete":
             reply["indent"] = " " * (indent or 0)
         return reply
+
+    async def do_debug_request(self, msg: Any) -> dict[str, Any]:
+        """A refusal in the Debug Adapter Protocol's shape: this kernel has no
+        debugger (``kernel_info``'s ``debugger`` is false), and ipykernel's
+        default raised, leaving the client without a reply."""
+        command = msg.get("command") if isinstance(msg, dict) else None
+        seq = msg.get("seq") if isinstance(msg, dict) else None
+        return {
+            "type": "response",
+            "request_seq": seq if isinstance(seq, int) and not isinstance(seq, bool) else 0,
+            "success": False,
+            "command": command if isinstance(command, str) else "",
+            "message": "this kernel has no debugger (its kernel_info says debugger: false)",
+        }
 
     async def do_history(
         self,

@@ -192,6 +192,60 @@ def test_completion_and_inspection_data_from_the_sandbox_are_cleaned(kernel: San
         execute(kernel, code="m.Holder._complete, m.Holder._inspect = saved")
 
 
+#: what a terminal frontend (jupyter console) obeys: OSC 52 sets its clipboard,
+#: a status query makes it type its answer into its input, OSC 8 a link
+TERMINAL_ATTACK = "\x1b]52;c;ZWNobyBwd25lZAo=\x07\x1b[6n\x1b]8;;http://127.0.0.1:9/\x07here\x1b]8;;\x07"
+
+
+def test_reply_text_holds_no_sequence_a_terminal_would_obey(kernel: SandboxKernelHandle) -> None:
+    """iopub's text was made terminal-safe, the replies' was not: a
+    docstring's and a repr's OSC 52 and status query reached the client in the
+    pager payload, the inspection and a user expression (an attack review)."""
+    execute(
+        kernel,
+        code=(
+            f"class Rigged:\n    {('doc' + TERMINAL_ATTACK)!r}\n"
+            f"    def __repr__(self):\n        return {('R' + TERMINAL_ATTACK + chr(27) + '[31mred' + chr(27) + '[0m')!r}\n"
+            "rigged = Rigged()"
+        ),
+    )
+    paged = execute(kernel, code="Rigged?")
+    inspected = request(kernel, "inspect_request", {"code": "Rigged", "cursor_pos": 6, "detail_level": 0})
+    expressed = execute(kernel, code="1", user_expressions={"r": "rigged"})
+    texts = {
+        "page": [p["data"].get("text/plain", "") for p in paged.get("payload", []) if p.get("source") == "page"],
+        "inspect": [inspected["data"].get("text/plain", "")],
+        "user_expressions": [expressed["user_expressions"]["r"]["data"].get("text/plain", "")],
+    }
+    for where, found in texts.items():
+        assert found and all("doc" in t or "R" in t for t in found), (where, found)
+        for text in found:
+            assert "\x1b]" not in text and "\x1b[6n" not in text, (where, text)
+    assert "\x1b[31mred" in texts["user_expressions"][0]  # colours are kept, as on iopub
+
+
+def test_is_complete_answers_code_it_cannot_judge(kernel: SandboxKernelHandle) -> None:
+    """IPython's check compiles the code: ``1+1+...`` raised RecursionError,
+    and the client never got a reply (an attack review); a long cell is
+    judged off the event loop, or "unknown" past 1 MiB."""
+    deep = request(kernel, "is_complete_request", {"code": "1" + "+1" * 100_000}, timeout=60)
+    assert deep == {"status": "unknown"}, deep
+    large = request(kernel, "is_complete_request", {"code": "x = 1\n" * 200_000}, timeout=60)
+    assert large == {"status": "unknown"}, large
+    assert request(kernel, "is_complete_request", {"code": "for i in x:"}) == {"status": "incomplete", "indent": "    "}
+    assert request(kernel, "is_complete_request", {"code": "x = 1"}) == {"status": "complete"}
+
+
+def test_a_debug_request_is_answered_no_debugger(kernel: SandboxKernelHandle) -> None:
+    msg = kernel.kc.session.msg("debug_request", {"type": "request", "seq": 3, "command": "initialize"})
+    kernel.kc.control_channel.send(msg)
+    reply = kernel.kc.control_channel.get_msg(timeout=30)
+    assert reply["parent_header"]["msg_id"] == msg["header"]["msg_id"]
+    content = reply["content"]
+    assert content["success"] is False and content["request_seq"] == 3 and content["command"] == "initialize"
+    assert "no debugger" in content["message"]
+
+
 # ---- class 8: malformed requests -----------------------------------------------------------
 
 BAD_EXECUTES = [

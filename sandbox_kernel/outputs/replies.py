@@ -67,15 +67,25 @@ def plain_text(value: Any, limit: int = MAX_TEXT, defang: Defang = _identity) ->
 
 
 def clean_reply_bundle(data: Any, metadata: Any, *, private: bool) -> SanitizedBundle:
-    """A reply's bundle through the output policy (never trusted), or a note
-    when it is over ``MAX_REPLY_BUNDLE`` bytes."""
+    """A reply's bundle through the output policy (never trusted), its
+    ``text/plain`` without the control sequences a terminal frontend would
+    obey (as iopub's displays: ``jupyter console`` prints a pager payload, an
+    inspection, a user expression; an attack review's docstring set the
+    terminal's clipboard through OSC 52 and typed into its input through a
+    status query), or a note when it is over ``MAX_REPLY_BUNDLE`` bytes."""
     if isinstance(data, Mapping):
         size = bundle_size(data)
         if size > MAX_REPLY_BUNDLE:
             note = f"a reply's output of {size:,} bytes was dropped (over {MAX_REPLY_BUNDLE:,}, too large to clean)"
             log.warning("%s", note)
             return SanitizedBundle({"text/plain": f"[sandbox_kernel: {note}]"}, {}, [note])
-    return sanitize_bundle(data, metadata, trusted=False, private=private)
+    clean = sanitize_bundle(data, metadata, trusted=False, private=private)
+    text = clean.data.get("text/plain")
+    if isinstance(text, str):
+        safe = terminal_safe_output(text)
+        if safe is not text:
+            clean.data["text/plain"] = safe
+    return clean
 
 
 def clean_payloads(payloads: Any, *, private: bool, defang: Defang = _identity) -> list[dict[str, Any]]:

@@ -84,9 +84,13 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
 class _Connection:
     """One client connection and, once connected, its upstream."""
 
-    def __init__(self, client: asyncio.StreamWriter) -> None:
+    def __init__(self, client: asyncio.StreamWriter, entry: EgressEntry) -> None:
         self.client = client
         self.upstream: asyncio.StreamWriter | None = None
+        #: what the egress log will say of it, and whether it said it
+        self.entry = entry
+        self.started = time.monotonic()
+        self.recorded = False
 
     def abort(self) -> None:
         """Close both ends now. The upstream is reset, not closed: a plain
@@ -143,6 +147,8 @@ class EgressProxy:
         self.max_connections = max_connections
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[_Connection] = set()
+        #: connections over the cap being answered 503 (at most as many again)
+        self._refusing = 0
         self._cut = False
         self.cut_at: float | None = None
 
@@ -154,8 +160,13 @@ class EgressProxy:
         os.chmod(self.socket_path, self.socket_mode)  # the sandbox's uid connects to it
 
     async def stop(self) -> None:
-        """Close the listener and every connection (the session ends)."""
+        """Close the listener and every connection (the session ends). The
+        connections still open are written in the egress log first: their
+        handlers end after the session closed the log, and a tunnel kept open
+        by its origin (20 MiB sent through it, in an attack review) was in no
+        log at all."""
         for conn in list(self._connections):
+            self._record(conn)
             conn.abort()
         if self._server is not None:
             self._server.close()
@@ -189,19 +200,29 @@ class EgressProxy:
     # ---- one connection -------------------------------------------------------------
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if len(self._connections) >= self.max_connections:
-            rule = f"more than {self.max_connections} connections at once"
-            # what the forwarder sent at once (its opening line, the request)
-            # is read first: closing a unix socket with unread bytes resets
-            # it, and the client lost the 503 to the reset
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 1.0)
-            await self._respond(writer, 503, rule, rule)
-            writer.transport.abort()
+            if self._refusing >= self.max_connections:
+                # Refusals are bounded too: each waited up to a second for the
+                # client's request, holding its descriptor, and a sandbox
+                # opening idle connections in a loop took the proxy's process
+                # (the kernel's) past 8,000 descriptors (an attack review).
+                writer.transport.abort()
+                return
+            self._refusing += 1
+            try:
+                rule = f"more than {self.max_connections} connections at once"
+                # what the forwarder sent at once (its opening line, the request)
+                # is read first: closing a unix socket with unread bytes resets
+                # it, and the client lost the 503 to the reset
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 1.0)
+                await self._respond(writer, 503, rule, rule)
+                writer.transport.abort()
+            finally:
+                self._refusing -= 1
             return
-        conn = _Connection(writer)
-        self._connections.add(conn)
         entry = EgressEntry(time=now_iso(), method="?", host="", port=0, allowed=False, rule="")
-        started = time.monotonic()
+        conn = _Connection(writer, entry)
+        self._connections.add(conn)
         try:
             await self._serve(conn, reader, writer, entry)
         except _BadRequest as exc:
@@ -217,9 +238,16 @@ class EgressProxy:
                 conn.abort()
             else:
                 self._close(conn)
-            entry.duration = round(time.monotonic() - started, 4)
-            if entry.method != "?" or entry.rule:
-                self.log.record(entry)
+            self._record(conn)
+
+    def _record(self, conn: _Connection) -> None:
+        """Write the connection's line in the egress log, once."""
+        if conn.recorded:
+            return
+        conn.recorded = True
+        conn.entry.duration = round(time.monotonic() - conn.started, 4)
+        if conn.entry.method != "?" or conn.entry.rule:
+            self.log.record(conn.entry)
 
     @staticmethod
     def _close(conn: _Connection) -> None:

@@ -181,6 +181,37 @@ def test_every_connection_is_logged_with_bytes(setup: Setup, tmp_path: Path) -> 
     assert (tmp_path / "egress.jsonl").stat().st_mode & 0o777 == 0o600
 
 
+def test_a_tunnel_still_open_when_the_proxy_stops_is_logged(setup: Setup, tmp_path: Path) -> None:
+    """A connection is logged when it ends, and a tunnel its origin kept open
+    ended after the session had closed the log: 20 MiB sent through it, and
+    the session's egress log was empty (an attack review, in a kernel)."""
+    import socket
+
+    origin, proxy, fwd = setup
+    tunnel = socket.create_connection(("127.0.0.1", fwd.port), timeout=10)
+    try:
+        tunnel.sendall(f"CONNECT files.example:{origin.port} HTTP/1.1\r\n\r\n".encode())
+        assert tunnel.recv(4096).startswith(b"HTTP/1.1 200")
+        tunnel.sendall(b"GET /small HTTP/1.1\r\nHost: files.example\r\n\r\n")
+        answer = b""
+        while b"hello from the origin" not in answer:
+            chunk = tunnel.recv(65536)
+            assert chunk, answer
+            answer += chunk
+        assert proxy.log.tail(5) == []  # still open: nothing logged yet
+
+        async def as_the_session_closes() -> None:  # engine/session.py: the log is closed right after
+            await proxy.proxy.stop()
+            proxy.log.close()
+
+        proxy.call(as_the_session_closes())
+    finally:
+        tunnel.close()
+    lines = [json.loads(line) for line in (tmp_path / "egress.jsonl").read_text().splitlines()]
+    assert [(line["method"], line["host"], line["allowed"]) for line in lines] == [("CONNECT", "files.example", True)]
+    assert lines[0]["bytes_up"] > 0 and lines[0]["bytes_down"] > 0, lines
+
+
 def test_cut_stops_a_download_midway_and_refuses_new_connections(setup: Setup) -> None:
     origin, proxy, fwd = setup
     received: list[int] = []
@@ -254,6 +285,46 @@ def test_a_sandbox_cannot_hold_unbounded_connections(setup: Setup) -> None:
         time.sleep(0.01)
     status, _, _ = get(fwd, f"http://files.example:{origin.port}/small")
     assert status == 200
+
+
+def test_refusals_over_the_cap_hold_no_descriptor_for_long(setup: Setup) -> None:
+    """A connection over the cap waited up to a second for its request before
+    its 503, holding a descriptor of the proxy's process (the kernel's): a
+    sandbox opening idle connections in a loop took that process past 8,000
+    (an attack review). At most as many refusals as the cap wait; the rest
+    are closed at once."""
+    import socket
+
+    _, proxy, _ = setup
+    proxy.proxy.max_connections = 5
+    path = str(proxy.proxy.socket_path)
+
+    def connected() -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(path)
+        return sock
+
+    held = [connected() for _ in range(5)]
+    try:
+        deadline = time.monotonic() + 5
+        while proxy.proxy.stats()["open"] < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        idle = [connected() for _ in range(100)]  # over the cap, sending nothing
+        time.sleep(0.5)  # (under the second a refusal waits for its request)
+        closed = 0
+        for sock in idle:
+            sock.setblocking(False)
+            try:
+                closed += sock.recv(1) == b""
+            except BlockingIOError:
+                pass  # still held by the proxy
+            except ConnectionResetError:
+                closed += 1
+            sock.close()
+        assert closed >= 95, f"the proxy still held {100 - closed} of 100 idle connections over its cap"
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def unix_request(path: Path, data: bytes) -> bytes:

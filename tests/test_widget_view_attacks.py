@@ -680,11 +680,12 @@ def test_a_box_made_public_around_an_armed_widget_is_not_shown_once_private() ->
 
 
 def test_a_link_made_public_arms_what_it_copied_an_armed_value_into() -> None:
-    """A Label whose math fetches, linked while public to another Label: the
-    page copied the value, so the other Label is armed too (and what it is
-    linked to in turn)."""
+    """A Label whose value private cleaning changes (a link to another host;
+    math that fetches is disarmed in every session now), linked while public
+    to another Label: the page copied the value, so the other Label is armed
+    too (and what it is linked to in turn)."""
     w = WidgetComms()
-    w.from_sandbox(open_msg("a", state(value=r"$\mmlToken{mglyph}[src=//evil.example/m]{}$")), [], private=False)
+    w.from_sandbox(open_msg("a", state(value="see https://evil.example/m")), [], private=False)
     w.from_sandbox(open_msg("b", state(value="b")), [], private=False)
     w.from_sandbox(open_msg("c", state(value="c")), [], private=False)
     assert w._comms["a"].armed and not w._comms["b"].armed
@@ -697,6 +698,6 @@ def test_a_link_made_public_arms_what_it_copied_an_armed_value_into() -> None:
     w.from_sandbox(open_msg("d", state(value="d")), [], private=False)
     w.from_sandbox(open_msg("e", state(value="e")), [], private=False)
     w.from_sandbox(open_msg("l3", _link(("d", "value"), ("e", "value"))), [], private=False)
-    w.from_sandbox(update_msg("d", {"value": r"$\mmlToken{mglyph}[src=//evil.example/n]{}$"}), [], private=False)
+    w.from_sandbox(update_msg("d", {"value": "see https://evil.example/n"}), [], private=False)
     with pytest.raises(WidgetRefused, match="made while the session was public"):
         w.view({"model_id": "e"}, private=True)

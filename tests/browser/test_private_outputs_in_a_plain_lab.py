@@ -167,12 +167,6 @@ ARMED: list[tuple[str, str, str, str]] = [
         "<style>@font-face {font-family: skarmed; src: url(@AT@-armed-font)}</style><p>font</p>",
         '<span style="font-family: skarmed">x</span>',
     ),
-    (
-        "armed-lazy",
-        "text/html",
-        '<div class="sk-lazy" style="display:none"><img loading="lazy" width="5" height="5" src="@AT@-armed-lazy"></div>',
-        "<style>.sk-lazy {display: block !important}</style><p>shown</p>",
-    ),
     # math's \style: MathJax keeps a cursor image, which Chromium loads once
     # the element is drawn (helper 67), in HTML and in markdown
     (
@@ -196,6 +190,15 @@ ARMED: list[tuple[str, str, str, str]] = [
         '<div class="sk-mmlhide" style="display:none">$x + \\mmlToken{mi}[style="cursor:url(@AT@-armed-mml-cursor),'
         'auto"]{y}$</div><p>mmlarm</p>',
         "<style>.sk-mmlhide {display: block !important}</style><p>mml revealed</p>",
+    ),
+    # last: a lazy image loads only near the viewport, which shows the cells
+    # below when the private output shows it (entries after it pushed it out
+    # of reach, and the control missed its fetch)
+    (
+        "armed-lazy",
+        "text/html",
+        '<div class="sk-lazy" style="display:none"><img loading="lazy" width="5" height="5" src="@AT@-armed-lazy"></div>',
+        "<style>.sk-lazy {display: block !important}</style><p>shown</p>",
     ),
 ]
 #: what the private outputs set off when the public ones are not cleaned

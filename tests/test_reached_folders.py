@@ -139,33 +139,3 @@ def test_a_link_a_past_parent_sandbox_left_reaches_no_sibling_with_network(tmp_p
     finally:
         project.shutdown()
         other.shutdown()
-
-
-def test_a_private_sessions_read_only_folders_rise_with_it(tmp_path: Path, store: PrivacyStore) -> None:
-    """A read-only mount does not keep a cell from connecting to a unix
-    socket in it: a public sandbox with network working inside a private
-    session's read-only folder, listening on a socket there, received the
-    rows (an attack review; the socket half is the kernel's rule, shown by
-    the review with bwrap's --ro-bind). The folder rises with the session."""
-    shared = tmp_path / "root"
-    reader = Ratchet("u", "reader", store, workspace=tmp_path / "elsewhere")
-    reader.read_folders = (shared,)
-    inside = Ratchet("u", "inside", store, workspace=shared / "project")
-    for ratchet in (reader, inside):
-        ratchet.prepare()
-    assert inside.network_allowed
-    reader.mark("CONFIDENTIAL", "the rows", "cell")
-    assert reader.state.sensitivity == Sensitivity.CONFIDENTIAL
-    assert not inside.network_allowed, "a session inside a private session's read-only folder kept its network"
-    reports = [
-        EnforcementRecord(store.root, "u", "reader", tmp_path / "elsewhere", reads=[shared]),
-        EnforcementRecord(store.root, "u", "inside", shared / "project"),
-    ]
-    try:
-        reports[0].report(Sensitivity.CONFIDENTIAL, has_network=False)
-        reports[1].report(Sensitivity.PUBLIC, has_network=True)
-        pending = pending_holders(store.root, "u", "reader", Sensitivity.CONFIDENTIAL)
-        assert len(pending) == 1 and "session inside " in pending[0], pending
-    finally:
-        for report in reports:
-            report.close()

@@ -361,17 +361,6 @@ class Ratchet:
             return True
         return self.recent_state().has_private_data
 
-    def _raise_read_folders(self, state: PrivacyState) -> None:
-        """A private session's read-only folders rise with it: a read-only
-        mount does not keep a cell from connecting to a unix socket in it, so
-        a sandbox with network working inside one (listening on a socket
-        there) received the private rows (an attack review)."""
-        assert self.folders is not None
-        for folder in self.read_folders:
-            self.folders.rise(
-                folder, state, f"session {self.session_id} of {self.user_id}, which mounts this folder read-only,"
-            )
-
     def _read_state(self) -> PrivacyState:
         own = self.data.state
         workspace = self.workspace
@@ -380,7 +369,6 @@ class Ratchet:
         if own.has_private_data:
             try:
                 self.folders.rise(workspace, own, f"session {self.session_id} of {self.user_id}")
-                self._raise_read_folders(own)
             except (PrivacyStoreError, OSError, ValueError) as exc:
                 return merge(own, PrivacyState.build(error=f"the folder's level could not be recorded: {exc}"))
         # every store's records of the folder, not only those beside this
@@ -401,7 +389,6 @@ class Ratchet:
                 self.folders.rise(
                     workspace, folder, f"session {self.session_id} of {self.user_id}, whose folder holds private data,"
                 )
-                self._raise_read_folders(folder)
             except (PrivacyStoreError, OSError, ValueError) as exc:
                 return merge(own, folder, PrivacyState.build(error=f"the folder's level could not be recorded: {exc}"))
         return merge(own, folder)

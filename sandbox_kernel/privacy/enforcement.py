@@ -225,8 +225,6 @@ def pending_holders(store_root: Path, user_id: str, session_id: str, level: Sens
         for h in (own_holders if root == Path(store_root) else _holders(root))
     ]
     folders = {str(h[3]["workspace"]) for h in own if isinstance(h[3].get("workspace"), str)}
-    # its read-only folders rise with it too (a cell connects to a socket there)
-    folders |= {folder for h in own for folder in _reads(h[3])}
     # a folder around one of them that a sandbox worked in rises with it (what
     # it left there may tie its other subfolders to it: workspace_levels)
     folders |= {str(place) for folder in list(folders) for place in _reached_around(folder)}

@@ -372,14 +372,22 @@ def reached_ancestors(folder: Path, own: WorkspaceLevels | None = None) -> list[
     it would list: meanwhile every folder's level reads SECRET anyway
     (:func:`read_all_folders`), and raising every ancestor (up to ``/``) for
     good would make every folder of the host private."""
+    places, _ = _candidates(own)
+    levels = _existing_levels(own, places)
+    return [place for place in folder.parents if any(one._reached_here(place) for one in levels)]
+
+
+def _existing_levels(own: WorkspaceLevels | None, places: Sequence[Path]) -> list[WorkspaceLevels]:
+    """``own`` and the folder levels at ``places`` that exist: a store's
+    levels count when their folder or its high-water marks exist (without
+    either, every read of them is PUBLIC)."""
     from .store import _highwater_root
 
-    places, _ = _candidates(own)
     levels = [own] if own is not None else []
     levels += [
         levels_at(place) for place in places if os.path.lexists(place) or os.path.lexists(_highwater_root(place))
     ]
-    return [place for place in folder.parents if any(one._reached_here(place) for one in levels)]
+    return levels
 
 
 def read_everywhere(workspace: str | os.PathLike[str], own: WorkspaceLevels | None = None) -> PrivacyState:
@@ -462,7 +470,6 @@ def read_all_folders(folders: Iterable[str | os.PathLike[str]], own: WorkspaceLe
     ``lstat`` per store and one ``stat`` per folder and ancestor, instead of a
     few reads per ancestor and store: sessions read four times a second); a
     reading that failed closed is never reused."""
-    from .store import _highwater_root
 
     resolved = tuple(folder_of(folder) for folder in folders)
     places, problem = _candidates(own)
@@ -473,12 +480,7 @@ def read_all_folders(folders: Iterable[str | os.PathLike[str]], own: WorkspaceLe
     if seen is not None and cached is not None and cached[0] == seen:
         found = cached[1]
     else:
-        # a store's levels count when their folder or its high-water marks
-        # exist: without either, every read of them is PUBLIC
-        levels = [own] if own is not None else []
-        levels += [
-            levels_at(place) for place in places if os.path.lexists(place) or os.path.lexists(_highwater_root(place))
-        ]
+        levels = _existing_levels(own, places)
         found = merge(PrivacyState.public(), *(one.read(folder) for folder in resolved for one in levels))
         if seen is not None and found.error is None and seen == _fingerprint(resolved, watched):
             if len(_readings) >= _OTHERS_KEPT:

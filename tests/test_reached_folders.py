@@ -139,3 +139,31 @@ def test_a_link_a_past_parent_sandbox_left_reaches_no_sibling_with_network(tmp_p
     finally:
         project.shutdown()
         other.shutdown()
+
+
+def test_a_reached_folder_made_anew_and_moved_on_the_host_still_rises(tmp_path: Path, store: PrivacyStore) -> None:
+    """An attack review: ``root`` was reached once, then deleted and made
+    anew on the host (``rm -rf``, ``git clone``). A public sandbox in the new
+    ``root`` left a link between ``project`` and ``other``, and its start
+    was not recorded again: the path's record was there, the new identity's
+    was not. After a host ``mv root moved`` the rise of ``moved/project``
+    raised nothing around it, and ``other`` read the rows with network."""
+    import shutil
+
+    root = tmp_path / "root"
+    Ratchet("u", "first", store, workspace=root).note_reached([root])
+    shutil.rmtree(root)
+    (root / "project").mkdir(parents=True)
+    (root / "other").mkdir()
+    Ratchet("u", "second", store, workspace=root).note_reached([root])  # the sandbox that left the link
+    moved = tmp_path / "moved"
+    root.rename(moved)
+    assert reached_ancestors(moved / "project") == [moved]
+    project = Ratchet("u", "project", store, workspace=moved / "project")
+    other = Ratchet("u", "other", store, workspace=moved / "other")
+    for ratchet in (project, other):
+        ratchet.prepare()
+    assert other.network_allowed
+    project.mark("CONFIDENTIAL", "the rows", "cell")
+    assert project.state.sensitivity == Sensitivity.CONFIDENTIAL
+    assert not other.network_allowed, "the sibling kept its network after its reached parent was remade and moved"

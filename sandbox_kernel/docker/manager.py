@@ -374,7 +374,7 @@ class SandboxManager:
 
         own = levels_at(self._levels_store().parent / FOLDER_LEVELS)
         workspace, *mounts = self.mounted_folders(user_id, session_id)
-        state = folders_level([workspace, *mounts], own)
+        state = folders_level([workspace, *mounts], own, [workspace])
         if state.has_private_data:
             why = state.mark.reason if state.mark is not None and state.mark.reason else state.sensitivity.name
             try:
@@ -383,6 +383,14 @@ class SandboxManager:
                     state.sensitivity,
                     f"{why}; the Docker shell of session {session_id} of {user_id} mounts that folder",
                 )
+                # a sandbox working in a read-only mount could take the data
+                # through a socket there (WorkspaceLevels.rise_read)
+                for mount in mounts:
+                    own.record_read(
+                        mount,
+                        state.sensitivity,
+                        f"{why}; the Docker shell of session {session_id} of {user_id} mounts {mount} read-only",
+                    )
             except (OSError, ValueError) as exc:
                 log.error(
                     "could not record the level of %s (its containers get no network all the same): %s", workspace, exc

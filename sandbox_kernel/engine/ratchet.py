@@ -31,7 +31,7 @@ from ..privacy import (
 )
 from ..privacy.live_folder import LiveFolder
 from ..privacy.records import clean_reason
-from ..privacy.workspace_levels import WorkspaceLevels, folder_of, read_all_folders
+from ..privacy.workspace_levels import READ_EXACT, WorkspaceLevels, folder_of, read_all_folders
 from ..sandbox import BindMount
 from .workspace_policy import WorkspaceRefused
 
@@ -198,12 +198,13 @@ def sources_held(folders: Iterable[Path]) -> PrivacyState | None:
     return PrivacyState.build(mark=SessionMark.create(Sensitivity.CONFIDENTIAL, "workspace", clean_reason(reason)))
 
 
-def folders_level(folders: Sequence[Path], own: WorkspaceLevels | None) -> PrivacyState:
-    """The least level of a sandbox that mounts ``folders``: their folder
-    levels over every store of the host (``own``: the caller's store), and
-    any listed dataset source they hold (:func:`sources_held`). Shared by a
-    session's ratchet and the Docker shell's manager."""
-    found = read_all_folders(folders, own)
+def folders_level(folders: Sequence[Path], own: WorkspaceLevels | None, written: Sequence[Path] = ()) -> PrivacyState:
+    """The least level of a sandbox that mounts ``folders`` and writes in
+    ``written`` (its workspace, one of them): their folder levels over every
+    store of the host (``own``: the caller's store), and any listed dataset
+    source they hold (:func:`sources_held`). Shared by a session's ratchet
+    and the Docker shell's manager."""
+    found = read_all_folders(folders, own, written)
     held = sources_held(folders)
     return found if held is None else merge(found, held)
 
@@ -291,6 +292,8 @@ class Ratchet:
         if self.folders is not None and self.workspace is not None:
             self.folders.prepare(self.workspace)
             self.folders.prepare_reached([folder_of(self.workspace)])
+            for folder in self.read_folders:
+                self.folders.prepare(folder, READ_EXACT)
 
     def note_reached(self, folders: Sequence[Path]) -> None:
         """Record, before a sandbox of this session starts, the folders it
@@ -361,6 +364,15 @@ class Ratchet:
             return True
         return self.recent_state().has_private_data
 
+    def _rise_read_folders(self, state: PrivacyState) -> None:
+        """A private session's read-only folders are recorded as read by it
+        (:meth:`WorkspaceLevels.rise_read`): the sessions working in them
+        rise, since a cell of this one can connect to a socket they listen on
+        there (an attack review). Those only reading them do not."""
+        assert self.folders is not None
+        for folder in self.read_folders:
+            self.folders.rise_read(folder, state, f"session {self.session_id} of {self.user_id}")
+
     def _read_state(self) -> PrivacyState:
         own = self.data.state
         workspace = self.workspace
@@ -369,12 +381,13 @@ class Ratchet:
         if own.has_private_data:
             try:
                 self.folders.rise(workspace, own, f"session {self.session_id} of {self.user_id}")
+                self._rise_read_folders(own)
             except (PrivacyStoreError, OSError, ValueError) as exc:
                 return merge(own, PrivacyState.build(error=f"the folder's level could not be recorded: {exc}"))
         # every store's records of the folder, not only those beside this
         # session's store: a kernel with another privacy_dir or data_dir may
         # share the folder (privacy/workspace_levels.py, read_all_folders)
-        folder = folders_level([workspace, *self.read_folders], self.folders)
+        folder = folders_level([workspace, *self.read_folders], self.folders, [workspace])
         if folder.sensitivity <= own.sensitivity and folder.error is None:
             return own  # nothing the session does not already have (its own rise is recorded there too)
         if folder.has_private_data and folder.sensitivity > own.sensitivity:
@@ -389,6 +402,7 @@ class Ratchet:
                 self.folders.rise(
                     workspace, folder, f"session {self.session_id} of {self.user_id}, whose folder holds private data,"
                 )
+                self._rise_read_folders(folder)
             except (PrivacyStoreError, OSError, ValueError) as exc:
                 return merge(own, folder, PrivacyState.build(error=f"the folder's level could not be recorded: {exc}"))
         return merge(own, folder)

@@ -228,9 +228,15 @@ def pending_holders(store_root: Path, user_id: str, session_id: str, level: Sens
     # a folder around one of them that a sandbox worked in rises with it (what
     # it left there may tie its other subfolders to it: workspace_levels)
     folders |= {str(place) for folder in list(folders) for place in _reached_around(folder)}
+    # the session's read-only folders: those working in them rise with it (a
+    # cell of it connects to a socket there), not those reading them
+    # (workspace_levels.READ_EXACT), and so does a folder a sandbox worked in
+    # around them
+    read = _with_reached_around(folder for h in own for folder in _reads(h[3]))
     # A live holder whose folder contains one of these, or that reads one of
-    # them (a read-only mount), rises with it and records its own folder
-    # (engine/ratchet.py, docker/manager.py): the sessions in that folder
+    # them (a read-only mount), or works in a folder read, rises with it and
+    # records its own folder and those it reads (engine/ratchet.py,
+    # docker/manager.py): the sessions in that folder, or working in those,
     # rise too (a sibling of the private folder), so they are waited for.
     grown = True
     while grown:
@@ -239,8 +245,13 @@ def pending_holders(store_root: Path, user_id: str, session_id: str, level: Sens
             around = entry.get("workspace")
             if not isinstance(around, str) or around in folders:
                 continue
-            if any(_inside(f, around) for f in folders) or any(_overlap(r, f) for r in _reads(entry) for f in folders):
+            if (
+                any(_inside(f, around) for f in folders)
+                or any(_overlap(r, f) for r in _reads(entry) for f in folders)
+                or any(_overlap(around, r) for r in read)
+            ):
                 folders.add(around)
+                read.update(_with_reached_around(_reads(entry)))
                 grown = True
     pending = []
     for root, (user, session, path, entry) in holders:
@@ -265,6 +276,12 @@ def pending_holders(store_root: Path, user_id: str, session_id: str, level: Sens
                 f"{'with' if entry.get('network') else 'without'} network)"
             )
     return pending
+
+
+def _with_reached_around(folders: Iterable[str]) -> set[str]:
+    """``folders`` and every folder around one of them that a sandbox worked in."""
+    found = set(folders)
+    return found | {str(place) for folder in list(found) for place in _reached_around(folder)}
 
 
 def _reached_around(folder: str) -> list[Path]:

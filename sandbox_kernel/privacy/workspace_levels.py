@@ -71,7 +71,16 @@ BELOW = "below"
 #: the same records under the folders' identities (renames keep them)
 SAME_EXACT = "exact-identity"
 SAME_BELOW = "below-identity"
-_SAME = {EXACT: SAME_EXACT, BELOW: SAME_BELOW}
+#: a private session's sandbox mounts the folder read-only: what a sandbox
+#: working in it leaves there (a unix socket it listens on) reaches that
+#: session, so the sessions WRITING in it rise, not those reading it
+READ_EXACT = "read-exact"
+READ_BELOW = "read-below"
+SAME_READ_EXACT = "read-exact-identity"
+SAME_READ_BELOW = "read-below-identity"
+_SAME = {EXACT: SAME_EXACT, BELOW: SAME_BELOW, READ_EXACT: SAME_READ_EXACT, READ_BELOW: SAME_READ_BELOW}
+#: the kind recorded for the ancestors of a folder recorded as ``key``
+_BELOW_OF = {EXACT: BELOW, READ_EXACT: READ_BELOW}
 #: folders a sandbox mounted writable (by path, and by identity)
 REACHED = "reached"
 SAME_REACHED = "reached-identity"
@@ -143,11 +152,25 @@ class WorkspaceLevels:
             states.append(self._exact(place))
         return merge(*states)
 
-    def prepare(self, workspace: str | os.PathLike[str]) -> None:
-        """Make the records a rise of ``workspace`` writes ready now (see
-        :meth:`PrivacyStore.prepare`): the folder's own and every ancestor's."""
+    def read_written(self, workspace: str | os.PathLike[str]) -> PrivacyState:
+        """The least state of every session whose sandbox WRITES in
+        ``workspace``, from the private sessions that mount a folder
+        overlapping it read-only (:meth:`rise_read`): a cell there may listen
+        on a unix socket in that folder, which a private cell connects to.
+        The sessions only reading the folder are not raised by it."""
         folder = folder_of(workspace)
-        for kind, place in [(EXACT, folder)] + [(BELOW, above) for above in folder.parents]:
+        states = [self._both(folder, READ_BELOW)]
+        for place in (folder, *folder.parents):
+            states.append(self._both(place, READ_EXACT))
+        return merge(*states)
+
+    def prepare(self, workspace: str | os.PathLike[str], exact: str = EXACT) -> None:
+        """Make the records a rise of ``workspace`` writes ready now (see
+        :meth:`PrivacyStore.prepare`): the folder's own and every ancestor's
+        (``exact``: :data:`READ_EXACT` for a folder read-only mounted,
+        :meth:`rise_read`)."""
+        folder = folder_of(workspace)
+        for kind, place in [(exact, folder)] + [(_BELOW_OF[exact], above) for above in folder.parents]:
             self.store.prepare(kind, _key(place))
             same = self.identity(place)
             if same is not None:
@@ -170,12 +193,33 @@ class WorkspaceLevels:
         :class:`PrivacyStoreError` when a record cannot be written: the caller
         must not start the sandbox then."""
         for folder in folders:
-            if self._reached_here(folder):
+            missing = self._reached_missing(folder)
+            if not missing:
                 continue
             mark = SessionMark.create(
                 _REACHED_MARK_LEVEL, "workspace", clean_reason(f"a sandbox of {who} worked in {folder}")
             )
-            self._mark_all([(SAME_REACHED, self.identity(folder)), (REACHED, _key(folder))], mark)
+            self._mark_all(missing, mark)
+
+    def _reached_missing(self, folder: Path) -> list[tuple[str, str | None]]:
+        """The reached records of ``folder`` this store lacks, the identity's
+        first. Each is looked at on its own: a folder made anew at a path
+        recorded before has a new identity, and with the path's record alone
+        a host ``mv`` of it later left the reached rule behind (an attack
+        review: a link its sandbox left then carried private rows to a
+        sibling with network). An unreadable record is not written again:
+        every read of it fails closed already."""
+        missing: list[tuple[str, str | None]] = []
+        same = self.identity(folder)
+        if same is not None and self._unmarked(self.store.read(SAME_REACHED, same)):
+            missing.append((SAME_REACHED, same))
+        if self._unmarked(self.store.read(REACHED, _key(folder))):
+            missing.append((REACHED, _key(folder)))
+        return missing
+
+    @staticmethod
+    def _unmarked(state: PrivacyState) -> bool:
+        return state.error is None and state.sensitivity == Sensitivity.PUBLIC
 
     def _reached_here(self, folder: Path) -> bool:
         """Whether this store holds ``folder`` as reached (an unreadable record
@@ -201,6 +245,28 @@ class WorkspaceLevels:
             f"{who} became {state.sensitivity.name} with this folder ({folder}) as its workspace",
         )
 
+    def rise_read(self, folder: str | os.PathLike[str], state: PrivacyState, who: str) -> None:
+        """Record that a sandbox of ``who``, at ``state``'s level, mounts
+        ``folder`` read-only. A read-only mount keeps a cell from writing
+        there, not from connecting to a unix socket that a sandbox working in
+        the folder listens on (an attack review): every session writing in
+        it (:meth:`read_written`) rises, not the other readers (a shared
+        reference dataset, the host's Python in a test image)."""
+        if not state.has_private_data:
+            return
+        place = folder_of(folder)
+        self._record(
+            place,
+            state.sensitivity,
+            f"{who} became {state.sensitivity.name} and mounts this folder ({place}) read-only: a sandbox working "
+            "there could take its data through a socket",
+            exact=READ_EXACT,
+        )
+
+    def record_read(self, folder: str | os.PathLike[str], level: Sensitivity, reason: str) -> None:
+        """:meth:`rise_read` at ``level``, with the caller's reason."""
+        self._record(folder_of(folder), level, reason, exact=READ_EXACT)
+
     def record(self, workspace: str | os.PathLike[str], level: Sensitivity, reason: str) -> None:
         """Record ``workspace`` at ``level`` (and its ancestors as holding a
         folder at that level), unless its own records are that high already."""
@@ -219,31 +285,35 @@ class WorkspaceLevels:
         :meth:`exact`."""
         return self.store.read(EXACT, _key(folder))
 
-    def _record(self, folder: Path, level: Sensitivity, reason: str) -> None:
+    def _record(self, folder: Path, level: Sensitivity, reason: str, exact: str = EXACT) -> None:
         """:meth:`record` of a folder already resolved: a private session's
         every state read comes through :meth:`rise`, so it is resolved once.
         The identities are recorded first: a crash between the two leaves a
-        folder that a rename cannot make public, rather than the reverse."""
+        folder that a rename cannot make public, rather than the reverse.
+        ``exact``: :data:`READ_EXACT` records a folder a private session
+        reads (:meth:`rise_read`), and its ancestors as :data:`READ_BELOW`."""
         if level == Sensitivity.PUBLIC:
             return
+        below = _BELOW_OF[exact]
         same = self.identity(folder)
         # a read that failed closed (SECRET, with an error) is not a record at
         # that level: it is written again (an unreadable record, a lost one)
-        by_identity = self.store.read(SAME_EXACT, same) if same is not None else None
+        by_identity = self.store.read(_SAME[exact], same) if same is not None else None
         identity_low = by_identity is not None and (by_identity.error is not None or by_identity.sensitivity < level)
-        by_path = self.store.read(EXACT, _key(folder))
+        by_path = self.store.read(exact, _key(folder))
         if not identity_low and by_path.error is None and by_path.sensitivity >= level:
             return
         mark = SessionMark.create(level, "workspace", clean_reason(reason))
-        records: list[tuple[str, str | None]] = [(SAME_EXACT, same)] if identity_low else []
-        records += [(SAME_BELOW, self.identity(place)) for place in folder.parents]
-        records += [(EXACT, _key(folder))] + [(BELOW, _key(place)) for place in folder.parents]
+        records: list[tuple[str, str | None]] = [(_SAME[exact], same)] if identity_low else []
+        records += [(_SAME[below], self.identity(place)) for place in folder.parents]
+        records += [(exact, _key(folder))] + [(below, _key(place)) for place in folder.parents]
         # a folder around this one that a sandbox worked in may hold links,
         # sockets or moved files into it: it rises too, and what is in it
+        # (for a folder read-only mounted: what works in it)
         tied = reached_ancestors(folder, self)
         tied_records: list[tuple[str, str | None]] = []
         for place in tied:
-            tied_records += [(SAME_EXACT, self.identity(place)), (EXACT, _key(place))]
+            tied_records += [(_SAME[exact], self.identity(place)), (exact, _key(place))]
         tied_mark = SessionMark.create(
             level,
             "workspace",
@@ -303,19 +373,19 @@ class WorkspaceLevels:
         level = by_identity.sensitivity
         try:
             # the first cause first: the widget shows the start of a reason
-            if kind == EXACT:
-                self._record(folder, level, f"{why}; that folder was moved to {folder} outside JupyterLab")
+            if kind in _BELOW_OF:
+                self._record(folder, level, f"{why}; that folder was moved to {folder} outside JupyterLab", kind)
             else:
                 reason = f"{why}; that folder was moved into {folder} outside JupyterLab"
-                self._mark_below(folder, SessionMark.create(level, "workspace", clean_reason(reason)))
+                self._mark_below(folder, SessionMark.create(level, "workspace", clean_reason(reason)), kind)
         except (OSError, ValueError):
             pass  # not recorded under the path: the identity still holds the level
         return merge(by_path, by_identity)
 
-    def _mark_below(self, folder: Path, mark: SessionMark) -> None:
+    def _mark_below(self, folder: Path, mark: SessionMark, kind: str = BELOW) -> None:
         """``folder`` and its ancestors hold a private folder (found inside
         ``folder`` by its identity)."""
-        self._mark_all([(BELOW, _key(place)) for place in (folder, *folder.parents)], mark)
+        self._mark_all([(kind, _key(place)) for place in (folder, *folder.parents)], mark)
 
 
 #: the folder levels of every store this process has read, kept so that their
@@ -402,13 +472,16 @@ def read_everywhere(workspace: str | os.PathLike[str], own: WorkspaceLevels | No
 #: at is older than this (timestamps are coarse: a change within the same tick
 #: as the reading would otherwise go unseen), as the stores' own caches do
 _SETTLE_NS = 2_000_000_000
-#: (folders, stores) -> (what the reading looked at, its state): see read_all_folders
-_readings: dict[tuple[tuple[Path, ...], tuple[Path, ...]], tuple[tuple[object, ...], PrivacyState]] = {}
+#: (folders, written folders, stores) -> (what the reading looked at, its
+#: state): see read_all_folders
+_readings: dict[
+    tuple[tuple[Path, ...], tuple[Path, ...], tuple[Path, ...]], tuple[tuple[object, ...], PrivacyState]
+] = {}
 _OTHERS_KEPT = 256
 
 
 #: the record folders of a store (under its root and its high-water root)
-_KINDS = (EXACT, BELOW, SAME_EXACT, SAME_BELOW)
+_KINDS = (EXACT, BELOW, SAME_EXACT, SAME_BELOW, READ_EXACT, READ_BELOW, SAME_READ_EXACT, SAME_READ_BELOW)
 #: folder-levels root -> for it and its high-water root, the root and its
 #: record folders (as strings: a fingerprint takes ten per store, four times a
 #: second, and building paths cost more than the lstat calls)
@@ -461,9 +534,15 @@ def _fingerprint(folders: Sequence[Path], places: Sequence[Path]) -> tuple[objec
     return tuple(parts)
 
 
-def read_all_folders(folders: Iterable[str | os.PathLike[str]], own: WorkspaceLevels | None = None) -> PrivacyState:
+def read_all_folders(
+    folders: Iterable[str | os.PathLike[str]],
+    own: WorkspaceLevels | None = None,
+    written: Iterable[str | os.PathLike[str]] = (),
+) -> PrivacyState:
     """:func:`read_everywhere` of several folders (a container's workspace and
-    its read-only mounts) at once: the highest of them.
+    its read-only mounts) at once: the highest of them. ``written``: the
+    folders among them the sandbox writes in (its workspace), which a private
+    session reading them raises too (:meth:`WorkspaceLevels.read_written`).
 
     A reading of every store (``own``, the caller's, among them) is reused
     while nothing it looked at changed (see :func:`_fingerprint`: about ten
@@ -472,17 +551,22 @@ def read_all_folders(folders: Iterable[str | os.PathLike[str]], own: WorkspaceLe
     reading that failed closed is never reused."""
 
     resolved = tuple(folder_of(folder) for folder in folders)
+    writes = tuple(folder_of(folder) for folder in written)
     places, problem = _candidates(own)
     watched = [Path(own.store.root), *places] if own is not None else places
-    key = (resolved, tuple(watched))
-    seen = _fingerprint(resolved, watched)
+    key = (resolved, writes, tuple(watched))
+    seen = _fingerprint(resolved + writes, watched)
     cached = _readings.get(key)
     if seen is not None and cached is not None and cached[0] == seen:
         found = cached[1]
     else:
         levels = _existing_levels(own, places)
-        found = merge(PrivacyState.public(), *(one.read(folder) for folder in resolved for one in levels))
-        if seen is not None and found.error is None and seen == _fingerprint(resolved, watched):
+        found = merge(
+            PrivacyState.public(),
+            *(one.read(folder) for folder in resolved for one in levels),
+            *(one.read_written(folder) for folder in writes for one in levels),
+        )
+        if seen is not None and found.error is None and seen == _fingerprint(resolved + writes, watched):
             if len(_readings) >= _OTHERS_KEPT:
                 _readings.clear()
             _readings[key] = (seen, found)

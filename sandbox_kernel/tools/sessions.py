@@ -167,6 +167,10 @@ class ToolSession:
             user_id, session_id, self.dir / NOTEBOOK_FILE, self.config.max_cells, self.config.max_notebook_bytes
         )
         self.ratchet = Ratchet(user_id, session_id, self.store, self.config.private_datasets, workspace=self.workspace)
+        if self.config.shell_backend == "docker":
+            # the shell's containers mount them read-only: once private, the
+            # sessions working in them rise (WorkspaceLevels.rise_read)
+            self.ratchet.read_folders = tuple(registry.docker_manager().read_only_sources())
         #: the backend the cells' (and the default shell's) sandboxes use, and
         #: whether it isolates anything: what the tools report and the notices say
         try:
@@ -512,14 +516,27 @@ class SessionRegistry:
                 reads=self._docker.read_only_sources(),  # its read-only mounts rise it too (docker/manager.py)
             )
             # the session's level with its folder's, as the watcher's cut decides it
-            ratchet = Ratchet(shell.user_id, shell.session_id, self.config.privacy_store(), workspace=workspace)
-            level = ratchet.state.sensitivity
+            level = self._shell_ratchet(shell.user_id, shell.session_id).state.sensitivity
             record.report(level, docker_network(shell.network_mode) != "none")
             live[key] = record
         for key, record in self._shell_records.items():
             if key not in live:
                 record.close()
         self._shell_records = live
+
+    def _shell_ratchet(self, user_id: str, session_id: str) -> Ratchet:
+        """The ratchet of a session as its Docker shell's containers see it:
+        their workspace and read-only mounts (once private, the sessions
+        working in those rise: ``WorkspaceLevels.rise_read``)."""
+        ratchet = Ratchet(
+            user_id,
+            session_id,
+            self.config.privacy_store(),
+            workspace=workspace_dir(user_id, session_id, self.config.root()),
+        )
+        if self._docker is not None:
+            ratchet.read_folders = tuple(self._docker.read_only_sources())
+        return ratchet
 
     def docker_manager(self) -> Any:
         if self._docker is None:
@@ -536,13 +553,7 @@ class SessionRegistry:
                 # the most restrictive it has seen): not the ratchet alone, which
                 # says FULL for every public session whatever the setting
                 network_mode_getter=lambda u, s: docker_shell_mode(
-                    self.config,
-                    Ratchet(
-                        u,
-                        s,
-                        self.config.privacy_store(),
-                        workspace=workspace_dir(u, s, self.config.root()),
-                    ).state.network_mode,
+                    self.config, self._shell_ratchet(u, s).state.network_mode
                 ),
                 shared_workspace=True,
                 # its own watcher cuts held containers as often as the registry's

@@ -27,7 +27,7 @@ except ImportError:  # the SDK comes with sandbox_kernel[docker]
     pytest.skip("the docker SDK is not installed", allow_module_level=True)
 
 from conftest import TEST_LIMITS
-from kernel_helpers import require_bwrap, shared_data_kernel
+from kernel_helpers import iopub_until, iopub_until_idle, require_bwrap, shared_data_kernel
 
 from sandbox_kernel.docker import SandboxManager, offline_config
 from sandbox_kernel.engine.ratchet import Ratchet
@@ -240,6 +240,66 @@ def test_a_docker_kernels_read_only_mount_follows_the_folders_level(tmp_path: Pa
         assert "SECRET-ROW" in dock.run("print(open('/ref/patients.csv').read())").stdout
     finally:
         owner.shutdown()
+        dock.shutdown()
+
+
+LISTEN = """
+import os, socket
+path = '/workspace/drop.sock'
+if os.path.exists(path):
+    os.unlink(path)
+server = socket.socket(socket.AF_UNIX)
+server.bind(path)
+os.chmod(path, 0o777)
+server.listen(1)
+server.settimeout(120)
+print('listening', flush=True)
+try:
+    conn, _ = server.accept()
+    conn.settimeout(30)
+    got = conn.recv(100).decode()
+    print('received', got, sorted(n for _, n in socket.if_nameindex()))
+except OSError as exc:
+    print('nothing', type(exc).__name__)
+"""
+
+
+def test_a_socket_in_a_private_docker_kernels_read_only_mount_reaches_no_network(
+    tmp_path: Path, test_image: str
+) -> None:
+    """An attack review: a read-only mount keeps a cell from writing, not from
+    connecting to a unix socket. A public bwrap kernel with network working
+    in ``team`` listened on a socket there; a Docker kernel mounting ``team``
+    read-only at /ref turned private and sent the rows to it. Now the bwrap
+    kernel rises with it (``WorkspaceLevels.rise_read``), and the private
+    kernel's ``%private`` returns only after its network is cut: whatever
+    reaches the socket reaches a sandbox without network."""
+    require_bwrap()
+    data, team = tmp_path / "data", _shared_folder(tmp_path)
+    inside = shared_data_kernel(team, tmp_path / "i-tmp", data, "--SandboxKernel.privacy_poll_interval=0.2")
+    dock = _docker_kernel(tmp_path, test_image, data, team, "d")
+    try:
+        assert dock.run(IFACES).stdout.strip() not in ("", "['lo']")
+        assert inside.run(IFACES).stdout.strip() not in ("", "['lo']")
+        listening = inside.kc.execute(LISTEN)
+        iopub_until(inside.kc, lambda got: any("listening" in str(m["content"].get("text", "")) for m in got), 60)
+        # (the cell that turns the session private is stopped there: it had network)
+        dock.run("%private patients CONFIDENTIAL", timeout=90)
+        assert dock.run(IFACES).stdout.strip() == "['lo']"
+        sent = dock.run(
+            "import socket\ns = socket.socket(socket.AF_UNIX)\n"
+            "try:\n    s.connect('/ref/drop.sock'); s.sendall(b'SECRET-ROW'); print('sent')\n"
+            "except OSError as exc:\n    print('refused', exc)"
+        )
+        assert sent.status == "ok", (sent.stdout, sent.stderr, sent.errors)
+        got = iopub_until_idle(inside.kc, listening, 150)
+        said = "".join(m["content"].get("text", "") for m in got if m["msg_type"] == "stream")
+        assert "eth0" not in said, f"the private rows reached a sandbox with network: {said!r} ({sent.stdout!r})"
+        # it was told why (its sandbox was replaced by one without network)
+        assert "mounts this folder" in said and "read-only" in said, said
+        assert inside.run(IFACES).stdout.strip() == "['lo']"
+    finally:
+        inside.shutdown()
         dock.shutdown()
 
 

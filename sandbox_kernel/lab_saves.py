@@ -531,6 +531,7 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     cm = serverapp.contents_manager
     if callable(getattr(cm, "check_and_sign", None)):
         lab_signatures.use_canonical_signatures(cm)
+        lab_signatures.withhold_untrusted_widget_state(cm)
         if not settings.sign_saved_widget_state:
             lab_signatures.sign_no_widget_state(cm, serverapp.log)
     if guard(cm, settings.max_open_bytes, settings.max_listed_entries, settings.max_notebook_cells):

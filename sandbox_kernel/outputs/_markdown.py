@@ -338,7 +338,13 @@ class _Cleaner:
             if not risky and not tag.closing and _AUTOLINK.match(original):
                 return original, tag.end
             if code and plain and name not in KNOWN_ELEMENTS:
-                return (as_text if risky else original), tag.end
+                # Never a custom element (a name with "-"), whatever it holds:
+                # our guess of what is code may be wrong, and JupyterLab's page
+                # defines some (<jp-avatar src> loads its image, <jp-anchor
+                # href> makes a link in its shadow root; an attack review),
+                # whose attributes no URL check here reads. Any other unknown
+                # name is an element without behaviour (custom ones need "-").
+                return (as_text if risky or "-" in name else original), tag.end
         if name in HTML_TAGS:
             if code and not tag.attrs and name != "style" and not _LINE_BREAK.search(original):
                 return original, tag.end
@@ -414,6 +420,13 @@ def _escaped(s: str, i: int) -> bool:
 
 
 _BACKTICKS = re.compile(r"`+")
+_BLANK_LINE = re.compile(r"\n[ \t]*(?:\r?\n|\r)|\r[ \t]*\r")
+
+
+def _between(starts: list[int], low: int, high: int) -> bool:
+    """Whether one of the sorted ``starts`` lies in ``[low, high)``."""
+    k = bisect.bisect_left(starts, low)
+    return k < len(starts) and starts[k] < high
 
 
 def segments(s: str) -> list[tuple[str, int, int]]:
@@ -429,6 +442,7 @@ def segments(s: str) -> list[tuple[str, int, int]]:
         runs: dict[int, list[int]] = {}  # backtick run length -> starts, for closers
         for r in _BACKTICKS.finditer(s, a, b):
             runs.setdefault(r.end() - r.start(), []).append(r.start())
+        blanks = [blank.start() for blank in _BLANK_LINE.finditer(s, a, b)]
         pos = text_start = a
         while pos < b:
             m = _INLINE.search(s, pos, b)
@@ -442,7 +456,8 @@ def segments(s: str) -> list[tuple[str, int, int]]:
             if tok.startswith("`"):
                 starts = runs.get(len(tok), [])
                 k = bisect.bisect_right(starts, m.start())
-                if k < len(starts):
+                # a blank line ends the paragraph, and a code span with it
+                if k < len(starts) and not _between(blanks, m.end(), starts[k]):
                     close_end = starts[k] + len(tok)
             elif tok.startswith("\\begin"):
                 c = find.search(re.compile(rf"\\end\{{{re.escape(m.group(1))}\}}"), m.end(), b)

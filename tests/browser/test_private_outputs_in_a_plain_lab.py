@@ -126,6 +126,8 @@ BATTERY: list[tuple[str, str, str]] = [
     ("md-html", "text/markdown", '<img src="@AT@-md-html"> <span style="background: url(@AT@-md-html)">s</span>'),
     ("md-entity", "text/markdown", "![chart](&#x2f;/@HOST@/@TAG@-md-entity)"),
     ("md-backslash", "text/markdown", "![chart](\\\\@HOST@/@TAG@-md-backslash)"),
+    # a "code span" across a blank line, around a custom element of Lab's page (helper 83)
+    ("md-custom-element", "text/markdown", 's `\n\n<jp-avatar src="@AT@-md-custom-element"></jp-avatar>\n\n` e'),
     (
         "svg-output",
         "image/svg+xml",
@@ -276,6 +278,11 @@ CLICK_BATTERY: list[tuple[str, str, str]] = [
         "[click](javascript:__skRan('markdown-link')) and <javascript:__skRan('autolink')>",
     ),
     ("latex-link", "text/latex", "$\\href{javascript:__skRan('latex-link')}{x}$"),
+    (
+        "md-custom-anchor",
+        "text/markdown",
+        "s `\n\n<jp-anchor href=\"javascript:__skRan('md-custom-anchor')\">x</jp-anchor>\n\n` e",
+    ),
 ]
 
 

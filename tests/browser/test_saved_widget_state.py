@@ -236,3 +236,23 @@ def test_a_notebook_cut_from_a_signed_ones_bytes_runs_nothing(page: Page, lab: L
     open_notebook(page, lab, "report2.ipynb")
     page.wait_for_timeout(5000)
     assert _ran(page) is None, f"the re-cut notebook's widget state ran {_ran(page)} time(s)"
+
+
+def test_a_notebook_without_cells_loads_no_saved_widget_state(page: Page, lab: LabServer) -> None:
+    """Lab inserts a trusted empty code cell into a notebook opened with no
+    cells, before the widget manager reads the saved state: the extension's
+    guard, which judges the live cells, took a sandbox's ``cells: []``
+    notebook for trusted and its anywidget script ran on open (an attack
+    review). The server now serves an untrusted notebook's state where no
+    widget manager looks (``lab_signatures.withhold_untrusted_widget_state``)."""
+    folder = lab.notebooks / "empty"
+    folder.mkdir()
+    notebook = _notebook_with_saved_state()
+    notebook["cells"] = []
+    written = json.dumps(notebook)
+    (folder / "empty.ipynb").write_text(written)
+    for ui in ("lab", "notebook"):
+        open_notebook(page, lab, "empty/empty.ipynb", ui=ui)
+        page.wait_for_timeout(3000)
+        assert _ran(page) is None, f"{ui}: a notebook without cells ran its saved widget state's script when opened"
+    assert (folder / "empty.ipynb").read_text() == written, "opening the notebook changed the file"

@@ -211,6 +211,8 @@ class Session:
         #: where output sent between requests goes (``_forward_between_requests``)
         self._between: Callable[[dict[str, Any]], None] | None = None
         self._kill_reason: str | None = None
+        #: the backend said its sandboxes die with this process (``_name_outliving_sandboxes``)
+        self._sandboxes_die_with_us = False
         self._checkpoint_handle: asyncio.TimerHandle | None = None
         self._last_done_count = 0
         self._pending_notices: list[str] = []
@@ -317,13 +319,15 @@ class Session:
         """Before the first sandbox that can outlive this process (a Docker
         container), its holder record names it: a rise after this process's
         death then has the daemon remove it (``Sandbox.holder_facts``)."""
-        if self._enforcement is None or self._enforcement.docker is not None:
+        if self._enforcement is None or self._enforcement.docker is not None or self._sandboxes_die_with_us:
             return
         try:
             facts = await asyncio.to_thread(self.sandbox.holder_facts)
         except (OSError, RuntimeError) as exc:
             raise SandboxUnavailable(f"could not start the {self.sandbox.name} sandbox: {exc}") from exc
-        if facts is not None:
+        if facts is None:
+            self._sandboxes_die_with_us = True  # (a backend's answer does not change: not asked again)
+        else:
             self._enforcement.name_containers(facts)
 
     def _report_enforcement(self, state: PrivacyState | None = None) -> None:

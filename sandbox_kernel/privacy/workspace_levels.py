@@ -311,19 +311,20 @@ class WorkspaceLevels:
         # sockets or moved files into it: it rises too, and what is in it
         # (for a folder read-only mounted: what works in it)
         tied = reached_ancestors(folder, self)
-        tied_records: list[tuple[str, str | None]] = []
-        for place in tied:
-            tied_records += [(_SAME[exact], self.identity(place)), (exact, _key(place))]
-        tied_mark = SessionMark.create(
-            level,
-            "workspace",
-            clean_reason(
-                f"{reason}; a sandbox worked in {tied[0] if tied else ''}, which holds that folder, before: what it "
-                "left there may tie the folder's other subfolders to it"
-            ),
-        )
-        # the folders around first: a crash between the two leaves them higher, not lower
-        self._mark_all(tied_records, tied_mark)
+        if tied:
+            tied_records: list[tuple[str, str | None]] = []
+            for place in tied:
+                tied_records += [(_SAME[exact], self.identity(place)), (exact, _key(place))]
+            tied_mark = SessionMark.create(
+                level,
+                "workspace",
+                clean_reason(
+                    f"{reason}; a sandbox worked in {tied[0]}, which holds that folder, before: what it left there "
+                    "may tie the folder's other subfolders to it"
+                ),
+            )
+            # the folders around first: a crash between the two leaves them higher, not lower
+            self._mark_all(tied_records, tied_mark)
         self._mark_all(records, mark)
 
     def _mark_all(self, records: Sequence[tuple[str, str | None]], mark: SessionMark) -> None:

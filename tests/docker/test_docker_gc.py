@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-try:
-    import docker
-except ImportError:  # the SDK comes with sandbox_kernel[docker]
-    if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
-        raise
-    pytest.skip("the docker SDK is not installed", allow_module_level=True)
-
+import docker
 from sandbox_kernel.docker import ContainerConfig, build_container_kwargs, remove_orphans
 from sandbox_kernel.docker.image import IMAGE_LABEL, TEST_IMAGE, offline_mounts
 from sandbox_kernel.docker.names import LABEL_OWNER_PID, LABEL_OWNER_START, container_labels

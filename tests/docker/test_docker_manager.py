@@ -13,16 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-try:
-    import docker
-except ImportError:  # the SDK comes with sandbox_kernel[docker]
-    if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
-        raise
-    pytest.skip("the docker SDK is not installed", allow_module_level=True)
-
 from daemon_refusals import DaemonGoneAway, DaemonRefusingDisconnect
 
+import docker
 from sandbox_kernel.docker import TIMEOUT_EXIT_CODE, SandboxManager
 from sandbox_kernel.docker.hardening import SANDBOX_NETWORK
 from sandbox_kernel.docker.names import LABEL_OWNER_PID, LABEL_OWNER_START, container_labels, container_name

@@ -24,13 +24,7 @@ from typing import Any
 
 import pytest
 
-try:
-    import docker
-except ImportError:  # the SDK comes with sandbox_kernel[docker]
-    if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
-        raise
-    pytest.skip("the docker SDK is not installed", allow_module_level=True)
-
+import docker
 from sandbox_kernel.docker.names import LABEL_OWNER_PID, LABEL_SESSION, LABEL_USER
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,13 +16,6 @@ from typing import Any
 
 import pytest
 
-try:
-    import docker  # noqa: F401
-except ImportError:  # the SDK comes with sandbox_kernel[docker]
-    if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
-        raise
-    pytest.skip("the docker SDK is not installed", allow_module_level=True)
-
 from sandbox_kernel.docker import SandboxManager
 from sandbox_kernel.docker.hardening import SANDBOX_NETWORK
 from sandbox_kernel.privacy.enforcement import enforced_root

@@ -18,14 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-try:
-    import docker  # noqa: F401
-except ImportError:  # the SDK comes with sandbox_kernel[docker]
-    if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
-        raise
-    pytest.skip("the docker SDK is not installed", allow_module_level=True)
-
 from conftest import TEST_LIMITS
 from kernel_helpers import iopub_until, iopub_until_idle, require_bwrap, shared_data_kernel
 

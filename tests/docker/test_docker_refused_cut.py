@@ -146,13 +146,18 @@ async def test_a_rise_while_the_daemon_is_unreachable_still_stops_the_container(
         assert status == "died"
         assert "network could not be cut" in text, text
 
-        client.down = False
-        status, text = await _run(session, IFACES, 3)
-        assert status == "ok", text
-        assert text.strip().endswith("['lo']")
+        await _answers_again_without_network(client, session)
     finally:
         client.down = False
         await session.shutdown()
+
+
+async def _answers_again_without_network(client: Any, session: Session) -> None:
+    """The daemon answers again: the session's next cell runs, without network."""
+    client.down = False
+    status, text = await _run(session, IFACES, 3)
+    assert status == "ok", text
+    assert text.strip().endswith("['lo']")
 
 
 async def test_the_watchdogs_disconnect_and_the_loops_at_once_are_not_a_refusal(
@@ -216,10 +221,7 @@ async def test_a_rise_while_the_daemon_is_unreachable_stops_a_container_whose_ho
         status, text = await asyncio.wait_for(busy, 60)
         assert status == "died", text
 
-        client.down = False
-        status, text = await _run(session, IFACES, 3)
-        assert status == "ok", text
-        assert text.strip().endswith("['lo']")
+        await _answers_again_without_network(client, session)
         assert not _networked(docker_client, container)
     finally:
         client.down = False
@@ -247,10 +249,7 @@ async def test_a_container_whose_stop_is_not_confirmed_holds_the_network_and_the
         status, text = await _run(session, IFACES, 2)
         assert status == "error" and container[:12] in text and "could not be stopped" in text, text
 
-        client.down = False
-        status, text = await _run(session, IFACES, 3)
-        assert status == "ok", text
-        assert text.strip().endswith("['lo']")
+        await _answers_again_without_network(client, session)
         assert not session.network_reachable
         with pytest.raises(docker.errors.NotFound):
             docker_client.api.inspect_container(container)

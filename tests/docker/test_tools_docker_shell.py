@@ -18,14 +18,6 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-
-try:
-    import docker  # noqa: F401
-except ImportError:  # the SDK comes with sandbox_kernel[docker]
-    if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
-        raise
-    pytest.skip("the docker SDK is not installed", allow_module_level=True)
-
 from kernel_helpers import require_bwrap
 
 from sandbox_kernel.docker import TEST_IMAGE, ContainerConfig, offline_config

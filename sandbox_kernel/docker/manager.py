@@ -496,7 +496,15 @@ class SandboxManager:
                     workspace = self.workspace_root / key[0] / key[1]
                     # its containers outlive this process (SIGKILL runs no
                     # cleanup): the record names them for a rise after that
-                    facts = docker_facts(self._daemon_id(), {LABEL_USER: key[0], LABEL_SESSION: key[1]})
+                    daemon = self._daemon_id()
+                    if not daemon:
+                        # a record without it could never be confirmed gone:
+                        # every later rise would time out on it (review 76)
+                        raise OSError(
+                            "the Docker daemon does not say its ID (docker info): a container with network started "
+                            "now could not be found again by a rise if this process died; not started"
+                        )
+                    facts = docker_facts(daemon, {LABEL_USER: key[0], LABEL_SESSION: key[1]})
                     record = self._records[key] = EnforcementRecord(
                         root, *key, workspace=workspace, reads=self.read_only_sources(), docker=facts
                     )

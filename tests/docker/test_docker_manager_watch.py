@@ -140,3 +140,40 @@ def test_a_given_store_gets_the_records_of_a_custom_getters_containers(
             assert list(records.glob("*.json")) == []
     finally:
         manager.close_all()
+
+
+class _DaemonWithoutID:
+    """The real client, except that ``docker info`` gives no ID (a daemon
+    in trouble answering part of it): everything else is real."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def info(self) -> dict[str, Any]:
+        return {}
+
+
+def test_no_container_with_network_starts_while_the_daemon_does_not_say_its_id(
+    make_manager: Any, docker_client: Any, ids: tuple[str, str], mode_switch: Any, tmp_path: Path, list_managed: Any
+) -> None:
+    """Review 76: a holder record written while the daemon gave no ID can
+    never be confirmed gone (the rise cannot tell which daemon to ask), so
+    every later rise of that session timed out on it for good, after this
+    process died. A container with network is not started then; a manager
+    whose containers get none needs no record, and starts them."""
+    store = tmp_path / "privacy"
+    manager: SandboxManager = make_manager(
+        manager_kwargs={"enforcement_store": store, "client": _DaemonWithoutID(docker_client)}
+    )
+    with pytest.raises(OSError, match="does not say its ID"):
+        manager.execute_command(*ids, "true")
+    assert list_managed(user=ids[0], session=ids[1]) == []
+    assert list((enforced_root(store) / ids[0] / ids[1]).glob("*.json")) == []
+    offline: SandboxManager = make_manager(
+        network_mode=NetworkMode.NONE,
+        manager_kwargs={"enforcement_store": store, "client": _DaemonWithoutID(docker_client)},
+    )
+    assert offline.execute_command(*ids, "ls /sys/class/net") == (0, "lo\n")

@@ -496,3 +496,14 @@ def reply_to(handle: SandboxKernelHandle, msg_id: str, timeout: float = 180) -> 
         if reply["parent_header"].get("msg_id") == msg_id:
             return reply["content"]
     raise AssertionError(f"no reply to {msg_id} within {timeout} s")
+
+
+def shell_output(text: str) -> str:
+    """The output in a shell tool's result (after its ``Exit code: N`` line),
+    without the code fence a private session's output comes in
+    (``tools/render.inert``)."""
+    body = text.split("\n", 1)[1] if "\n" in text else ""
+    lines = body.split("\n")
+    if len(lines) >= 2 and lines[0].startswith("```") and lines[-1] == lines[0]:
+        lines = lines[1:-1]
+    return "\n".join(lines)

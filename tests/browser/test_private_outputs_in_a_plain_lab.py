@@ -283,6 +283,19 @@ CLICK_BATTERY: list[tuple[str, str, str]] = [
         "text/markdown",
         "s `\n\n<jp-anchor href=\"javascript:__skRan('md-custom-anchor')\">x</jp-anchor>\n\n` e",
     ),
+    # a click on an element naming a command runs it, unasked, in a trusted
+    # output (a host terminal opened): a span across a heading, an indented
+    # line in a list item (review r67)
+    (
+        "md-command-heading",
+        "text/markdown",
+        '`x\n# <foo data-commandlinker-command="terminal:create-new">open</foo> `',
+    ),
+    (
+        "md-command-list",
+        "text/markdown",
+        '- item\n\n    <foo data-commandlinker-command="terminal:create-new">open</foo>',
+    ),
 ]
 
 
@@ -539,6 +552,7 @@ DOM_CHECK = """() => {
             const name = attribute.name.toLowerCase();
             const value = attribute.value.replace(/[\\s\\x00-\\x20]/g, '').toLowerCase();
             if (name.startsWith('on')) found.push(`${tag} ${name}`);
+            if (name === 'data-commandlinker-command') found.push(`${tag} ${name}=${attribute.value.slice(0, 40)}`);
             if (urlAttributes.includes(name) && /^(javascript|vbscript|data:text\\/html)/.test(value)) {
                 found.push(`${tag} ${name}=${value.slice(0, 40)}`);
             }
@@ -616,6 +630,7 @@ def test_control_without_the_output_policy_the_vectors_run_in_a_plain_lab(
     assert ran >= LIVE_SCRIPTS, f"the control ran only {sorted(ran)}"
     links = [found for found in clickable if "javascript:" in found]
     assert len(links) >= 5, f"the control's page holds only these javascript: addresses: {clickable}"
+    assert any("data-commandlinker-command" in found for found in clickable), clickable
 
 
 def test_a_sandboxs_outputs_run_no_script_in_a_plain_lab(

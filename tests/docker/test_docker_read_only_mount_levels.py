@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import TEST_LIMITS
-from kernel_helpers import iopub_until, iopub_until_idle, require_bwrap, shared_data_kernel
+from kernel_helpers import iopub_until, iopub_until_idle, require_bwrap, shared_data_kernel, shell_output
 
 from sandbox_kernel.docker import SandboxManager, offline_config
 from sandbox_kernel.engine.ratchet import Ratchet
@@ -174,7 +174,7 @@ async def test_tools_shell_mounting_a_private_kernels_folder(
         assert names == ["lo"], names
         config.docker_persistent = False
         out = (await sandbox_execute(f"cat /ref/patients.csv; {LIST}", **kw)).text
-        assert out.split()[-1:] == ["lo"] and "eth0" not in out, out
+        assert shell_output(out).split()[-1:] == ["lo"] and "eth0" not in out, out
     finally:
         await registry.aclose()
         kernel.shutdown()

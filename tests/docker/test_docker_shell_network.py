@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from kernel_helpers import shell_output
 
 from sandbox_kernel.docker import offline_config
 from sandbox_kernel.privacy import PrivateData
@@ -61,7 +62,7 @@ async def make_registry(
 async def _interfaces(reg: SessionRegistry, ids: tuple[str, str]) -> list[str]:
     r = await sandbox_execute(INTERFACES, user_id=ids[0], session_id=ids[1], registry=reg)
     assert r.text.startswith("Exit code: 0\n"), r.text
-    return r.text.split("\n", 1)[1].split()
+    return shell_output(r.text).split()
 
 
 async def test_network_none_gives_the_docker_shell_no_network(

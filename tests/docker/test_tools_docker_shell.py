@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from kernel_helpers import require_bwrap
+from kernel_helpers import require_bwrap, shell_output
 
 from sandbox_kernel.docker import TEST_IMAGE, ContainerConfig, offline_config
 from sandbox_kernel.docker.hardening import SANDBOX_NETWORK
@@ -71,11 +71,6 @@ def _kw(reg: SessionRegistry, ids: tuple[str, str]) -> dict[str, Any]:
     return {"user_id": ids[0], "session_id": ids[1], "registry": reg}
 
 
-def _body(text: str) -> str:
-    """The output after the ``Exit code: N`` line."""
-    return text.split("\n", 1)[1] if "\n" in text else ""
-
-
 def _processes_with(marker: str) -> list[int]:
     """Host pids whose command line contains ``marker`` (container processes are host processes)."""
     found = []
@@ -111,7 +106,7 @@ async def test_runs_in_a_container_exit_codes_come_back(registry: SessionRegistr
         "cat /proc/sys/kernel/hostname; id -u; pwd",
         **kw,
     )
-    lines = _body(r.text).splitlines()
+    lines = shell_output(r.text).splitlines()
     assert r.text.startswith("Exit code: 0\n"), r.text
     assert lines[0] == "in-docker", r.text
     assert "docker-init" in lines[1], r.text  # PID 1 is Docker's init, not bwrap
@@ -293,7 +288,7 @@ async def test_bad_timeout_is_a_retry_error(registry: SessionRegistry, ids: tupl
 async def _interfaces(reg: SessionRegistry, ids: tuple[str, str]) -> list[str]:
     r = await sandbox_execute("ls /sys/class/net", **_kw(reg, ids))
     assert r.text.startswith("Exit code: 0\n"), r.text
-    return sorted(_body(r.text).split())
+    return sorted(shell_output(r.text).split())
 
 
 async def test_ratchet_from_a_cell_cuts_the_shell_network(registry: SessionRegistry, ids: tuple[str, str]) -> None:
@@ -342,7 +337,7 @@ async def test_host_raise_with_wait_covers_a_persistent_shell_container(
     try:
         kw = _kw(reg, ids)
         r = await sandbox_execute("(sleep 60 &) ; ls /sys/class/net", **kw)
-        assert len(_body(r.text).split()) >= 2, r.text
+        assert len(shell_output(r.text).split()) >= 2, r.text
         [container] = list_managed(user=user, session=session)
         await asyncio.sleep(0.6)  # the watcher has registered the container as a holder
         store = PrivacyStore(config.root() / "privacy")

@@ -165,6 +165,9 @@ async def test_docker_shell_output_is_made_terminal_safe(data_dir: Path, monkeyp
         def prepare_workspace(self, user_id: str, session_id: str) -> None:
             pass
 
+        def read_only_sources(self) -> list[Path]:
+            return []
+
         async def aexecute_command(self, *args: Any, **kwargs: Any) -> tuple[int, str]:
             return 0, f"before{OSC52}after \u202eexe.pdf\n"
 
@@ -187,6 +190,9 @@ async def test_tool_errors_are_made_terminal_safe_and_bounded(data_dir: Path, mo
     class Manager:
         def prepare_workspace(self, user_id: str, session_id: str) -> None:
             pass
+
+        def read_only_sources(self) -> list[Path]:
+            return []
 
         async def aexecute_command(self, *args: Any, **kwargs: Any) -> tuple[int, str]:
             raise RuntimeError(f"exec failed: {OSC52} \u202eexe.pdf " + "x" * 100_000)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from kernel_helpers import shell_output
 
 from sandbox_kernel.tools import (
     CellState,
@@ -362,7 +363,7 @@ async def test_ratchet_rise_gives_system_notice_and_cuts_shell_network(
     r = await repl_execute_cell("x = 1", **kw)
     assert not r.text.startswith("[SYSTEM]")  # only on the call during which it rose
     r = await sandbox_execute("cat /proc/net/dev | tail -n +3 | cut -d: -f1", **kw)
-    assert set(r.text.split()[3:]) == {"lo"}, (public_ifaces, r.text)
+    assert set(shell_output(r.text).split()) == {"lo"}, (public_ifaces, r.text)
     nb = await notebook(registry, "priv")
     assert nb.cells[0].privacy_raised == {"from": "PUBLIC", "to": "SECRET", "datasets": ["payroll"]}
     assert "privacy" in (await repl_show_cell(0, **kw)).text

@@ -115,16 +115,15 @@ def test_public_widget_styles_fetch_nothing() -> None:
 
 
 def test_inline_and_local_css_references_stay_in_public_outputs() -> None:
-    """What cannot fetch is kept: ``data:`` images and fonts, ``#id``
-    references, pandas Styler's rules."""
-    css = (
-        f".a{{background:url({DATA_PNG})}} .b{{filter:url(#blur)}} "
-        "@font-face{font-family:g;src:url(data:font/woff2;base64,AAAA)} "
-        "#T_abc_row0_col0{background-color:#d65f5f;color:#f1f1f1}"
-    )
-    r = sanitize_bundle({"text/html": f"<style>{css}</style><p>x</p>"})
-    assert css in html_of(r)
-    assert r.removed == []
+    """What cannot fetch is kept: ``data:`` images, ``#id`` references,
+    pandas Styler's rules (limited to the output: ``_scoped_css``). A
+    ``@font-face`` goes, even of a ``data:`` font: it would give a family the
+    page uses other glyphs."""
+    rules = f".a{{background:url({DATA_PNG})}}.b{{filter:url(#blur)}}#T_abc_row0_col0{{background-color:#d65f5f;color:#f1f1f1}}"
+    font = "@font-face{font-family:g;src:url(data:font/woff2;base64,AAAA)}"
+    r = sanitize_bundle({"text/html": f"<style>{rules} {font}</style><p>x</p>"})
+    assert f"@scope (.sk-output) {{{rules}}}" in html_of(r)
+    assert r.removed == ["CSS @font-face removed from text/html <style> (it would act on the whole page)"]
 
 
 @pytest.mark.parametrize("mime", ["text/html", "text/markdown"])

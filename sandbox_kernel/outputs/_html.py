@@ -23,6 +23,7 @@ from ._policy import (
     clean_tex,
     make_attribute_filter,
 )
+from ._scoped_css import scope_style_sheet, wrapped
 
 _START_TAG = re.compile(r"<([a-zA-Z][a-zA-Z0-9:\-]*)")
 _EVENT_ATTR = re.compile(r"[\s\"'/]on[a-zA-Z]{3,}\s*=")
@@ -81,10 +82,17 @@ def clean_html(text: str, *, private: bool, notes: Notes, where: str = "text/htm
     if len(_SCRIPT_URL.findall(out)) < len(_SCRIPT_URL.findall(text)):
         notes.add(f"javascript:/vbscript: URL removed from {where}")
 
+    styled = False
+
     def fix_style(m: re.Match[str]) -> str:
+        nonlocal styled
         css = clean_css(m.group(2), private=private, notes=notes, where=f"{where} <style>")
+        if css:  # its rules style this output only
+            css = scope_style_sheet(css, notes=notes, where=f"{where} <style>")
+            styled = styled or bool(css)
         return m.group(1) + (css or "") + m.group(3)
 
     if "<style" in out:
         out = _STYLE_BLOCK.sub(fix_style, out)
-    return clean_tex(out, private=private, notes=notes, where=where)
+    out = clean_tex(out, private=private, notes=notes, where=where)
+    return wrapped(out) if styled else out

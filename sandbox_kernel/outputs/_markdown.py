@@ -33,6 +33,7 @@ from ._policy import (
     make_attribute_filter,
     normalise_url,
 )
+from ._scoped_css import SCOPE_CLASS, scope_style_sheet
 from .links import defang_markdown
 
 WHERE = "text/markdown"
@@ -238,6 +239,8 @@ class _Cleaner:
         self.notes = notes
         self.filter = make_attribute_filter(private=private, notes=notes, where=WHERE)
         self.find: _Finder = _Finder("")
+        #: a style sheet was kept: the output is wrapped in its scope (_scoped_css)
+        self.styled = False
 
     def closing_end(self, s: str, name: str, i: int, end: int) -> tuple[int, int] | None:
         return _closing_end(self.find, name, i, end)
@@ -270,6 +273,8 @@ class _Cleaner:
             return None
         where = f"{WHERE} <style>"
         css = clean_css(s[tag.end : close[0]], private=self.private, notes=self.notes, where=where) or ""
+        if css:  # its rules style this output only
+            css = scope_style_sheet(css, notes=self.notes, where=where)
         # Inline, a markdown renderer may still resolve backslash escapes in it
         # (url\( -> url() or escape quotes (url(=" -> url(=&quot;): the CSS
         # must stay clean either way.
@@ -283,6 +288,7 @@ class _Cleaner:
                 self.notes.add(f"CSS removed from {where} (a markdown renderer could turn it into something unsafe)")
                 css = ""
                 break
+        self.styled = self.styled or bool(css)
         return self.canonical(tag) + css + "</style>", close[1]
 
     def clean(self, s: str, start: int, end: int, *, code: bool) -> str:
@@ -670,4 +676,7 @@ def clean_markdown(text: str, *, private: bool, notes: Notes) -> str:
         out = _private_images(out, notes)
         out = _private_diagrams(out, notes)
         out = defang_markdown(out)  # bare URLs and autolinks GFM would link
-    return clean_tex(out, private=private, notes=notes, where=WHERE)
+    out = clean_tex(out, private=private, notes=notes, where=WHERE)
+    # the element its style sheets are limited to (_scoped_css), each line an
+    # HTML block of its own: the markdown between stays markdown
+    return f'<div class="{SCOPE_CLASS}">\n\n{out}\n\n</div>' if cleaner.styled else out

@@ -203,16 +203,12 @@ ARMED: list[tuple[str, str, str, str]] = [
         "<style>.sk-lazy {display: block !important}</style><p>shown</p>",
     ),
 ]
-#: what the private outputs set off when the public ones are not cleaned
-ARMED_FIRED = {
-    "armed-class5",
-    "armed-unhide",
-    "armed-font",
-    "armed-lazy",
-    "armed-tex-cursor",
-    "armed-md-cursor",
-    "armed-mml-cursor",
-}
+#: what the private outputs set off when the public ones are not cleaned. The
+#: others (armed-unhide, -lazy, -tex-cursor, -md-cursor, -mml-cursor) need the
+#: private output's style sheet to reach a public output's element: they went
+#: off in this control until every kept style sheet was limited to its own
+#: output (``outputs/_scoped_css.py``), which cleans private outputs here too
+ARMED_FIRED = {"armed-class5", "armed-font"}
 
 #: Ways an output can carry a script (name, MIME type, content), each calling
 #: the page's probe ``__skRan(name)`` when it runs: Lab shows live outputs as

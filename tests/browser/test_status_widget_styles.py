@@ -1,0 +1,52 @@
+"""A cell's style sheet cannot rewrite the sandbox status item.
+
+An attack review: JupyterLab inserts a trusted output's HTML into its page,
+where a ``<style>`` applies to the whole page. A public cell with network
+shrank the status label to nothing and put "Network off, CONFIDENTIAL" in
+its place with ``::after``, and hid the popup's "Mark session private…"
+button: the user's authority on the session's network said the opposite of
+the truth. The kernel now limits every kept style sheet to its own output
+(``@scope (.sk-output)``, ``sandbox_kernel/outputs/_scoped_css.py``); the same
+sheet still styles the output itself.
+"""
+
+from __future__ import annotations
+
+import json
+
+from lab_helpers import LabServer
+from playwright.sync_api import Page, expect
+from test_status_widget import PROXIED, open_notebook, run_cell, status_item
+
+SPOOF = (
+    ".sk-status-label{font-size:0!important}"
+    ".sk-status-item::after{content:'Network off, CONFIDENTIAL';font-size:13px}"
+    "button.sk-mark-private{display:none!important}"
+    ".sk-probe{color:rgb(1, 2, 3)}"
+)
+#: one line (the editor is typed into)
+CELL = f"from IPython.display import HTML, Markdown, display; style = {json.dumps(SPOOF)}; " + (
+    "display(HTML(f'<style>{style}</style><p class=\"sk-probe\">Loaded 3 rows.</p>')); "
+    "display(Markdown(f'<style>{style}</style>\\n\\n<p class=\"sk-probe\">Loaded 3 rows.</p>'))"
+)
+
+
+def test_an_outputs_style_sheet_leaves_the_status_item_alone(page: Page, lab: LabServer) -> None:
+    lab.put_notebook("styles/spoof.ipynb")
+    item = open_notebook(page, lab, "styles/spoof.ipynb")
+    label = item.locator(".sk-status-label")
+    expect(label).to_have_text(PROXIED)
+    cell, _ = run_cell(page, CELL)
+    probes = cell.locator(".sk-probe")
+    expect(probes).to_have_count(2)
+    # the sheets still style their own outputs
+    for index in range(2):
+        assert probes.nth(index).evaluate("e => getComputedStyle(e).color") == "rgb(1, 2, 3)"
+    assert label.evaluate("e => getComputedStyle(e).fontSize") != "0px"
+    after = status_item(page).evaluate("e => getComputedStyle(e, '::after').content")
+    assert after in ("none", "normal", ""), f"an output's style wrote into the status item: {after}"
+    expect(label).to_have_text(PROXIED)
+    item.click()
+    dialog = page.locator(".sk-status-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog.locator("button.sk-mark-private")).to_be_visible()

@@ -1,0 +1,97 @@
+"""A sandbox's style sheet styles its own output, nothing else on the page
+(``sandbox_kernel/outputs/_scoped_css.py``).
+
+An attack review: a public cell's ``<style>`` rewrote the sandbox status item
+(the label shrunk to nothing, an ``::after`` reading "Network off") and hid
+the "Mark session private…" button, in the guarded Lab and a plain one. Every
+kept style sheet is now served inside ``@scope (.sk-output)``, and its output
+wrapped in that element; the browser test is
+``tests/browser/test_status_widget_styles.py``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import tinycss2
+
+from sandbox_kernel.outputs import sanitize_bundle
+
+SPOOF = (
+    ".sk-status-label{font-size:0!important}"
+    ".sk-status-item::after{content:'Network off';font-size:13px}"
+    "button.sk-mark-private{display:none!important}"
+)
+
+
+def _style_of(out: str) -> str:
+    found = re.search(r"<style[^>]*>(.*?)</style>", out, re.S)
+    assert found, out
+    return found.group(1)
+
+
+def _top_level(css: str) -> list[tuple[str, str]]:
+    """(kind, name or selector) of each top-level rule, as a browser parses it."""
+    rules = tinycss2.parse_stylesheet(css, skip_comments=True, skip_whitespace=True)
+    return [
+        (
+            rule.type,
+            rule.lower_at_keyword if rule.type == "at-rule" else tinycss2.serialize(getattr(rule, "prelude", [])),
+        )
+        for rule in rules
+    ]
+
+
+@pytest.mark.parametrize("mime", ["text/html", "text/markdown"])
+@pytest.mark.parametrize("private", [False, True])
+def test_a_style_sheet_is_limited_to_its_output(mime: str, private: bool) -> None:
+    out = sanitize_bundle({mime: f"<style>{SPOOF}</style>\n\n<p>Loaded 3 rows.</p>"}, private=private).data[mime]
+    assert out.startswith('<div class="sk-output">') and out.rstrip().endswith("</div>"), out
+    assert _top_level(_style_of(out)) == [("at-rule", "scope")], out
+
+
+@pytest.mark.parametrize(
+    "escape",
+    [
+        "} .sk-status-label{font-size:0}",  # a brace closing the scope early
+        "a{b:'}'} } .sk-status-label{font-size:0}",  # one in a string, then a real one
+        "a{b:url(#x})} } .sk-status-label{font-size:0}",  # one in a url
+        "a{b:c",  # one never closed
+        "@media all{ } } .sk-status-label{font-size:0}",
+        "a{}\\7d .sk-status-label{font-size:0}",  # an escaped brace
+        # a "}" in a function: a parser counting any closing bracket as the
+        # innermost block's end would close the scope with it
+        "a{b:calc(})} .sk-status-label{font-size:0}",
+        "a{b:)} .sk-status-label{font-size:0}",
+    ],
+)
+def test_no_brace_of_the_sandbox_ends_the_scope(escape: str) -> None:
+    out = sanitize_bundle({"text/html": f"<style>{escape}</style><p>x</p>"}).data["text/html"]
+    css = _style_of(out) if "<style" in out else ""
+    assert all(kind == "at-rule" and name == "scope" for kind, name in _top_level(css)), css
+    assert "calc(}" not in css and "b:)" not in css, css  # (a rule with an unmatched bracket goes)
+
+
+def test_page_wide_at_rules_go_and_keyframes_stay() -> None:
+    css = (
+        "@font-face{font-family:'Segoe UI';src:url(data:font/woff2;base64,AAAA)}"
+        "@property --jp-ui-font-size1{syntax:'<length>';inherits:false;initial-value:0px}"
+        "@keyframes spin{to{transform:rotate(1turn)}}"
+        "@media (min-width:1px){.x{color:red}}"
+        ".x{animation:spin 1s}"
+    )
+    result = sanitize_bundle({"text/html": f"<style>{css}</style><p class='x'>x</p>"})
+    style = _style_of(result.data["text/html"])
+    assert _top_level(style) == [("at-rule", "keyframes"), ("at-rule", "scope")], style
+    assert "@media" in style and "font-face" not in style and "@property" not in style
+    assert {
+        "CSS @font-face removed from text/html <style> (it would act on the whole page)",
+        "CSS @property removed from text/html <style> (it would act on the whole page)",
+    } <= set(result.removed), result.removed
+
+
+def test_outputs_without_a_style_sheet_are_not_wrapped() -> None:
+    for mime in ("text/html", "text/markdown"):
+        out = sanitize_bundle({mime: '<p style="color:red">x</p>'}).data[mime]
+        assert "sk-output" not in out, out

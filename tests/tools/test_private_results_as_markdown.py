@@ -25,7 +25,7 @@ from sandbox_kernel.tools import (
     repl_show_notebook,
     sandbox_execute,
 )
-from sandbox_kernel.tools.render import inert, inert_inline
+from sandbox_kernel.tools.render import inert
 
 #: what a cell prints once private: each a fetch in a markdown renderer
 PAYLOADS = [
@@ -72,7 +72,6 @@ def _assert_inert(text: str) -> None:
 @pytest.mark.parametrize("text", PAYLOADS)
 def test_inert_text_renders_as_it_is(text: str) -> None:
     _assert_inert(inert(text))
-    _assert_inert("result " + inert_inline(text))
 
 
 @pytest.mark.asyncio
@@ -80,12 +79,17 @@ async def test_a_private_sessions_results_render_to_no_fetch(registry: SessionRe
     kw: dict[str, Any] = {"user_id": "alice", "session_id": "md", "registry": registry}
     rise = await repl_execute_cell("import sandbox_kernel.private as p\np.add_dataset('crm', 'SECRET')", **kw)
     assert "SECRET" in str(rise)
+    # a cell whose code has an unpaired backtick run: the notebook listing
+    # showed code outside code, and the run closed against the next span
+    # that opened with as many (a review of the first fix)
+    await repl_execute_cell('print("```text")', **kw)
+    await repl_execute_cell("print(bytes.fromhex('6060').decode() + '  ![x](//127.0.0.1:9/p.png?d=ROW42)')", **kw)
     # (made in the sandbox: the cell's code holds none of it)
     made = "bytes.fromhex({!r}).decode()"
     cell = "\n".join(f"print({made.format(payload.encode().hex())})" for payload in PAYLOADS)
     cell += f"\nraise ValueError({made.format(PAYLOADS[1].encode().hex())})"
     results = [await repl_execute_cell(cell, **kw)]
-    results.append(await repl_show_cell(1, full=True, **kw))
+    results.append(await repl_show_cell(3, full=True, **kw))
     results.append(await repl_show_notebook(**kw))
     results.append(await sandbox_execute("printf '%s\\n' '![s](//127.0.0.1:9/s.png?d=ROW42)'", **kw))
     for result in results:

@@ -73,22 +73,44 @@ def test_no_brace_of_the_sandbox_ends_the_scope(escape: str) -> None:
     assert "calc(}" not in css and "b:)" not in css, css  # (a rule with an unmatched bracket goes)
 
 
-def test_page_wide_at_rules_go_and_keyframes_stay() -> None:
-    css = (
+@pytest.mark.parametrize("depth", ["{}", "@media (min-width:1px){{{}}}", "@supports (color:red){{@layer l{{{}}}}}"])
+def test_page_wide_at_rules_go_at_any_depth(depth: str) -> None:
+    """Nested in ``@media`` Chromium still applies ``@property`` and the
+    others to the whole page (a review of the first version): the label's
+    font size went to 0 through an unscoped theme variable."""
+    page_wide = (
         "@font-face{font-family:'Segoe UI';src:url(data:font/woff2;base64,AAAA)}"
         "@property --jp-ui-font-size1{syntax:'<length>';inherits:false;initial-value:0px}"
-        "@keyframes spin{to{transform:rotate(1turn)}}"
-        "@media (min-width:1px){.x{color:red}}"
-        ".x{animation:spin 1s}"
+        "@keyframes fade-in{to{opacity:0}}"
+        "@counter-style x{system:cyclic;symbols:a}"
     )
+    css = depth.format(page_wide + ".x{color:red}")
     result = sanitize_bundle({"text/html": f"<style>{css}</style><p class='x'>x</p>"})
     style = _style_of(result.data["text/html"])
-    assert _top_level(style) == [("at-rule", "keyframes"), ("at-rule", "scope")], style
-    assert "@media" in style and "font-face" not in style and "@property" not in style
-    assert {
-        "CSS @font-face removed from text/html <style> (it would act on the whole page)",
-        "CSS @property removed from text/html <style> (it would act on the whole page)",
-    } <= set(result.removed), result.removed
+    assert _top_level(style) == [("at-rule", "scope")], style
+    for name in ("font-face", "property", "keyframes", "counter-style"):
+        assert f"@{name}" not in style, style
+        assert f"CSS @{name} removed from text/html <style> (it would act on the whole page)" in result.removed
+    assert ".x{color:red" in style
+
+
+@pytest.mark.parametrize(
+    "sheet",
+    [
+        '.x{content:"}"} .sk-status-item{--m1:1}',
+        ".x{content:'}'} .sk-status-item{--m1:1}",
+        ".a\\} .sk-status-item{--m1:1}",
+    ],
+)
+def test_a_markdown_renderer_cannot_move_rules_out_of_the_scope(sheet: str) -> None:
+    """A ``<style>`` inside a line is inline HTML to markdown: Lab's parser
+    writes its quotes as entities (which a style element never decodes) and
+    resolves backslash escapes, so a ``}`` the cleaner read in a string or
+    escaped became a real one and ended the scope (a review, in Lab)."""
+    result = sanitize_bundle({"text/markdown": f"Loaded <style>{sheet}</style> rows"})
+    out = result.data["text/markdown"]
+    assert "sk-status-item" not in out, out
+    assert any("could move its rules out of the output" in note for note in result.removed), result.removed
 
 
 def test_outputs_without_a_style_sheet_are_not_wrapped() -> None:

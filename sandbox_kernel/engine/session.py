@@ -539,9 +539,26 @@ class Session:
         rose with it), reports its network cut. They learn of the rise at
         their next poll; a file copied from a mount into the shared folder
         before then could still leave through them. Who still has network
-        after ``HOLDERS_WAIT`` s (the mounts are then withheld), else None."""
-        if self.ratchet is None or self.network_allowed or not self.ratchet.bind_mounts():
+        after ``HOLDERS_WAIT`` s (the mounts are then withheld), else None.
+
+        A private session with read-only folders waits too, without datasets:
+        the sessions working in those folders rise with it at their next poll
+        (``WorkspaceLevels.rise_read``), and a socket one listens on there
+        would take the rows its restored state holds meanwhile (a review).
+        None then: there is nothing to withhold, and its notice would say
+        datasets it has not."""
+        if self.ratchet is None or self.network_allowed:
             return None
+        if not self.ratchet.bind_mounts():
+            if self.ratchet.read_folders:
+                await self._wait_for_holders()
+            return None
+        return await self._wait_for_holders()
+
+    async def _wait_for_holders(self) -> str | None:
+        """:meth:`_holders_with_network`'s wait: who still has network after
+        ``HOLDERS_WAIT`` s, else None."""
+        assert self.ratchet is not None
         self._report_enforcement()  # this session's own earlier sandbox is gone
         store_root = self.ratchet.data.store.root
         level = self.ratchet.state.sensitivity

@@ -33,7 +33,7 @@ from ._policy import (
     make_attribute_filter,
     normalise_url,
 )
-from ._scoped_css import SCOPE_CLASS, scope_style_sheet
+from ._scoped_css import SCOPE_CLASS, scope_style_sheet, structure_holds
 from .links import defang_markdown
 
 WHERE = "text/markdown"
@@ -286,6 +286,12 @@ class _Cleaner:
                 break
             if clean_css(variant, private=self.private, notes=Notes(), where=where) != variant.replace("<", "\\3c "):
                 self.notes.add(f"CSS removed from {where} (a markdown renderer could turn it into something unsafe)")
+                css = ""
+                break
+            if css and variant != css and not structure_holds(variant):
+                # a "}" in a string, or escaped, became a real one: the
+                # rules after it would apply to the whole page (a review)
+                self.notes.add(f"CSS removed from {where} (a markdown renderer could move its rules out of the output)")
                 css = ""
                 break
         self.styled = self.styled or bool(css)

@@ -16,9 +16,10 @@ The serialisation is the parser's own, so no brace of the sandbox's text can
 close the scope early. At-rules that act on the whole page are dropped: a
 ``@font-face`` can give a family the page uses other glyphs (a spoof of any
 text), ``@property`` can stop a theme variable from being inherited (every
-font size zero); ``@keyframes`` only names an animation and stays, outside
-the scope (where it is allowed). A browser without ``@scope`` ignores the
-scoped rules: an output loses its styling there, nothing else.
+font size zero), ``@keyframes`` can take over an animation of the page (a
+toast's entrance held at opacity 0), at any depth. A browser without
+``@scope`` ignores the scoped rules: an output loses its styling there,
+nothing else.
 """
 
 from __future__ import annotations
@@ -32,37 +33,74 @@ from ._policy import Notes
 
 #: the class of the element every scoped style sheet's rules are limited to
 SCOPE_CLASS = "sk-output"
-#: page-wide at-rules kept (outside the scope: they select nothing)
-_KEPT_GLOBAL = {"keyframes", "-webkit-keyframes"}
-#: grouping at-rules allowed inside ``@scope`` (their rules stay scoped)
-_KEPT_SCOPED = {"media", "supports", "container", "layer", "starting-style"}
+#: grouping at-rules kept, at any depth (their rules stay scoped); every other
+#: at-rule goes wherever it is: nested in ``@media`` Chromium still applies
+#: ``@property``, ``@font-face``, ``@keyframes`` and ``@counter-style`` to the
+#: whole page (a review of the first version)
+_KEPT = {"media", "supports", "container", "layer", "starting-style"}
+_OPENING = f"@scope (.{SCOPE_CLASS}) {{"
 
 
 def scope_style_sheet(css: str, *, notes: Notes, where: str) -> str:
     """``css`` (already cleaned) with its rules limited to ``.sk-output``;
     "" when that cannot be made sure of."""
     if _plainly_nested(css):
-        return f"@scope (.{SCOPE_CLASS}) {{{css}}}"
-    kept: list[Any] = []
-    scoped: list[Any] = []
-    for rule in tinycss2.parse_stylesheet(css, skip_comments=True, skip_whitespace=True):
-        if rule.type in ("qualified-rule", "at-rule") and _stray_brace(rule):
-            notes.add(f"CSS rule with an unmatched bracket removed from {where}")
-        elif rule.type == "qualified-rule":
-            scoped.append(rule)
-        elif rule.type == "at-rule" and rule.lower_at_keyword in _KEPT_GLOBAL:
-            kept.append(rule)
-        elif rule.type == "at-rule" and rule.lower_at_keyword in _KEPT_SCOPED and rule.content is not None:
-            scoped.append(rule)
-        elif rule.type == "at-rule":
-            notes.add(f"CSS @{rule.lower_at_keyword[:40]} removed from {where} (it would act on the whole page)")
-        else:  # a parse error: browsers drop it too
-            notes.add(f"CSS that does not parse removed from {where}")
-    out = str(tinycss2.serialize(kept))
-    if scoped:
-        out += f"@scope (.{SCOPE_CLASS}) {{{tinycss2.serialize(scoped)}}}"
+        return f"{_OPENING}{css}}}"
+    dropped: set[str] = set()
+    body = _rules(tinycss2.parse_stylesheet(css, skip_comments=True, skip_whitespace=True), dropped)
+    for what in sorted(dropped):
+        notes.add(f"CSS {what} removed from {where} (it would act on the whole page)")
     # as clean_css leaves it: no "<" can close the <style> element
-    return out.replace("<", "\\3c ")
+    out = f"{_OPENING}{body}}}".replace("<", "\\3c ") if body else ""
+    if out and not structure_holds(out):
+        notes.add(f"CSS removed from {where} (its rules could not be kept to the output)")
+        return ""
+    return out
+
+
+def _rules(items: list[Any], dropped: set[str]) -> str:
+    """``items`` (rules, or a block's declarations and nested rules) served
+    again by the parser: grouping at-rules and style rules with their
+    contents cleaned the same way, declarations as they are."""
+    out: list[str] = []
+    for item in items:
+        kind = item.type
+        if kind in ("qualified-rule", "at-rule") and _stray_brace(item):
+            # a bracket the parser did not match: browsers do not all match
+            # them alike (one counts any closing bracket as the end of the
+            # innermost block), and inside the scope one could end it
+            dropped.add("rule with an unmatched bracket")
+        elif kind == "declaration":
+            out.append(tinycss2.serialize([item]))  # (with its ";")
+        elif kind == "qualified-rule":
+            out.append(f"{tinycss2.serialize(item.prelude)}{{{_block(item.content, dropped)}}}")
+        elif kind == "at-rule" and item.lower_at_keyword in _KEPT and item.content is not None:
+            prelude = tinycss2.serialize(item.prelude)
+            out.append(f"@{item.lower_at_keyword}{prelude}{{{_block(item.content, dropped)}}}")
+        elif kind == "at-rule":
+            dropped.add(f"@{item.lower_at_keyword[:40]}")
+        elif kind == "error":
+            dropped.add("that does not parse")
+    return "".join(out)
+
+
+def _block(content: list[Any], dropped: set[str]) -> str:
+    return _rules(tinycss2.parse_blocks_contents(content, skip_comments=True, skip_whitespace=True), dropped)
+
+
+def structure_holds(css: str) -> bool:
+    """Whether ``css``, parsed again, is one ``@scope (.sk-output)`` block
+    holding no bracket the parser did not match: what a browser will find.
+    For a text a renderer may change before the browser sees it (markdown's
+    escapes and entities turned a ``}`` in a string into a real one)."""
+    rules = tinycss2.parse_stylesheet(css, skip_comments=True, skip_whitespace=True)
+    return (
+        len(rules) == 1
+        and rules[0].type == "at-rule"
+        and rules[0].lower_at_keyword == "scope"
+        and tinycss2.serialize(rules[0].prelude).strip() == f"(.{SCOPE_CLASS})"
+        and not _stray_brace(rules[0])
+    )
 
 
 _BRACKETS = re.compile(r"[(){}\[\]]")

@@ -100,17 +100,28 @@ def test_page_wide_at_rules_go_at_any_depth(depth: str) -> None:
         '.x{content:"}"} .sk-status-item{--m1:1}',
         ".x{content:'}'} .sk-status-item{--m1:1}",
         ".a\\} .sk-status-item{--m1:1}",
+        # both of the renderer's changes at once: \" to &quot; and \} to }
+        '.a\\"\\}\\" .b{} .sk-status-item{--m1:1}',
     ],
 )
-def test_a_markdown_renderer_cannot_move_rules_out_of_the_scope(sheet: str) -> None:
+@pytest.mark.parametrize("before", ["Loaded 3 rows. ", "- ", "> ", "    x\n    "])
+def test_a_style_sheet_inside_a_markdown_line_is_not_kept(sheet: str, before: str) -> None:
     """A ``<style>`` inside a line is inline HTML to markdown: Lab's parser
-    writes its quotes as entities (which a style element never decodes) and
-    resolves backslash escapes, so a ``}`` the cleaner read in a string or
-    escaped became a real one and ended the scope (a review, in Lab)."""
-    result = sanitize_bundle({"text/markdown": f"Loaded <style>{sheet}</style> rows"})
+    treats its text as markdown (quotes written as entities, which a style
+    element never decodes; backslash escapes resolved; both at once), so a
+    ``}`` the cleaner read in a string or an escaped name became a real one
+    and ended the scope (two reviews, in Lab: the status item rewritten)."""
+    result = sanitize_bundle({"text/markdown": f"{before}<style>{sheet}</style> rows"})
     out = result.data["text/markdown"]
     assert "sk-status-item" not in out, out
-    assert any("could move its rules out of the output" in note for note in result.removed), result.removed
+
+
+@pytest.mark.parametrize("before", ["", "para\n", "  ", "- item\n  "])
+def test_a_style_sheet_beginning_a_markdown_line_is_kept_scoped(before: str) -> None:
+    """At a line's start ``<style>`` begins an HTML block, passed on as it is."""
+    result = sanitize_bundle({"text/markdown": f"{before}<style>.x{{color:red}}</style>\n\ntext"})
+    out = result.data["text/markdown"]
+    assert "@scope (.sk-output) {.x{color:red}}" in out and out.startswith('<div class="sk-output">'), out
 
 
 def test_outputs_without_a_style_sheet_are_not_wrapped() -> None:

@@ -272,6 +272,14 @@ class _Cleaner:
         if close is None:
             return None
         where = f"{WHERE} <style>"
+        if not _starts_a_block(s, tag.start):
+            # Inside a line it is inline HTML: the renderer treats its text as
+            # markdown (entities for quotes, escapes resolved, emphasis...),
+            # together, and a "}" the cleaner read inside a name or a string
+            # became a real one that ended the scope (reviews of the scoping).
+            # At a line's start it begins an HTML block, passed on as it is.
+            self.notes.add(f"CSS removed from {where} (a <style> inside a line: a markdown renderer rewrites its text)")
+            return self.canonical(tag) + "</style>", close[1]
         css = clean_css(s[tag.end : close[0]], private=self.private, notes=self.notes, where=where) or ""
         if css:  # its rules style this output only
             css = scope_style_sheet(css, notes=self.notes, where=where)
@@ -444,6 +452,14 @@ def _between(starts: list[int], low: int, high: int) -> bool:
     """Whether one of the sorted ``starts`` lies in ``[low, high)``."""
     k = bisect.bisect_left(starts, low)
     return k < len(starts) and starts[k] < high
+
+
+def _starts_a_block(s: str, i: int) -> bool:
+    """Whether the tag at ``s[i]`` begins a line (up to three spaces before
+    it): ``<style`` there begins an HTML block (CommonMark's first kind,
+    which even ends a paragraph), whose text the renderer leaves alone."""
+    line = s.rfind("\n", 0, i) + 1
+    return len(s[line:i]) <= 3 and not s[line:i].strip(" ")
 
 
 def segments(s: str) -> list[tuple[str, int, int]]:

@@ -27,7 +27,9 @@ SPOOF = (
 #: one line (the editor is typed into)
 CELL = f"from IPython.display import HTML, Markdown, display; style = {json.dumps(SPOOF)}; " + (
     "display(HTML(f'<style>{style}</style><p class=\"sk-probe\">Loaded 3 rows.</p>')); "
-    "display(Markdown(f'<style>{style}</style>\\n\\n<p class=\"sk-probe\">Loaded 3 rows.</p>'))"
+    "display(Markdown(f'<style>{style}</style>\\n\\n<p class=\"sk-probe\">Loaded 3 rows.</p>')); "
+    # inside a line (the renderer rewrites its text), with both of its changes
+    "display(Markdown('Loaded 3 rows. <style>.a\\\\\"\\\\}\\\\\" .b{} ' + style + '</style>'))"
 )
 
 

@@ -138,3 +138,30 @@ async def test_a_privacy_poll_reads_the_level_once_and_still_acts_on_a_rise(
         assert not session.network_allowed and seen and "nb2" in seen[-1], seen
     finally:
         await asyncio.wait_for(session.shutdown(), 30)
+
+
+def test_a_reused_reading_sees_a_record_kind_folder_made_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reading looks only at the record folders a store held when its root
+    last changed (``_present_kinds``: eight kinds per store, four times a
+    second): a kind folder made later moves the root, and a record in it is
+    seen at the next read; a record added to it after that, too."""
+    monkeypatch.setenv("SANDBOX_KERNEL_DATA_DIR", str(tmp_path / "data"))
+    folder = tmp_path / "team" / "ref"
+    folder.mkdir(parents=True)
+    own = WorkspaceLevels.beside(PrivacyStore(tmp_path / "a" / "privacy"))
+    other = WorkspaceLevels.beside(PrivacyStore(tmp_path / "b" / "privacy"))
+    own.record(tmp_path / "elsewhere-a", Sensitivity.INTERNAL, "store A exists")
+    other.record(tmp_path / "elsewhere-b", Sensitivity.INTERNAL, "store B exists (no read-only kinds yet)")
+    time.sleep(SETTLED)
+    assert read_all_folders([folder], own, [folder]).sensitivity == Sensitivity.PUBLIC
+    assert read_all_folders([folder], own, [folder]).sensitivity == Sensitivity.PUBLIC  # (reused)
+    other.record_read(tmp_path / "team", Sensitivity.CONFIDENTIAL, "a private kernel of store B reads team")
+    time.sleep(SETTLED)
+    assert read_all_folders([folder], own, [folder]).sensitivity == Sensitivity.CONFIDENTIAL
+    assert read_all_folders([folder], own).sensitivity == Sensitivity.PUBLIC  # (a reader of it only)
+    time.sleep(SETTLED)
+    other.record_read(folder, Sensitivity.SECRET, "another reads ref itself, later")
+    time.sleep(SETTLED)
+    assert read_all_folders([folder], own, [folder]).sensitivity == Sensitivity.SECRET

@@ -519,20 +519,54 @@ def _fingerprint(folders: Sequence[Path], places: Sequence[Path]) -> tuple[objec
     try:
         for root in places:
             for base in _record_folders(root):
-                for place in base:
-                    try:
-                        st = os.lstat(place)
-                    except FileNotFoundError:
-                        parts.append(None)
-                        if place is base[0]:
-                            break  # nothing can be inside a store not made
-                        continue
-                    if st.st_ctime_ns >= oldest_allowed:
-                        return None
-                    parts.append((st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns))
+                top = _settled(base[0], oldest_allowed)
+                parts.append(top)
+                if top is None:
+                    continue  # nothing can be inside a store not made
+                for place in _present_kinds(base, top):
+                    parts.append(_settled(place, oldest_allowed))
+    except _Unsettled:
+        return None
     except OSError:
         return None
     return tuple(parts)
+
+
+class _Unsettled(Exception):
+    """A record folder changed within the last ``_SETTLE_NS``."""
+
+
+def _settled(place: str, oldest_allowed: int) -> tuple[int, int, int, int] | None:
+    """``place``'s (device, inode, mtime, ctime), None when it is missing;
+    raises :class:`_Unsettled` when it changed too recently to be trusted."""
+    try:
+        st = os.lstat(place)
+    except FileNotFoundError:
+        return None
+    if st.st_ctime_ns >= oldest_allowed:
+        raise _Unsettled(place)
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+
+
+#: a store's root (as a string) -> (its stat when looked at, its record
+#: folders that existed then)
+_present: dict[str, tuple[tuple[int, int, int, int], tuple[str, ...]]] = {}
+
+
+def _present_kinds(base: tuple[str, ...], top: tuple[int, int, int, int]) -> tuple[str, ...]:
+    """The record folders of ``base`` that exist: listed again only when the
+    root changed (a folder made or removed in it moves its mtime). Most
+    stores hold a few of the eight kinds, and a fingerprint looks at every
+    registered store four times a second: on a machine with 34 stores, the
+    read-only kinds (this stop's) had made each reading 0.5 ms dearer."""
+    known = _present.get(base[0])
+    if known is not None and known[0] == top:
+        return known[1]
+    kinds = tuple(place for place in base[1:] if os.path.lexists(place))
+    if len(_present) >= _OTHERS_KEPT:
+        _present.clear()
+    _present[base[0]] = (top, kinds)
+    return kinds
 
 
 def read_all_folders(

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 from kernel_helpers import (
     RecordingHTTPServer,
     SandboxKernelHandle,
@@ -385,7 +386,11 @@ def _sandbox_routes(k: SandboxKernelHandle) -> list[bool]:
     read from the host (/proc/<pid>/net/route shows the process's namespace)."""
     found = []
     for bwrap in k.sandboxes():
-        for proc in bwrap.children(recursive=True):
+        try:
+            inside = bwrap.children(recursive=True)
+        except psutil.NoSuchProcess:
+            continue  # ended since it was listed (a rise replaces it): no route left in it
+        for proc in inside:
             try:
                 with open(f"/proc/{proc.pid}/net/route") as fh:
                     next(fh)

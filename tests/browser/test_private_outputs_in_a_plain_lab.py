@@ -354,7 +354,8 @@ def widget_scripts():
 def battery(tag, start, stop):
     for name, mime, content in BATTERY[start:stop]:
         text = content.replace("@AT@", "//RECORDER/" + tag).replace("@HOST@", "RECORDER")
-        display({mime: text.replace("@TAG@", tag).replace("@TLS@", "TLS"), "text/plain": name}, raw=True)
+        listener = "TLS" if tag == "public" else "SECONDLISTENER"  # a private battery's own
+        display({mime: text.replace("@TAG@", tag).replace("@TLS@", listener), "text/plain": name}, raw=True)
     print(tag, "battery from", start, "shown")
 
 
@@ -400,7 +401,12 @@ def tls() -> Iterator[LoopbackListener]:
 
 
 def _notebook(
-    lab: LabServer, folder_name: str, recorder: RecordingHTTPServer, tls: LoopbackListener, cells: list[str]
+    lab: LabServer,
+    folder_name: str,
+    recorder: RecordingHTTPServer,
+    tls: LoopbackListener,
+    cells: list[str],
+    second: LoopbackListener | None = None,
 ) -> str:
     """A folder of its own (a private notebook raises its own folder) with the
     payloads and a notebook of ``cells``; its path."""
@@ -410,6 +416,7 @@ def _notebook(
     module = module.replace("SCRIPTS_JSON", repr(json.dumps(SCRIPT_BATTERY + CLICK_BATTERY)))
     module = module.replace("ARMED_JSON", repr(json.dumps(ARMED)))
     module = module.replace("RECORDER", f"127.0.0.1:{recorder.port}").replace("TLS", f"127.0.0.1:{tls.port}")
+    module = module.replace("SECONDLISTENER", f"127.0.0.1:{(second or tls).port}")
     (folder / "payloads.py").write_text(module)
     notebook = notebook_json()
     notebook["cells"] = [code_cell(f"c{i}", source) for i, source in enumerate(cells)]
@@ -489,6 +496,19 @@ LIVE_WHILE_PUBLIC = {
 def test_a_private_sessions_outputs_fetch_nothing_in_a_plain_lab(
     page: Page, lab: LabServer, recorder: RecordingHTTPServer, tls: LoopbackListener
 ) -> None:
+    # The private battery's https:host addresses name a listener of their own:
+    # the public outputs' failed image was asked for again while the private
+    # cells ran, under load (a CI run), and counted against them.
+    second = LoopbackListener()
+    try:
+        _private_battery(page, lab, recorder, tls, second)
+    finally:
+        second.close()
+
+
+def _private_battery(
+    page: Page, lab: LabServer, recorder: RecordingHTTPServer, tls: LoopbackListener, second: LoopbackListener
+) -> None:
     """Each way an output names an address, through the kernel's policy into a
     Lab that has no page policy: what the policy lets a public session fetch
     is fetched, and once private nothing is, nor is any connection made."""
@@ -501,7 +521,7 @@ def test_a_private_sessions_outputs_fetch_nothing_in_a_plain_lab(
         RATCHET_CELL,
         *[part.replace("TAG", '"private"') for part in parts],
     ]
-    open_notebook(page, lab, _notebook(lab, "battery", recorder, tls, cells))
+    open_notebook(page, lab, _notebook(lab, "battery", recorder, tls, cells, second))
     notebook = page.locator(".jp-Notebook .jp-Cell")
 
     def run_part(index: int, shown: str) -> Locator:
@@ -522,7 +542,6 @@ def test_a_private_sessions_outputs_fetch_nothing_in_a_plain_lab(
     # math styles and tokens fetch in no session either, a <wbr> in their name or not
     assert not _heard(recorder, "public") & {"tex-wbr-mglyph", "tex-wbr-style"}, recorder.heard
     assert tls.accepted > 0, "the control made no connection for https:host without slashes"
-    connections = tls.accepted
 
     _run(page, notebook.nth(3))
     expect(status_item(page)).to_have_attribute("data-network", "none", timeout=CELL_TIMEOUT)
@@ -531,7 +550,7 @@ def test_a_private_sessions_outputs_fetch_nothing_in_a_plain_lab(
     expect(first.locator("p.sk-private")).to_have_count(1)  # the HTML was shown, only its addresses went
     page.wait_for_timeout(3000)
     assert _heard(recorder, "private") == set(), f"a private session's output fetched: {recorder.heard}"
-    assert tls.accepted == connections, "a private session's output made a connection"
+    assert second.accepted == 0, "a private session's output made a connection"
 
 
 PROBE = "() => { window.__skVectors = []; window.__skRan = (v) => window.__skVectors.push(v); }"

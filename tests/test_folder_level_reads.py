@@ -44,17 +44,26 @@ def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     return reads
 
 
-def test_a_reading_is_reused_while_the_workspace_changes_and_not_after_a_rise(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _two_settled_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, folder: Path
+) -> tuple[WorkspaceLevels, WorkspaceLevels]:
+    """``folder`` made, and the folder levels of two stores (A, the caller's,
+    and B), each holding a record elsewhere, old enough to be reused."""
     monkeypatch.setenv("SANDBOX_KERNEL_DATA_DIR", str(tmp_path / "data"))
-    folder = tmp_path / "team" / "notebooks"
     folder.mkdir(parents=True)
     own = WorkspaceLevels.beside(PrivacyStore(tmp_path / "a" / "privacy"))
     other = WorkspaceLevels.beside(PrivacyStore(tmp_path / "b" / "privacy"))
     own.record(tmp_path / "elsewhere-a", Sensitivity.INTERNAL, "store A exists")
     other.record(tmp_path / "elsewhere-b", Sensitivity.INTERNAL, "store B exists")
     time.sleep(SETTLED)
+    return own, other
+
+
+def test_a_reading_is_reused_while_the_workspace_changes_and_not_after_a_rise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "team" / "notebooks"
+    own, other = _two_settled_stores(tmp_path, monkeypatch, folder)
     assert read_all_folders([folder], own).sensitivity == Sensitivity.PUBLIC
     reads = _count_reads(monkeypatch)
 
@@ -147,14 +156,8 @@ def test_a_reused_reading_sees_a_record_kind_folder_made_after_it(
     last changed (``_present_kinds``: eight kinds per store, four times a
     second): a kind folder made later moves the root, and a record in it is
     seen at the next read; a record added to it after that, too."""
-    monkeypatch.setenv("SANDBOX_KERNEL_DATA_DIR", str(tmp_path / "data"))
     folder = tmp_path / "team" / "ref"
-    folder.mkdir(parents=True)
-    own = WorkspaceLevels.beside(PrivacyStore(tmp_path / "a" / "privacy"))
-    other = WorkspaceLevels.beside(PrivacyStore(tmp_path / "b" / "privacy"))
-    own.record(tmp_path / "elsewhere-a", Sensitivity.INTERNAL, "store A exists")
-    other.record(tmp_path / "elsewhere-b", Sensitivity.INTERNAL, "store B exists (no read-only kinds yet)")
-    time.sleep(SETTLED)
+    own, other = _two_settled_stores(tmp_path, monkeypatch, folder)  # (store B: no read-only kinds yet)
     assert read_all_folders([folder], own, [folder]).sensitivity == Sensitivity.PUBLIC
     assert read_all_folders([folder], own, [folder]).sensitivity == Sensitivity.PUBLIC  # (reused)
     other.record_read(tmp_path / "team", Sensitivity.CONFIDENTIAL, "a private kernel of store B reads team")

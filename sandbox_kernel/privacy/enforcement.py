@@ -224,10 +224,9 @@ def pending_holders(store_root: Path, user_id: str, session_id: str, level: Sens
         for root in _every_root(store_root)
         for h in (own_holders if root == Path(store_root) else _holders(root))
     ]
-    folders = {str(h[3]["workspace"]) for h in own if isinstance(h[3].get("workspace"), str)}
-    # a folder around one of them that a sandbox worked in rises with it (what
-    # it left there may tie its other subfolders to it: workspace_levels)
-    folders |= {str(place) for folder in list(folders) for place in _reached_around(folder)}
+    # and a folder around one of them that a sandbox worked in rises with it
+    # (what it left there may tie its other subfolders to it: workspace_levels)
+    folders = _with_reached_around(str(h[3]["workspace"]) for h in own if isinstance(h[3].get("workspace"), str))
     # the session's read-only folders: those working in them rise with it (a
     # cell of it connects to a socket there), not those reading them
     # (workspace_levels.READ_EXACT), and so does a folder a sandbox worked in

@@ -28,10 +28,11 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from sandbox_kernel.engine.workspace_policy import apply_policy, hide_private_sources
-from sandbox_kernel.privacy.enforcement import EnforcementRecord
+from sandbox_kernel.engine.launch import writable_folders
+from sandbox_kernel.engine.workspace_policy import WorkspaceRefused, apply_policy, hide_private_sources
+from sandbox_kernel.privacy.enforcement import HOLDERS_WAIT, EnforcementRecord
 from sandbox_kernel.privacy.modes import NetworkMode
 from sandbox_kernel.privacy.sensitivity import Sensitivity
 from sandbox_kernel.sandbox.docker_backend import container_cgroup, to_docker_mount
@@ -68,6 +69,10 @@ from .names import (
 )
 from .orphans import daemon_id, docker_facts
 from .session import SandboxSession
+
+if TYPE_CHECKING:
+    from sandbox_kernel.privacy.state import PrivacyState
+    from sandbox_kernel.privacy.workspace_levels import WorkspaceLevels
 
 log = logging.getLogger(__name__)
 
@@ -269,6 +274,8 @@ class SandboxManager:
         #: what raisers waiting for the cut (``wait=True``) read, per session
         #: that may hold a container with network
         self._records: dict[tuple[str, str], EnforcementRecord] = {}
+        #: the level each private session's folders were recorded at
+        self._recorded: dict[tuple[str, str], Sensitivity] = {}
         _Registry.add(self)
 
     # ------------------------------------------------------------------ basics
@@ -377,25 +384,111 @@ class SandboxManager:
         state = folders_level([workspace, *mounts], own, [workspace])
         if state.has_private_data:
             why = state.mark.reason if state.mark is not None and state.mark.reason else state.sensitivity.name
-            try:
-                own.record(
-                    workspace,
-                    state.sensitivity,
-                    f"{why}; the Docker shell of session {session_id} of {user_id} mounts that folder",
-                )
-                # a sandbox working in a read-only mount could take the data
-                # through a socket there (WorkspaceLevels.rise_read)
-                for mount in mounts:
-                    own.record_read(
-                        mount,
-                        state.sensitivity,
-                        f"{why}; the Docker shell of session {session_id} of {user_id} mounts {mount} read-only",
-                    )
-            except (OSError, ValueError) as exc:
-                log.error(
-                    "could not record the level of %s (its containers get no network all the same): %s", workspace, exc
-                )
+            self._record_folders(own, user_id, session_id, state.sensitivity, why)
         return state.network_mode
+
+    def _record_folders(
+        self, own: WorkspaceLevels, user_id: str, session_id: str, level: Sensitivity, why: str
+    ) -> None:
+        """Record the session's workspace at ``level``, and each read-only
+        mount as read at it (``WorkspaceLevels.record_read``): a sandbox
+        working in a mount could take the data through a socket there. Logged
+        when it fails: the containers get no network all the same."""
+        workspace, *mounts = self.mounted_folders(user_id, session_id)
+        who = f"the Docker shell of session {session_id} of {user_id}"
+        try:
+            own.record(workspace, level, f"{why}; {who} mounts that folder")
+            for mount in mounts:
+                own.record_read(mount, level, f"{why}; {who} mounts {mount} read-only")
+        except (OSError, ValueError) as exc:
+            log.error(
+                "could not record the level of %s (its containers get no network all the same): %s", workspace, exc
+            )
+
+    def _record_private_session(self, user_id: str, session_id: str) -> None:
+        """A session whose own record is private (the getter already said no
+        network, so :meth:`_folders_mode` is not asked) records its folders
+        too, once per level. Before, only a session made private by its
+        folders recorded them, and a public kernel with network listening on a
+        socket in ``/ref`` received the rows of a session made private through
+        ``add_private_dataset`` (a review). A getter with no store known here
+        (``enforcement_store``) records for itself, as the tools' does."""
+        state = self._private_state(user_id, session_id)
+        if state is None or self._recorded.get((user_id, session_id), Sensitivity.PUBLIC) >= state.sensitivity:
+            return
+        from sandbox_kernel.privacy.workspace_levels import FOLDER_LEVELS, levels_at
+
+        why = state.mark.reason if state.mark is not None and state.mark.reason else state.sensitivity.name
+        own = levels_at(self._levels_store().parent / FOLDER_LEVELS)
+        self._record_folders(own, user_id, session_id, state.sensitivity, why)
+        with self._lock:
+            self._recorded[(user_id, session_id)] = state.sensitivity
+
+    def _private_state(self, user_id: str, session_id: str) -> PrivacyState | None:
+        """The session's own state if it is private, read from the store the
+        getter reads (None for a getter with none known here)."""
+        root = self._enforcement_root()
+        if root is None:
+            return None
+        from sandbox_kernel.privacy.store import PrivacyStore
+
+        state = PrivacyStore(root).read(user_id, session_id)
+        return state if state.has_private_data else None
+
+    def _wait_for_mount_holders(self, user_id: str, session_id: str) -> None:
+        """Before a private session's container starts with read-only mounts:
+        wait (at most ``HOLDERS_WAIT`` s) for the sandboxes working in those
+        folders to report their cut. They learn of the rise at their next
+        poll, and a socket one listens on there would take the rows meanwhile.
+        It starts after that all the same, logged: there is nothing to
+        withhold, as for a kernel's sandbox with read-only folders."""
+        mounts = self.read_only_sources()
+        state = self._private_state(user_id, session_id) if mounts else None
+        root = self._enforcement_root()
+        if state is None or root is None:
+            return
+        from sandbox_kernel.privacy.enforcement import pending_holders
+
+        workspace = str(self.workspace_root / user_id / session_id)
+        deadline = time.monotonic() + HOLDERS_WAIT
+        while True:
+            pending = pending_holders(
+                root, user_id, session_id, state.sensitivity, workspaces=[workspace], reads=map(str, mounts)
+            )
+            if not pending or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        if pending:
+            log.warning(
+                "sandboxes working in the read-only mounts of session %s of %s still had network after %g s: %s",
+                session_id,
+                user_id,
+                HOLDERS_WAIT,
+                ", ".join(pending[:3]),
+            )
+
+    def _note_reached(self, folders: list[Path], user_id: str, session_id: str) -> None:
+        """Record, before a container starts, the folders it writes in, as the
+        kernel's sandboxes do (``Ratchet.note_reached``): a link or socket it
+        leaves in one folder inside its workspace can tie it to another, so a
+        later rise of one raises the workspace, and every folder in it. A
+        workspace root a user points at their projects holds notebook folders.
+        Raises :class:`WorkspaceRefused` when the records cannot be written:
+        the container must not start then."""
+        from sandbox_kernel.privacy.workspace_levels import FOLDER_LEVELS, folder_of, levels_at
+
+        if not folders:
+            return
+        try:
+            levels_at(self._levels_store().parent / FOLDER_LEVELS).note_reached(
+                [folder_of(folder) for folder in folders],
+                f"the Docker shell of session {session_id} of {user_id}",
+            )
+        except (OSError, ValueError) as exc:  # (a PrivacyStoreError is an OSError)
+            raise WorkspaceRefused(
+                f"could not record that a container works in {folders[0]} in the privacy store ({exc}): the ratchet "
+                "needs it to keep the folders inside at their level"
+            ) from exc
 
     def _levels_store(self) -> Path:
         """The store beside which this manager records folder levels: its
@@ -417,7 +510,11 @@ class SandboxManager:
         key = (user_id, session_id)
         with self._lock:
             known = most_restrictive(self.config.network_mode, reported, self._ratchet.get(key, NetworkMode.FULL))
-        folders = self._folders_mode(user_id, session_id) if known is NetworkMode.FULL else known
+        if known is NetworkMode.FULL:
+            folders = self._folders_mode(user_id, session_id)
+        else:
+            folders = known
+            self._record_private_session(user_id, session_id)
         with self._lock:
             mode = most_restrictive(known, folders, self._ratchet.get(key, NetworkMode.FULL))
             if mode is not NetworkMode.FULL:
@@ -578,6 +675,9 @@ class SandboxManager:
         # The workspace policy (engine/workspace_policy.py): the same refusals and
         # masks as the kernel's sandboxes, which share this folder.
         policy_mounts, plan = apply_policy(workspace, self.config.working_dir, allowed_roots=[self.workspace_root])
+        self._note_reached(writable_folders(policy_mounts, workspace), user_id, session_id)
+        if mode is not NetworkMode.FULL:
+            self._wait_for_mount_holders(user_id, session_id)
         kwargs = build_container_kwargs(
             self.config,
             network_mode=mode,

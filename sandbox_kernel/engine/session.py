@@ -33,7 +33,7 @@ from ..outputs import MESSAGE_COST, OutputLimiter, bundle_size, format_bytes, js
 from ..outputs.links import defang_text
 from ..outputs.sizing import text_of
 from ..outputs.widgets import WIDGET_VIEW_MIME, WidgetComms, WidgetRefused, message_size
-from ..privacy.enforcement import EnforcementRecord, pending_holders
+from ..privacy.enforcement import HOLDERS_WAIT, EnforcementRecord, pending_holders
 from ..privacy.modes import NetworkMode
 from ..privacy.state import PrivacyState
 from ..sandbox import BindMount, Sandbox, SandboxProcess, SandboxResult, SandboxSpec, get_sandbox
@@ -69,9 +69,6 @@ MAX_DROPPED_SAID = 1 << 50
 EOF = "\x04"
 #: before the one retry of a start that failed in a transient way
 START_RETRY_DELAY = 0.25
-#: how long a sandbox about to get private mounts waits for the other holders
-#: of the session and of its folder to report their network cut
-HOLDERS_WAIT = 10.0
 #: bwrap's set-up of the sandbox's own network namespace (its loopback): seen
 #: to fail now and then ("Failed RTM_NEWADDR") right after another sandbox's
 #: namespace was torn down; not a configuration problem, unlike the rest

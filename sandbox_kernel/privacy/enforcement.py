@@ -36,6 +36,10 @@ from .identity import validate_id
 from .sensitivity import Sensitivity
 
 POLL = 0.01
+#: how long a sandbox about to start with private data (mounts, or a session
+#: level and read-only folders) waits for the other holders of the session and
+#: of its folders to report their network cut
+HOLDERS_WAIT = 10.0
 
 
 def enforced_root(store_root: Path) -> Path:
@@ -210,11 +214,21 @@ def _every_root(store_root: Path) -> list[Path]:
     return list(dict.fromkeys([Path(store_root), *(Path(root) for root in roots)]))
 
 
-def pending_holders(store_root: Path, user_id: str, session_id: str, level: Sensitivity) -> list[str]:
+def pending_holders(
+    store_root: Path,
+    user_id: str,
+    session_id: str,
+    level: Sensitivity,
+    *,
+    workspaces: Iterable[str] = (),
+    reads: Iterable[str] = (),
+) -> list[str]:
     """Live holders that must, and do not yet, enforce ``level`` without network:
     the session's own, and those of every session, in any store of the host,
     whose workspace or read folders overlap one of the session's (they rise
-    with it, see ``workspace_levels``)."""
+    with it, see ``workspace_levels``). ``workspaces`` and ``reads``: folders
+    of the session that no live holder of it names (a private Docker shell
+    has no record: it has no network)."""
     validate_id(user_id, "user_id")
     validate_id(session_id, "session_id")
     own_holders = _holders(store_root)
@@ -226,12 +240,14 @@ def pending_holders(store_root: Path, user_id: str, session_id: str, level: Sens
     ]
     # and a folder around one of them that a sandbox worked in rises with it
     # (what it left there may tie its other subfolders to it: workspace_levels)
-    folders = _with_reached_around(str(h[3]["workspace"]) for h in own if isinstance(h[3].get("workspace"), str))
+    folders = _with_reached_around(
+        [*workspaces, *(str(h[3]["workspace"]) for h in own if isinstance(h[3].get("workspace"), str))]
+    )
     # the session's read-only folders: those working in them rise with it (a
     # cell of it connects to a socket there), not those reading them
     # (workspace_levels.READ_EXACT), and so does a folder a sandbox worked in
     # around them
-    read = _with_reached_around(folder for h in own for folder in _reads(h[3]))
+    read = _with_reached_around([*reads, *(folder for h in own for folder in _reads(h[3]))])
     # A live holder whose folder contains one of these, or that reads one of
     # them (a read-only mount), or works in a folder read, rises with it and
     # records its own folder and those it reads (engine/ratchet.py,

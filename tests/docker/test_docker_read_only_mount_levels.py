@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TEST_LIMITS
 from kernel_helpers import iopub_until, iopub_until_idle, require_bwrap, shared_data_kernel, shell_output
 
 from sandbox_kernel.docker import SandboxManager, offline_config
@@ -29,11 +28,13 @@ from sandbox_kernel.tools import SessionRegistry, ToolsConfig, sandbox_execute
 LIST = "ls /sys/class/net"
 
 
-def _standalone(tmp_path: Path, image: str, client: Any, mounts: dict[str, str] | None = None) -> SandboxManager:
+def _standalone(
+    tmp_path: Path, image: str, client: Any, limits: dict[str, Any], mounts: dict[str, str] | None = None
+) -> SandboxManager:
     """A manager with the default getter (the default store) and no watcher."""
     return SandboxManager(
         read_only_mounts=mounts,
-        config=offline_config(image=image, **TEST_LIMITS),
+        config=offline_config(image=image, **limits),
         workspace_root=tmp_path / "workspaces",
         client=client,
         privacy_poll_interval=0,
@@ -56,11 +57,11 @@ def shared_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_standalone_manager_reads_its_workspace_level(
-    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any
+    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any, test_limits: dict[str, Any]
 ) -> None:
     """The default getter reads the session's own record only: a private
     kernel whose workspace is the session's folder must cut it all the same."""
-    manager = _standalone(tmp_path, test_image, docker_client)
+    manager = _standalone(tmp_path, test_image, docker_client, test_limits)
     try:
         code, out = manager.execute_command("u", "s", LIST)
         assert code == 0 and "eth0" in out, out
@@ -73,12 +74,17 @@ def test_standalone_manager_reads_its_workspace_level(
 
 @pytest.mark.parametrize("where", ["the mount", "inside the mount", "around the mount"])
 def test_a_private_read_only_mount_cuts_and_raises_the_workspace(
-    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any, where: str
+    tmp_path: Path,
+    shared_data: Path,
+    test_image: str,
+    docker_client: Any,
+    test_limits: dict[str, Any],
+    where: str,
 ) -> None:
     team = tmp_path / "team-data"
     (team / "sub").mkdir(parents=True)
     team.chmod(0o755)
-    manager = _standalone(tmp_path, test_image, docker_client, mounts={str(team): "/ref"})
+    manager = _standalone(tmp_path, test_image, docker_client, test_limits, mounts={str(team): "/ref"})
     try:
         code, out = manager.execute_command("u", "s", LIST)
         assert code == 0 and "eth0" in out, out
@@ -95,7 +101,7 @@ def test_a_private_read_only_mount_cuts_and_raises_the_workspace(
 
 
 def test_a_listed_dataset_source_in_a_read_only_mount_cuts_the_container(
-    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any
+    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any, test_limits: dict[str, Any]
 ) -> None:
     """A private dataset's source listed host-wide (``dataset_registry``) in a
     folder the manager mounts read-only: its containers have no network, even
@@ -106,7 +112,7 @@ def test_a_listed_dataset_source_in_a_read_only_mount_cuts_the_container(
     team = tmp_path / "team-data"
     team.mkdir()
     team.chmod(0o755)
-    manager = _standalone(tmp_path, test_image, docker_client, mounts={str(team): "/ref"})
+    manager = _standalone(tmp_path, test_image, docker_client, test_limits, mounts={str(team): "/ref"})
     try:
         code, out = manager.execute_command("u", "s", LIST)
         assert code == 0 and "eth0" in out, out
@@ -127,9 +133,38 @@ def _shared_folder(tmp_path: Path) -> Path:
     return team
 
 
+def test_a_docker_shells_workspace_rises_with_a_private_folder_inside(
+    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any, test_limits: dict[str, Any]
+) -> None:
+    """A container ties the folders inside its workspace together (a hard
+    link, as in tests/test_reached_folders.py), so a later rise of one raises
+    its siblings: it records its workspace as reached before it starts, as the
+    kernel's sandboxes do. Before, only kernels recorded it, and a notebook
+    in ``other`` kept its network while ``project``'s private rows reached it
+    through the link a Docker shell left."""
+    manager = _standalone(tmp_path, test_image, docker_client, test_limits)
+    try:
+        code, out = manager.execute_command(
+            "u",
+            "s",
+            "mkdir project other && echo x > project/rows.csv && ln project/rows.csv other/rows.csv && echo ok",
+        )
+        assert code == 0 and out.strip() == "ok", out
+    finally:
+        manager.close_all()
+    workspace = tmp_path / "workspaces" / "u" / "s"
+    assert (workspace / "project" / "rows.csv").stat().st_ino == (workspace / "other" / "rows.csv").stat().st_ino
+    other = Ratchet("kernel-user", "nbO", PrivacyStore(tmp_path / "other-store"), workspace=workspace / "other")
+    other.prepare()
+    assert other.network_allowed
+    _kernel_rises(workspace / "project", Sensitivity.SECRET, tmp_path / "kernel-store")
+    assert not other.network_allowed, "a sibling the container tied to the private folder kept its network"
+    assert other.state.sensitivity == Sensitivity.SECRET
+
+
 @pytest.mark.asyncio
 async def test_tools_shell_mounting_a_private_kernels_folder(
-    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any
+    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any, test_limits: dict[str, Any]
 ) -> None:
     """PoC: a kernel (its own privacy_dir) on ``team-data`` goes SECRET while
     the tools' Docker shell (another data dir) mounts ``team-data`` at /ref.
@@ -153,7 +188,7 @@ async def test_tools_shell_mounting_a_private_kernels_folder(
         idle_timeout=600,
         data_dir=tmp_path / "tools-data",
         docker_read_only_mounts={str(team): "/ref"},
-        docker_config=offline_config(image=test_image, **TEST_LIMITS),
+        docker_config=offline_config(image=test_image, **test_limits),
         docker_persistent=True,
     )
     registry = SessionRegistry(config)
@@ -293,6 +328,44 @@ def test_a_socket_in_a_private_docker_kernels_read_only_mount_reaches_no_network
     finally:
         inside.shutdown()
         dock.shutdown()
+
+
+def test_a_socket_in_a_private_standalone_managers_read_only_mount_reaches_no_network(
+    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any, test_limits: dict[str, Any]
+) -> None:
+    """The same attack through the documented standalone API (a review): a
+    session made private with ``add_private_dataset`` already reads NONE
+    from the default getter, so the manager never asked the folders, and
+    recorded no read of its mount. The public kernel listening in ``team``
+    kept its network and received the rows its container sent. Now the
+    session's own level records the mounts, and its container starts once
+    the kernel reports its cut."""
+    require_bwrap()
+    team = _shared_folder(tmp_path)
+    inside = shared_data_kernel(team, tmp_path / "i-tmp", shared_data, "--SandboxKernel.privacy_poll_interval=0.2")
+    manager = _standalone(tmp_path, test_image, docker_client, test_limits, mounts={str(team): "/ref"})
+    try:
+        assert inside.run(IFACES).stdout.strip() not in ("", "['lo']")
+        PrivateData("u", "s").add_private_dataset("patients", "SECRET", wait=10)
+        rows = manager.workspace_for("u", "s") / "rows.csv"
+        rows.write_text("1,SECRET-ROW")
+        rows.chmod(0o644)
+        listening = inside.kc.execute(LISTEN)
+        iopub_until(inside.kc, lambda got: any("listening" in str(m["content"].get("text", "")) for m in got), 60)
+        code, out = manager.execute_command(
+            "u",
+            "s",
+            "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('/ref/drop.sock'); "
+            "s.sendall(open('/workspace/rows.csv', 'rb').read()); print('sent')\"; " + LIST,
+        )
+        assert out.split()[-1:] == ["lo"] and "eth0" not in out, out  # (the container itself has none)
+        got = iopub_until_idle(inside.kc, listening, 150)
+        said = "".join(m["content"].get("text", "") for m in got if m["msg_type"] == "stream")
+        assert "eth0" not in said, f"the private rows reached a sandbox with network: {said!r} ({out!r})"
+        assert inside.run(IFACES).stdout.strip() == "['lo']"
+    finally:
+        manager.close_all()
+        inside.shutdown()
 
 
 def test_a_docker_kernel_mounting_a_private_datasets_source_has_no_network(tmp_path: Path, test_image: str) -> None:

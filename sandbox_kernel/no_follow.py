@@ -30,7 +30,7 @@ import functools
 import os
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -247,6 +247,12 @@ def reading(root: str, path: str) -> Iterator[IO[bytes]]:
             raise
     with os.fdopen(fd, "rb") as source:
         yield source
+
+
+def open_file(folder: int, name: str, path: str) -> IO[bytes]:
+    """``name`` in ``folder`` (from :func:`open_folder`) opened for reading:
+    a link there is refused, and it must be a regular file."""
+    return os.fdopen(_open_file(folder, name, path, os.O_RDONLY), "rb")
 
 
 def _open_file(folder: int, name: str, path: str, flags: int) -> int:
@@ -707,15 +713,28 @@ def _copy_file(source: int, name: str, path: str, target: int, new_name: str, bu
     fd = _open_file(source, name, path, os.O_RDONLY)
     with os.fdopen(fd, "rb") as inp:
         info = os.fstat(inp.fileno())
+        prepaid = info.st_blocks * 512
+        written = [0]
+
+        def charge(length: int) -> None:
+            """What the copy writes past what its source took when opened:
+            a writer punching holes behind the copy and writing ahead of it
+            kept the source small while the copy grew (an attack review)."""
+            written[0] += length
+            if budget[0] >= 0 and written[0] > prepaid:
+                budget[0] -= min(length, written[0] - prepaid)
+                if budget[0] < 0:
+                    raise _OverBudget
+
         if budget[0] >= 0:
-            budget[0] -= info.st_blocks * 512
+            budget[0] -= prepaid
             if budget[0] < 0:
                 raise _OverBudget
         out_fd = os.open(
             new_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=target
         )
         with os.fdopen(out_fd, "wb") as out:
-            copy_data(inp.fileno(), out.fileno())
+            copy_data(inp.fileno(), out.fileno(), charge)
             os.fchmod(out.fileno(), stat.S_IMODE(info.st_mode))
             os.utime(out.fileno(), ns=(info.st_atime_ns, info.st_mtime_ns))
 
@@ -733,7 +752,7 @@ def copy(root: str, source: str, destination: str) -> None:
 _CHUNK = 1 << 20
 
 
-def copy_data(source: int, target: int) -> None:
+def copy_data(source: int, target: int, charge: Callable[[int], None] | None = None) -> None:
     """Copy the open file ``source`` into the empty file ``target``, holes
     as holes, up to the size ``source`` had when the copy began.
 
@@ -742,7 +761,9 @@ def copy_data(source: int, target: int) -> None:
     every zero, so duplicating its folder or checkpointing it in Lab would
     fill the host's disk. Only the data extents are copied here
     (``SEEK_DATA``/``SEEK_HOLE``), so a copy costs the disk its source
-    costs; a file the sandbox grows meanwhile is copied to its first size."""
+    costs; a file the sandbox grows meanwhile is copied to its first size.
+    ``charge`` is told each chunk's length before it is written (it raises
+    to stop the copy)."""
     size = os.fstat(source).st_size
     offset = 0
     while offset < size:
@@ -758,6 +779,8 @@ def copy_data(source: int, target: int) -> None:
             if not chunk:  # the file shrank meanwhile
                 offset = size
                 break
+            if charge is not None:
+                charge(len(chunk))
             written = 0
             while written < len(chunk):
                 written += os.pwrite(target, chunk[written:], start + written)

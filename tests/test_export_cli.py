@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from export_attack import PLANTED_TEXT, attack_notebook, plant_templates
 from nbformat import v4
 
@@ -104,6 +105,59 @@ def test_a_link_at_the_output_is_replaced_not_followed(tmp_path: Path) -> None:
         not (tmp_path / "report.html").is_symlink()
         and "Content-Security-Policy" in (tmp_path / "report.html").read_text()
     )
+
+
+def test_a_link_renamed_to_the_notebook_or_a_folder_of_its_path_is_not_followed(tmp_path: Path) -> None:
+    """A sandbox cannot make a link but can rename one its workspace holds
+    (an attack review, with a real kernel): renamed to ``report.ipynb``, the
+    export read the host file it names and wrote its page into the
+    workspace, where the sandbox read it."""
+    private = tmp_path / "private"
+    private.mkdir()
+    _write(private / "diary.ipynb", v4.new_notebook(cells=[v4.new_markdown_cell("DIARY-SECRET")]))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "report.ipynb").symlink_to(private / "diary.ipynb")
+    (ws / "sub").symlink_to(private)
+    for path, link in (("ws/report.ipynb", "ws/report.ipynb"), ("ws/sub/diary.ipynb", "ws/sub")):
+        done = _cli(path, cwd=tmp_path)
+        assert done.returncode == 1 and f"{link} is a link: not followed" in done.stderr, done.stderr
+    assert sorted(p.name for p in ws.iterdir()) == ["report.ipynb", "sub"]
+    assert sorted(p.name for p in private.iterdir()) == ["diary.ipynb"]
+
+
+def test_a_folder_swapped_for_a_link_during_the_conversion_is_not_written_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write went by path: a sandbox that swapped the notebook's folder
+    with the user's link ``proj -> ~/code-proj`` once the export had read it
+    (``renameat2(RENAME_EXCHANGE)``, on inotify's word) had its code written
+    over the user's ``setup.py`` outside the workspace (an attack review).
+    Now the output goes through the folder the notebook was read from."""
+    from sandbox_kernel import export, lab_exports
+
+    project = tmp_path / "code-proj"
+    project.mkdir()
+    (project / "setup.py").write_text("the user's setup\n")
+    ws = tmp_path / "ws"
+    (ws / "out").mkdir(parents=True)
+    (ws / "proj").symlink_to(project)
+    nb = v4.new_notebook(cells=[v4.new_code_cell("print('THE SANDBOX CODE')")])
+    nb.metadata["language_info"] = {"name": "python", "nbconvert_exporter": "python", "file_extension": ".py"}
+    _write(ws / "out" / "setup.ipynb", nb)
+    checked = lab_exports.exporter_problem
+
+    def swap_then_check(*args: object) -> str | None:  # (between the read and the write)
+        os.rename(ws / "out", ws / "was-out")
+        os.rename(ws / "proj", ws / "out")
+        os.rename(ws / "was-out", ws / "proj")
+        return checked(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(lab_exports, "exporter_problem", swap_then_check)
+    monkeypatch.chdir(tmp_path)
+    assert export.main(["--to", "script", "ws/out/setup.ipynb"]) == 0
+    assert (project / "setup.py").read_text() == "the user's setup\n"
+    assert "THE SANDBOX CODE" in (ws / "proj" / "setup.py").read_text()  # (its own folder, renamed)
 
 
 def test_bad_input_is_named_and_nothing_is_written(tmp_path: Path) -> None:

@@ -61,6 +61,13 @@ class EngineSettings(LimitTraits):
         help="PROXIED mode: addresses or networks reached although loopback/private/link-local "
         "(e.g. a package mirror on 10.0.0.5). Default: none.",
     ).tag(config=True)
+    egress_connect_ports = List(
+        Int(),
+        [443],
+        help="PROXIED mode: the ports an HTTPS (CONNECT) tunnel may go to. What passes inside a tunnel is "
+        "not read, so to a port serving plain HTTP it carries any request to any site sharing the address, "
+        "logged as one connection. Plain http:// requests go to any port, one checked request each.",
+    ).tag(config=True)
     egress_name_overrides = Dict(
         {},
         help="PROXIED mode: fixed addresses for names {name: [address, ...]}, still checked by the rules "
@@ -229,17 +236,26 @@ class EngineSettings(LimitTraits):
             allow=list(self.egress_allow),
             deny=list(self.egress_deny),
             allow_addresses=list(self.egress_allow_addresses),
+            connect_ports=list(self.egress_connect_ports),
         )
 
     @validate("egress_allow", "egress_deny", "egress_allow_addresses")
     def _check_egress(self, proposal: Bunch) -> list[str]:
         values = [str(v) for v in proposal.value]
         key = {"egress_allow": "allow", "egress_deny": "deny", "egress_allow_addresses": "allow_addresses"}
+        rules: dict[str, Any] = {key[proposal.trait.name]: values}
         try:
-            EgressPolicy(**{key[proposal.trait.name]: values})
+            EgressPolicy(**rules)
         except ValueError as exc:
             raise self._trait_error(proposal.trait.name, str(exc)) from None
         return values
+
+    @validate("egress_connect_ports")
+    def _check_connect_ports(self, proposal: Bunch) -> list[int]:
+        try:
+            return list(EgressPolicy(connect_ports=list(proposal.value)).connect_ports)
+        except ValueError as exc:
+            raise self._trait_error(proposal.trait.name, str(exc)) from None
 
     @validate("egress_name_overrides")
     def _check_overrides(self, proposal: Bunch) -> dict[str, list[str]]:

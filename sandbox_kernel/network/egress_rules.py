@@ -190,6 +190,11 @@ class EgressPolicy:
     allow_addresses: Sequence[str] = ()
     #: further addresses or networks always refused (the Jupyter server's)
     extra_refused: Sequence[str] = ()
+    #: the ports a CONNECT tunnel may go to: what passes inside one is not
+    #: read, so to an allowed name's port 80 it carried plain requests with
+    #: any ``Host`` (a denied site on a shared address), as many as it liked,
+    #: logged as one CONNECT (an attack review)
+    connect_ports: Sequence[int] = (443,)
     _allow: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _deny: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _allowed_nets: tuple[IPNetwork, ...] = field(init=False, repr=False, compare=False)
@@ -207,6 +212,14 @@ class EgressPolicy:
             _network(a, "allow_addresses") for a in _strings(self.allow_addresses, "allow_addresses")
         )
         self._extra_nets = tuple(_network(a, "extra_refused") for a in _strings(self.extra_refused, "extra_refused"))
+        self.connect_ports = _ports(self.connect_ports, "connect_ports")
+
+    def check_tunnel(self, port: int) -> Decision | None:
+        """Why a CONNECT to ``port`` is refused, or None."""
+        if port in self.connect_ports:
+            return None
+        listed = ", ".join(map(str, self.connect_ports)) or "none"
+        return Decision(False, f"CONNECT only to port {listed} (egress_connect_ports), not {port}")
 
     def check_name(self, name: str) -> Decision:
         """The domain rules for a (normalised) name."""
@@ -295,12 +308,22 @@ class EgressPolicy:
             "allow": list(self._allow),
             "deny": list(self._deny),
             "allow_addresses": [str(n) for n in self._allowed_nets],
+            "connect_ports": [str(port) for port in self.connect_ports],
         }
 
 
 def _refused_class(address: IPAddress) -> str | None:
     """The refused class an address is in ("private address"...), if any."""
     return next((why for net, why in _REFUSED if address.version == net.version and address in net), None)
+
+
+def _ports(values: Sequence[int], what: str) -> tuple[int, ...]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise ValueError(f"{what} must be a list of port numbers, got {values!r}")
+    for port in values:
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ValueError(f"{what}: {port!r} is not a port number (1 to 65535)")
+    return tuple(dict.fromkeys(values))
 
 
 def _strings(values: Sequence[str] | str, what: str) -> list[str]:

@@ -44,7 +44,11 @@ log = logging.getLogger("sandbox_kernel.network")
 Resolver = Callable[[str, int], Awaitable[list[IPAddress]]]
 
 MAX_HEADER = 64 * 1024
-CHUNK = 256 * 1024
+#: a tunnel's read size, reader limit (it pauses past twice this) and write
+#: buffer, each way: what it may hold in the kernel's process. At 256 KiB and
+#: a 1 MiB write buffer, 256 tunnels a cell opened and never read held about
+#: 1 GB there (an attack review); at 64 KiB, 64 tunnels hold about 32 MiB
+CHUNK = 64 * 1024
 #: dropped toward the origin (the body is passed through unchanged, so
 #: Transfer-Encoding stays: its chunks are still the client's)
 HOP_BY_HOP = frozenset(
@@ -124,7 +128,7 @@ class EgressProxy:
         connect_timeout: float = 10.0,
         header_timeout: float = 30.0,
         socket_mode: int = 0o666,
-        max_connections: int = 256,
+        max_connections: int = 64,
         token: str | None = None,
     ) -> None:
         self.socket_path = Path(socket_path)
@@ -284,6 +288,8 @@ class EgressProxy:
             await self._respond(writer, 403, CUT_RULE, CUT_RULE)
             return
         decision, addresses = await self._decide(host, port)
+        if decision.allowed and method == "CONNECT":  # (the destination's own rule first: it says more)
+            decision = self.policy.check_tunnel(port) or decision
         entry.allowed, entry.rule = decision.allowed, decision.rule
         if not decision.allowed:
             await self._respond(writer, 403, f"connection to {host}:{port} refused: {decision.rule}", decision.rule)
@@ -406,7 +412,7 @@ class EgressProxy:
         before_down: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         for w in (client_w, up_w):
-            w.transport.set_write_buffer_limits(high=4 * CHUNK)
+            w.transport.set_write_buffer_limits(high=CHUNK)
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, up: bool) -> None:
             try:
@@ -506,7 +512,10 @@ def _destination(method: str, target: str) -> tuple[str, int]:
     if method == "CONNECT":
         host, port = _split_authority(target, None)
     else:
-        url = urlsplit(target)
+        try:  # (an unclosed ``[`` is a ValueError of urlsplit's own)
+            url = urlsplit(target)
+        except ValueError as exc:
+            raise _BadRequest(400, f"{exc} in {_shown(target)}") from None
         try:
             host, port = url.hostname or "", url.port or 80
         except ValueError:

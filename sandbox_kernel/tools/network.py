@@ -94,7 +94,8 @@ async def sandbox_network(
         log = _tail(session.dir / "egress.jsonl", entries)
         lines = [
             *_modes(session),
-            f"Egress rules: allow {', '.join(rules['allow']) or 'nothing'}; deny {', '.join(rules['deny']) or 'nothing'}",
+            f"Egress rules: allow {', '.join(rules['allow']) or 'nothing'}; deny {', '.join(rules['deny']) or 'nothing'}; "
+            f"HTTPS tunnels to port {', '.join(rules['connect_ports']) or 'none'}",
         ]
         if not log:
             lines.append("Egress log: no connection yet.")

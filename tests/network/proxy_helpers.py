@@ -147,6 +147,7 @@ def iter_setup(tmp_path: Path) -> Iterator[tuple[OriginServer, ProxyThread, Forw
         allow=["files.example", "*.test"],
         deny=["blocked.test"],
         allow_addresses=["127.0.0.1"],
+        connect_ports=[443, origin.port],
     )
     overrides = {
         "files.example": ["127.0.0.1"],

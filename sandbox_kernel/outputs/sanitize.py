@@ -193,7 +193,34 @@ def _fix_unicode(mime: str, value: str, notes: Notes) -> str:
     return value.encode("utf-8", "replace").decode("utf-8")
 
 
-def _clean_metadata(metadata: Any, kept: Mapping[str, Any], notes: Notes) -> dict[str, Any]:
+def _is_size(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+#: metadata keys frontends and nbconvert read as one type, wherever they are
+#: (top level or a MIME type's): nbconvert's templates write an image's
+#: ``width`` into its tag unquoted, so ``'1 onerror=alert(1)'`` was a script
+#: in every HTML export (an attack review)
+_TYPED_METADATA: dict[str, Callable[[Any], bool]] = {
+    "width": _is_size,
+    "height": _is_size,
+    "unconfined": lambda v: isinstance(v, bool),
+    "isolated": lambda v: isinstance(v, bool),
+    "expanded": lambda v: isinstance(v, bool),
+    "needs_background": lambda v: v in ("light", "dark"),
+}
+#: top-level metadata never kept: nbconvert's extracted files, whose names
+#: its templates use as an image's address
+_DROPPED_METADATA = frozenset({"filenames"})
+
+
+def _clean_metadata(
+    metadata: Any, kept: Mapping[str, Any], notes: Notes, *, clean: bool = True, private: bool = False
+) -> dict[str, Any]:
+    """The metadata of the MIME types kept, as JSON. ``clean`` (not trusted):
+    the keys frontends read as one type must be of it, an image's metadata
+    holds only those, and nbconvert's ``filenames`` goes; ``private``: every
+    string left is defanged, URLs included."""
     if metadata is None:
         return {}
     if not isinstance(metadata, Mapping):
@@ -214,8 +241,33 @@ def _clean_metadata(metadata: Any, kept: Mapping[str, Any], notes: Notes) -> dic
         if problem:
             notes.add(f"metadata {key!r} dropped ({problem})")
             continue
+        if clean:
+            if key in _DROPPED_METADATA:
+                notes.add(f"metadata {key!r} dropped (nbconvert takes it for the files of the outputs)")
+                continue
+            if not _typed(key, value, notes, key):
+                continue
+            if "/" in key:
+                value = {k: v for k, v in value.items() if _typed(k, v, notes, f"{key} {k}", image=key)}
+            if private:
+                value = defang_json(value, urls=True)
         out[key] = value
     return out
+
+
+def _typed(key: str, value: Any, notes: Notes, where: str, image: str = "") -> bool:
+    """Whether ``key`` may keep ``value``: a typed key of its type, and only
+    typed keys in an image's metadata."""
+    check = _TYPED_METADATA.get(key)
+    if check is None:
+        if image.startswith("image/"):
+            notes.add(f"metadata {where!r} dropped (an image's metadata holds only its size and background)")
+            return False
+        return True
+    if not check(value):
+        notes.add(f"metadata {where!r} dropped (not a {'size' if key in ('width', 'height') else 'known value'})")
+        return False
+    return True
 
 
 def _is_panic(exc: BaseException) -> bool:
@@ -278,4 +330,4 @@ def sanitize_bundle(
         notes.add("trusted outputs are still cleaned while the session holds private data")
     if not kept and notes.items:
         kept["text/plain"] = "[sandbox_kernel: output removed for safety: " + "; ".join(notes.items) + "]"
-    return SanitizedBundle(kept, _clean_metadata(metadata, kept, notes), notes.items)
+    return SanitizedBundle(kept, _clean_metadata(metadata, kept, notes, clean=clean, private=private), notes.items)

@@ -368,3 +368,42 @@ def test_a_folder_copy_goes_so_deep_and_refuses_deeper_trees_cleanly(tree: tuple
         copy_tree(str(root), str(source), str(destination))
     assert refused.value.status == 400 and str(source) in str(refused.value)
     assert not destination.exists()
+
+
+def test_a_file_emptied_behind_the_copy_and_filled_ahead_is_charged_what_it_writes(
+    tree: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The limit was charged once, from the blocks a file took when opened:
+    a writer punching holes behind the copy and writing as much ahead kept
+    the source at 1 MiB while the copy of its 32 MiB grew (an attack review,
+    with a thread racing the copy). Here the writer acts at each read."""
+    import ctypes
+
+    root, _ = tree
+    heavy = root / "folder" / "heavy"
+    heavy.mkdir()
+    window = 1 << 20
+    with open(heavy / "moving.bin", "wb") as f:
+        f.truncate(32 * window)
+        f.write(b"d" * window)
+    libc = ctypes.CDLL(None, use_errno=True)
+    writer = os.open(heavy / "moving.bin", os.O_WRONLY)
+    ahead = [window]
+    real_pread = os.pread
+
+    def pread(fd: int, length: int, offset: int) -> bytes:
+        data = real_pread(fd, length, offset)
+        if data and ahead[0] + len(data) <= 32 * window:
+            assert libc.fallocate(writer, 3, ctypes.c_long(offset), ctypes.c_long(len(data))) == 0  # punch, keep size
+            os.pwrite(writer, b"d" * len(data), ahead[0])
+            ahead[0] += len(data)
+        return data
+
+    monkeypatch.setattr(os, "pread", pread)
+    try:
+        with pytest.raises(TooLarge):
+            copy_tree(str(root), str(heavy), str(root / "folder" / "copy"), max_bytes=4 * window)
+    finally:
+        os.close(writer)
+    assert not (root / "folder" / "copy").exists()
+    assert (heavy / "moving.bin").stat().st_blocks * 512 <= 2 * window  # (the source stayed small)

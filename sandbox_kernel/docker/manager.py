@@ -276,6 +276,9 @@ class SandboxManager:
         self._records: dict[tuple[str, str], EnforcementRecord] = {}
         #: the level each private session's folders were recorded at
         self._recorded: dict[tuple[str, str], Sensitivity] = {}
+        #: sessions recorded at a new level whose held container has not waited
+        #: for the holders in their folders since (:meth:`_wait_for_holders`)
+        self._unwaited: set[tuple[str, str]] = set()
         _Registry.add(self)
 
     # ------------------------------------------------------------------ basics
@@ -385,7 +388,22 @@ class SandboxManager:
         if state.has_private_data:
             why = state.mark.reason if state.mark is not None and state.mark.reason else state.sensitivity.name
             self._record_folders(own, user_id, session_id, state.sensitivity, why)
+            self._note_level((user_id, session_id), state.sensitivity)
         return state.network_mode
+
+    def _note_level(self, key: tuple[str, str], level: Sensitivity) -> None:
+        """The session's folders are recorded at ``level``: its containers
+        report it while held without network (:meth:`_sync_record`), and the
+        next command waits for the holders in those folders."""
+        with self._lock:
+            if level <= self._recorded.get(key, Sensitivity.PUBLIC):
+                return
+            self._recorded[key] = level
+            self._unwaited.add(key)
+        try:  # a record kept without network reports the new level at once (else a raiser waits on it)
+            self._sync_record(key)
+        except OSError as exc:
+            log.error("could not report session %s of %s at %s: %s", key[1], key[0], level.name, exc)
 
     def _record_folders(
         self, own: WorkspaceLevels, user_id: str, session_id: str, level: Sensitivity, why: str
@@ -421,8 +439,7 @@ class SandboxManager:
         why = state.mark.reason if state.mark is not None and state.mark.reason else state.sensitivity.name
         own = levels_at(self._levels_store().parent / FOLDER_LEVELS)
         self._record_folders(own, user_id, session_id, state.sensitivity, why)
-        with self._lock:
-            self._recorded[(user_id, session_id)] = state.sensitivity
+        self._note_level((user_id, session_id), state.sensitivity)
 
     def _private_state(self, user_id: str, session_id: str) -> PrivacyState | None:
         """The session's own state if it is private, read from the store the
@@ -435,32 +452,38 @@ class SandboxManager:
         state = PrivacyStore(root).read(user_id, session_id)
         return state if state.has_private_data else None
 
-    def _wait_for_mount_holders(self, user_id: str, session_id: str) -> None:
-        """Before a private session's container starts with read-only mounts:
-        wait (at most ``HOLDERS_WAIT`` s) for the sandboxes working in those
-        folders to report their cut. They learn of the rise at their next
-        poll, and a socket one listens on there would take the rows meanwhile.
-        It starts after that all the same, logged: there is nothing to
-        withhold, as for a kernel's sandbox with read-only folders."""
-        mounts = self.read_only_sources()
-        state = self._private_state(user_id, session_id) if mounts else None
+    def _wait_for_holders(self, user_id: str, session_id: str) -> None:
+        """Before a private session's command runs in a container made or
+        first used since its folders were recorded: wait (at most
+        ``HOLDERS_WAIT`` s) for the sandboxes working in its workspace, around
+        it or in its read-only mounts to report their cut. They learn of the
+        rise at their next poll, and a socket one listens on in a mount, or a
+        file it reads in the workspace, would take the rows meanwhile. It runs
+        after that all the same, logged: there is nothing to withhold, as for
+        a kernel's sandbox with read-only folders."""
+        key = (user_id, session_id)
+        with self._lock:
+            self._unwaited.discard(key)
+        state = self._private_state(user_id, session_id)
+        level = max(
+            state.sensitivity if state is not None else Sensitivity.PUBLIC, self._recorded.get(key, Sensitivity.PUBLIC)
+        )
         root = self._enforcement_root()
-        if state is None or root is None:
+        if level == Sensitivity.PUBLIC or root is None:
             return
         from sandbox_kernel.privacy.enforcement import pending_holders
 
         workspace = str(self.workspace_root / user_id / session_id)
+        mounts = [str(mount) for mount in self.read_only_sources()]
         deadline = time.monotonic() + HOLDERS_WAIT
         while True:
-            pending = pending_holders(
-                root, user_id, session_id, state.sensitivity, workspaces=[workspace], reads=map(str, mounts)
-            )
+            pending = pending_holders(root, user_id, session_id, level, workspaces=[workspace], reads=mounts)
             if not pending or time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
         if pending:
             log.warning(
-                "sandboxes working in the read-only mounts of session %s of %s still had network after %g s: %s",
+                "sandboxes sharing the folders of session %s of %s still had network after %g s: %s",
                 session_id,
                 user_id,
                 HOLDERS_WAIT,
@@ -607,8 +630,23 @@ class SandboxManager:
                     )
                 record.report(Sensitivity.PUBLIC, True)
             elif record is not None:
+                level = self._recorded.get(key, Sensitivity.PUBLIC)
+                if level > Sensitivity.PUBLIC and self._holds(key):
+                    # A container held without network still reports the
+                    # session's level and names its folders: a raiser's wait
+                    # reads the workspace and mounts from it, and once it was
+                    # gone it stopped waiting for the sandboxes working in
+                    # them (a review: the rows reached one still with network).
+                    record.report(level, False)
+                    return
                 del self._records[key]
                 record.close()
+
+    def _holds(self, key: tuple[str, str]) -> bool:
+        """Whether this manager holds a container of ``key`` (with a network or not)."""
+        with self._lock:
+            held = [*self._sessions.values(), *self._ephemeral.values(), *self._uncut.values()]
+            return any(s.key == key for s in held)
 
     def _ensure_watcher(self) -> None:
         with self._lock:
@@ -677,7 +715,7 @@ class SandboxManager:
         policy_mounts, plan = apply_policy(workspace, self.config.working_dir, allowed_roots=[self.workspace_root])
         self._note_reached(writable_folders(policy_mounts, workspace), user_id, session_id)
         if mode is not NetworkMode.FULL:
-            self._wait_for_mount_holders(user_id, session_id)
+            self._wait_for_holders(user_id, session_id)
         kwargs = build_container_kwargs(
             self.config,
             network_mode=mode,
@@ -845,6 +883,8 @@ class SandboxManager:
             session = None
         elif session is not None and session.network_mode is not mode:
             session.network_mode = most_restrictive(session.network_mode, mode)
+        if session is not None and key in self._unwaited:
+            self._wait_for_holders(user_id, session_id)  # (a rise since its last command)
         if session is None:
             session = self._new_session(user_id, session_id, mode, ephemeral=False)
             with self._lock:

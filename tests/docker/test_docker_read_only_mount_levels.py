@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,9 @@ from kernel_helpers import iopub_until, iopub_until_idle, require_bwrap, shared_
 
 from sandbox_kernel.docker import SandboxManager, offline_config
 from sandbox_kernel.engine.ratchet import Ratchet
-from sandbox_kernel.privacy import PrivacyStore, PrivateData, Sensitivity
+from sandbox_kernel.privacy import NetworkMode, PrivacyStore, PrivateData, Sensitivity
+from sandbox_kernel.privacy.enforcement import EnforcementRecord, wait_enforced
+from sandbox_kernel.privacy.store import default_store
 from sandbox_kernel.tools import SessionRegistry, ToolsConfig, sandbox_execute
 
 LIST = "ls /sys/class/net"
@@ -366,6 +370,53 @@ def test_a_socket_in_a_private_standalone_managers_read_only_mount_reaches_no_ne
     finally:
         manager.close_all()
         inside.shutdown()
+
+
+def test_a_raisers_wait_covers_the_mounts_of_a_container_cut_since(
+    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any, test_limits: dict[str, Any]
+) -> None:
+    """A review of the fix above: a container held with network while public
+    was cut by the watcher, and its record, the only one naming the
+    session's mounts, went with the cut; a raiser's ``wait=True`` then
+    returned while a kernel working in the mount still had network (the rows
+    reached it). Now the record stays, reporting the level without network,
+    while the container is held; and its next command, after a rise without
+    a wait, starts only once that kernel reports its cut."""
+    team = _shared_folder(tmp_path)
+    manager = SandboxManager(
+        read_only_mounts={str(team): "/ref"},
+        config=offline_config(image=test_image, **test_limits),
+        workspace_root=tmp_path / "workspaces",
+        client=docker_client,
+        privacy_poll_interval=0.25,
+    )
+    # a public kernel working in the mount (its own store) that has not polled yet
+    kernel = EnforcementRecord(tmp_path / "kernel-store", "kernel-user", "nbK", workspace=team)
+    kernel.report(Sensitivity.PUBLIC, True)
+    try:
+        code, out = manager.execute_command("u", "s", LIST, persistent=True)
+        assert code == 0 and "eth0" in out, out
+        with pytest.raises(TimeoutError, match="nbK"):
+            PrivateData("u", "s").add_private_dataset("patients", "CONFIDENTIAL", wait=3)
+        held = manager.get_session("u", "s")
+        assert held is not None and held.network_mode is NetworkMode.NONE  # (the watcher cut it)
+        # a second rise, no wait: the next command waits for the kernel's cut
+        PrivateData("u", "s").add_private_dataset("payroll", "SECRET")
+        cut_at: list[float] = []
+
+        def cut_later() -> None:
+            time.sleep(1.0)
+            cut_at.append(time.time())
+            kernel.report(Sensitivity.SECRET, False)
+
+        threading.Thread(target=cut_later, daemon=True).start()
+        code, out = manager.execute_command("u", "s", f"date +%s.%N; {LIST}", persistent=True)
+        assert code == 0 and out.split()[-1:] == ["lo"], out
+        assert cut_at and float(out.split()[0]) >= cut_at[0], (out, cut_at)
+        wait_enforced(default_store().root, "u", "s", Sensitivity.SECRET, timeout=5)
+    finally:
+        kernel.close()
+        manager.close_all()
 
 
 def test_a_docker_kernel_mounting_a_private_datasets_source_has_no_network(tmp_path: Path, test_image: str) -> None:

@@ -334,6 +334,8 @@ def test_metadata_a_frontend_or_nbconvert_reads_is_of_its_type():
         assert r.metadata["image/png"] == {"height": 5} and "filenames" not in r.metadata, r.metadata
         assert "isolated" not in r.metadata and r.metadata["application/json"]["expanded"] is True
         assert ("https://attacker.example" in json.dumps(r.metadata)) is not private
+    huge = sanitize_bundle({"text/plain": "x"}, {"width": 10**400, "height": float("inf")})  # (no OverflowError)
+    assert huge.data == {"text/plain": "x"} and huge.metadata == {}
     kept = {"image/png": {"width": 640.5, "height": 480, "unconfined": True}, "needs_background": "light"}
     assert sanitize_bundle({"image/png": PNG_1PX}, kept).metadata == kept  # what IPython and matplotlib send
     assert sanitize_bundle(data, meta, trusted=True).metadata == meta  # (the user's choice)

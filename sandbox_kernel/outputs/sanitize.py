@@ -194,7 +194,11 @@ def _fix_unicode(mime: str, value: str, notes: Notes) -> str:
 
 
 def _is_size(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):  # (10**400 is an int JSON allows, and no float)
+        return 0 <= value <= 2**53
+    return isinstance(value, float) and math.isfinite(value) and value >= 0
 
 
 #: metadata keys frontends and nbconvert read as one type, wherever they are
@@ -330,4 +334,9 @@ def sanitize_bundle(
         notes.add("trusted outputs are still cleaned while the session holds private data")
     if not kept and notes.items:
         kept["text/plain"] = "[sandbox_kernel: output removed for safety: " + "; ".join(notes.items) + "]"
-    return SanitizedBundle(kept, _clean_metadata(metadata, kept, notes, clean=clean, private=private), notes.items)
+    try:
+        cleaned_metadata = _clean_metadata(metadata, kept, notes, clean=clean, private=private)
+    except Exception as exc:  # a cleaner bug must not drop the output (nor take the kernel down)
+        notes.add(f"metadata dropped (it could not be cleaned: {type(exc).__name__})")
+        cleaned_metadata = {}
+    return SanitizedBundle(kept, cleaned_metadata, notes.items)

@@ -17,6 +17,16 @@ from typing import Any
 import pytest
 
 from sandbox_kernel.outputs import OutputLimiter, SanitizedBundle, sanitize_bundle
+from sandbox_kernel.outputs._scoped_css import OPENING_TAG
+
+
+def _inner(markdown: str) -> str:
+    """A cleaned markdown output without the element it is contained in."""
+    if markdown.startswith(OPENING_TAG):
+        assert markdown.endswith("\n\n</div>"), markdown
+        return markdown[len(OPENING_TAG) + 2 : -len("\n\n</div>")]
+    return markdown
+
 
 PNG_1PX = base64.b64encode(
     bytes.fromhex(
@@ -468,7 +478,7 @@ def render_markdown(md: str) -> str:
 def test_markdown_keeps_syntax_while_script_inside_is_gone():
     md = "# Title\n\nSome *text*, a [link](https://x) and `a < b`.\n\n<script>alert(1)</script>\n\n> quote\n"
     r = sanitize_bundle({"text/markdown": md})
-    out = r.data["text/markdown"]
+    out = _inner(r.data["text/markdown"])
     assert out.startswith("# Title\n")
     assert "[link](https://x)" in out and "*text*" in out and "`a < b`" in out and "> quote" in out
     assert "<script" not in out and "alert(1)" not in out
@@ -715,7 +725,9 @@ def test_private_markdown_external_images_removed_data_images_kept():
     # once private a click must not send anything out: the link's target goes, its text stays
     assert 'href="https://example.org"' not in rendered and "a normal link" in rendered
     # not private: markdown images stay as they are
-    assert sanitize_bundle({"text/markdown": md}).data["text/markdown"].startswith("![a](http://evil.example/y.png)")
+    assert _inner(sanitize_bundle({"text/markdown": md}).data["text/markdown"]).startswith(
+        "![a](http://evil.example/y.png)"
+    )
 
 
 def test_private_mathjax_style_and_require_disarmed():

@@ -17,6 +17,7 @@ import pytest
 import tinycss2
 
 from sandbox_kernel.outputs import sanitize_bundle
+from sandbox_kernel.outputs._scoped_css import OPENING_TAG
 
 SPOOF = (
     ".sk-status-label{font-size:0!important}"
@@ -47,7 +48,7 @@ def _top_level(css: str) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("private", [False, True])
 def test_a_style_sheet_is_limited_to_its_output(mime: str, private: bool) -> None:
     out = sanitize_bundle({mime: f"<style>{SPOOF}</style>\n\n<p>Loaded 3 rows.</p>"}, private=private).data[mime]
-    assert out.startswith('<div class="sk-output">') and out.rstrip().endswith("</div>"), out
+    assert out.startswith(OPENING_TAG) and out.rstrip().endswith("</div>"), out
     assert _top_level(_style_of(out)) == [("at-rule", "scope")], out
 
 
@@ -121,10 +122,20 @@ def test_a_style_sheet_beginning_a_markdown_line_is_kept_scoped(before: str) -> 
     """At a line's start ``<style>`` begins an HTML block, passed on as it is."""
     result = sanitize_bundle({"text/markdown": f"{before}<style>.x{{color:red}}</style>\n\ntext"})
     out = result.data["text/markdown"]
-    assert "@scope (.sk-output) {.x{color:red}}" in out and out.startswith('<div class="sk-output">'), out
+    assert "@scope (.sk-output) {.x{color:red}}" in out and out.startswith(OPENING_TAG), out
 
 
-def test_outputs_without_a_style_sheet_are_not_wrapped() -> None:
-    for mime in ("text/html", "text/markdown"):
-        out = sanitize_bundle({mime: '<p style="color:red">x</p>'}).data[mime]
-        assert "sk-output" not in out, out
+def test_every_output_that_could_move_what_it_draws_is_contained() -> None:
+    """Its element contains its paint (see OPENING_TAG): an output's
+    ``position:fixed`` banner drew over other cells (a review). HTML always;
+    markdown with HTML or a math command (``\\style``); plain markdown draws
+    nothing it could move, and is left as it is."""
+    for mime, text in [
+        ("text/html", "<b>x</b>"),
+        ("text/html", '<p style="position:fixed;top:0">Network: off</p>'),
+        ("text/markdown", '<p style="color:red">x</p>'),
+        ("text/markdown", "$\\style{margin-top:-500px}{x}$"),
+    ]:
+        out = sanitize_bundle({mime: text}).data[mime]
+        assert out.startswith(OPENING_TAG) and out.count(OPENING_TAG) == 1, out
+    assert sanitize_bundle({"text/markdown": "# A *title*"}).data["text/markdown"] == "# A *title*"

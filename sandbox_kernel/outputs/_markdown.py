@@ -33,7 +33,7 @@ from ._policy import (
     make_attribute_filter,
     normalise_url,
 )
-from ._scoped_css import SCOPE_CLASS, scope_style_sheet, structure_holds
+from ._scoped_css import contained, scope_style_sheet, structure_holds
 from .links import defang_markdown
 
 WHERE = "text/markdown"
@@ -701,4 +701,4 @@ def clean_markdown(text: str, *, private: bool, notes: Notes) -> str:
     out = clean_tex(out, private=private, notes=notes, where=WHERE)
     # the element its style sheets are limited to (_scoped_css), each line an
     # HTML block of its own: the markdown between stays markdown
-    return f'<div class="{SCOPE_CLASS}">\n\n{out}\n\n</div>' if cleaner.styled else out
+    return contained(out, markdown=True) if cleaner.styled else out

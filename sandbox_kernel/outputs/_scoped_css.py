@@ -142,6 +142,29 @@ def _stray_brace(node: Any) -> bool:
     return False
 
 
+#: the output's element: its style sheets are limited to it (``@scope``), and
+#: nothing of it is drawn outside it. JupyterLab shows a kernel's output as
+#: trusted, without its own sanitiser (which allows no ``position: fixed``),
+#: and a cell's ``position:fixed`` banner, a negative margin, a transform or a
+#: Lab class such as ``lm-Menu`` drew over other cells: "Network: off ·
+#: session private" over the notebook, clicks meant for other cells caught (an
+#: attack review, in Lab and Notebook 7). Paint containment makes it the
+#: containing block of every positioned element inside and clips what is
+#: drawn to it; it scrolls what is wider. Inline and ``!important``: a style
+#: sheet of the output's own (``:scope``, ``@layer``) cannot undo it.
+OPENING_TAG = f'<div class="{SCOPE_CLASS}" style="contain:paint!important;overflow:auto!important">'
+
+
 def wrapped(html: str) -> str:
     """``html`` inside the element its scoped style sheets are limited to."""
-    return f'<div class="{SCOPE_CLASS}">{html}</div>'
+    return f"{OPENING_TAG}{html}</div>"
+
+
+def contained(out: str, *, markdown: bool = False) -> str:
+    """A cleaned HTML or markdown output in that element (once). Markdown
+    with no HTML and no math command draws nothing it could move, and stays
+    as it is; else its opening and closing tags are HTML blocks of their own
+    lines, so the markdown between stays markdown."""
+    if out.startswith(OPENING_TAG) or (markdown and "<" not in out and "\\" not in out):
+        return out
+    return f"{OPENING_TAG}\n\n{out}\n\n</div>" if markdown else wrapped(out)

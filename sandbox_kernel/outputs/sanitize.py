@@ -24,6 +24,7 @@ from typing import Any
 from ._html import clean_html
 from ._markdown import clean_markdown
 from ._policy import Notes, clean_tex
+from ._scoped_css import contained
 from ._svg import SvgRejected, clean_svg
 from .links import defang_json, defang_text
 
@@ -162,7 +163,7 @@ def _clean_one(mime: str, value: Any, *, private: bool, notes: Notes) -> Any | N
         if value.strip() and not cleaned.strip():
             notes.add(f"{mime} output dropped (nothing safe was left)")
             return None
-        return cleaned
+        return contained(cleaned, markdown=mime == "text/markdown")
     if mime == "text/latex":
         tex = clean_tex(value, private=private, notes=notes, where=mime)
         return defang_text(tex) if private else tex  # \url{...} and URLs in text

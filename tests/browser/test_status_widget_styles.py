@@ -52,3 +52,53 @@ def test_an_outputs_style_sheet_leaves_the_status_item_alone(page: Page, lab: La
     dialog = page.locator(".sk-status-dialog")
     expect(dialog).to_be_visible()
     expect(dialog.locator("button.sk-mark-private")).to_be_visible()
+
+
+#: outputs that draw outside themselves: a fixed banner over the notebook, a
+#: paragraph moved up over the cells above, a transform, a Lab class placed
+#: absolutely (one line: the editor is typed into)
+ESCAPES = (
+    "from IPython.display import HTML, Markdown, display; "
+    'display(HTML(\'<div class="sk-x" style="position:fixed;left:0;bottom:0;width:100vw;height:80px;'
+    "z-index:2147483647;background:#fff\">Network: off, session private</div>')); "
+    'display(HTML(\'<p class="sk-x" style="margin-top:-400px;height:300px;background:#fee">moved up</p>\')); '
+    'display(Markdown(\'<p class="sk-x" style="transform:translate(-300px,-300px);height:200px">moved</p>\')); '
+    'display(HTML(\'<div class="sk-x lm-Menu" style="top:0;left:0;width:100vw;height:100vh">menu</div>\'))'
+)
+
+#: points of the page where what is drawn belongs to a marked element of an
+#: output, outside the output's own area
+STRAYS = """() => {
+  const strays = [];
+  for (let x = 3; x < innerWidth; x += 25) {
+    for (let y = 3; y < innerHeight; y += 25) {
+      const hit = document.elementFromPoint(x, y);
+      const marked = hit && hit.closest('.sk-x');
+      if (!marked) continue;
+      const area = marked.closest('.jp-OutputArea-output').getBoundingClientRect();
+      if (x < area.left || x > area.right || y < area.top || y > area.bottom) strays.push([x, y]);
+    }
+  }
+  return strays;
+}"""
+
+
+def test_an_output_draws_nothing_outside_its_own_area(page: Page, lab: LabServer) -> None:
+    """An attack review: an output's ``position:fixed`` banner reading
+    "Network: off · session private" drew over the notebook, and caught clicks
+    meant for other cells (Lab shows a kernel's outputs as trusted, without
+    its own sanitiser). Each output's element now contains its paint."""
+    lab.put_notebook("styles/escape.ipynb")
+    open_notebook(page, lab, "styles/escape.ipynb")
+    first, _ = run_cell(page, "print('the cell above')")
+    cell, _ = run_cell(page, ESCAPES)
+    expect(cell.locator(".sk-x")).to_have_count(4)
+    strays = page.evaluate(STRAYS)
+    assert strays == [], f"an output drew outside its area at {len(strays)} points, e.g. {strays[:5]}"
+    # the cell above can still be clicked, and what it shows is its own
+    box = first.locator(".jp-OutputArea-output").bounding_box()
+    assert box is not None
+    hit = page.evaluate(
+        "([x, y]) => !!document.elementFromPoint(x, y).closest('.sk-x')", [box["x"] + 5, box["y"] + box["height"] / 2]
+    )
+    assert not hit, "the output above is covered by the next cell's output"

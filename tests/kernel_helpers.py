@@ -9,7 +9,6 @@ import queue
 import shutil
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -242,20 +241,20 @@ def stock_kernel(cwd: Path) -> Iterator[BlockingKernelClient]:
     """A client of stock ipykernel (``python3``) started in ``cwd``, for the
     side-by-side tests: what a cell gives there is what it must give here.
 
-    Its temporary files go to a folder of the test's own: the kernel is
-    killed at the end, so IPython's exit hook never removes what ``%edit``
-    made, and each run left an ``ipython_edit_*`` folder in the host's /tmp."""
+    It is asked to shut down, not killed: IPython's exit hook removes what
+    ``%edit`` made, and each killed kernel left an ``ipython_edit_*`` folder
+    in the host's /tmp. (Its temporary folder stays /tmp: tracebacks show
+    the paths of both kernels' cells alike.)"""
     manager = KernelManager(kernel_name="python3")
-    with tempfile.TemporaryDirectory(prefix="stock-kernel-") as tmp:
-        manager.start_kernel(cwd=str(cwd), env={**os.environ, "TMPDIR": tmp})
-        client = manager.client()
-        client.start_channels()
-        try:
-            client.wait_for_ready(timeout=60)
-            yield client
-        finally:
-            client.stop_channels()
-            manager.shutdown_kernel(now=True)
+    manager.start_kernel(cwd=str(cwd))
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        yield client
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=False)
 
 
 @contextmanager

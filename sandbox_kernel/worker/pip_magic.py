@@ -53,7 +53,10 @@ def network_problem(args: list[str]) -> str | None:
     url, target = urlsplit(index), urlsplit(proxy)
     host = url.hostname or ""
     port = url.port or (443 if url.scheme == "https" else 80)
-    probe = f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode()
+    if url.scheme == "https":  # pip opens a tunnel
+        probe = f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode()
+    else:  # pip sends each request through the proxy, which the origin answers
+        probe = f"HEAD {index} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode()
     try:
         with socket.create_connection((target.hostname or "127.0.0.1", target.port or 80), timeout=10) as sock:
             sock.sendall(probe)
@@ -61,11 +64,11 @@ def network_problem(args: list[str]) -> str | None:
     except OSError as exc:
         return f"the egress proxy does not answer ({exc})"
     status = head.split(" ", 2)[1] if head.count(" ") >= 2 else ""
-    if status == "200":
-        return None
     for line in head.split("\r\n"):
-        if line.lower().startswith("x-sandbox-egress-rule:"):
+        if line.lower().startswith("x-sandbox-egress-rule:"):  # (only the proxy's own answers say one)
             return f"{host} is refused by the egress proxy: {line.split(':', 1)[1].strip()}"
+    if status == "200" or (status and url.scheme != "https"):
+        return None
     return f"{host} cannot be reached through the egress proxy (HTTP {status or '?'})"
 
 

@@ -135,6 +135,7 @@ def test_every_output_that_could_move_what_it_draws_is_contained() -> None:
         ("text/html", '<p style="position:fixed;top:0">Network: off</p>'),
         ("text/markdown", '<p style="color:red">x</p>'),
         ("text/markdown", "$\\style{margin-top:-500px}{x}$"),
+        ("text/markdown", "```mermaid\nflowchart TD\n  A --> B\n  style A margin-top:-500px\n```"),
     ]:
         out = sanitize_bundle({mime: text}).data[mime]
         assert out.startswith(OPENING_TAG) and out.count(OPENING_TAG) == 1, out

@@ -162,9 +162,12 @@ def wrapped(html: str) -> str:
 
 def contained(out: str, *, markdown: bool = False) -> str:
     """A cleaned HTML or markdown output in that element (once). Markdown
-    with no HTML and no math command draws nothing it could move, and stays
-    as it is; else its opening and closing tags are HTML blocks of their own
-    lines, so the markdown between stays markdown."""
-    if out.startswith(OPENING_TAG) or (markdown and "<" not in out and "\\" not in out):
+    with no HTML, no math command and no diagram (Lab draws a ``mermaid``
+    fence, with its own styles) draws nothing it could move, and stays as it
+    is; else its opening and closing tags are HTML blocks of their own lines,
+    so the markdown between stays markdown."""
+    if out.startswith(OPENING_TAG) or (
+        markdown and "<" not in out and "\\" not in out and "mermaid" not in out.lower()
+    ):
         return out
     return f"{OPENING_TAG}\n\n{out}\n\n</div>" if markdown else wrapped(out)

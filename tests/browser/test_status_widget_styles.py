@@ -102,3 +102,29 @@ def test_an_output_draws_nothing_outside_its_own_area(page: Page, lab: LabServer
         "([x, y]) => !!document.elementFromPoint(x, y).closest('.sk-x')", [box["x"] + 5, box["y"] + box["height"] / 2]
     )
     assert not hit, "the output above is covered by the next cell's output"
+
+
+#: a widget's HTML value with a fixed banner (the widget manager renders it:
+#: no output HTML the kernel could contain; the Lab extension contains it). MathJax's own filter drops ``\\style``'s position
+#: and ``\\class`` in Lab: a text/latex output stays in place (seen here).
+WIDGET = (
+    "import ipywidgets as w; from IPython.display import Latex, display; "
+    "display(w.HTML('<div class=\"sk-x\" style=\"position:fixed;left:0;bottom:0;width:100vw;height:80px;"
+    "z-index:99999;background:#fff\">Network: off, session private</div>')); "
+    "display(Latex(r'$\\class{sk-x}{\\style{position:fixed;left:0;top:0;font-size:80px}{\\text{Network off}}}$'))"
+)
+
+
+def test_a_widget_draws_nothing_outside_its_own_area(page: Page, lab: LabServer) -> None:
+    lab.put_notebook("styles/escape-widget.ipynb")
+    open_notebook(page, lab, "styles/escape-widget.ipynb")
+    run_cell(page, "print('the cell above')")
+    cell, _ = run_cell(page, WIDGET)
+    expect(cell.locator(".sk-x")).to_have_count(1, timeout=30_000)
+    expect(cell.locator("mjx-container")).to_have_count(1, timeout=30_000)
+    math = cell.locator("mjx-container").evaluate("e => e.innerHTML")
+    assert "fixed" not in math and "sk-x" not in math, math
+    strays = page.evaluate(STRAYS)
+    assert strays == [], f"an output drew outside its area at {len(strays)} points, e.g. {strays[:5]}"
+    page.add_style_tag(content=".jp-OutputArea-output { contain: none !important; }")  # (the control)
+    assert page.evaluate(STRAYS), "without the extension's containment the widget stays in place: no control"

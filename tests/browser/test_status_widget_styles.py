@@ -109,7 +109,7 @@ def test_an_output_draws_nothing_outside_its_own_area(page: Page, lab: LabServer
 #: and ``\\class`` in Lab: a text/latex output stays in place (seen here).
 WIDGET = (
     "import ipywidgets as w; from IPython.display import Latex, display; "
-    "display(w.HTML('<div class=\"sk-x\" style=\"position:fixed;left:0;bottom:0;width:100vw;height:80px;"
+    'display(w.HTML(\'<div class="sk-x" style="position:fixed;left:0;bottom:0;width:100vw;height:80px;'
     "z-index:99999;background:#fff\">Network: off, session private</div>')); "
     "display(Latex(r'$\\class{sk-x}{\\style{position:fixed;left:0;top:0;font-size:80px}{\\text{Network off}}}$'))"
 )

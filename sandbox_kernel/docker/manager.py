@@ -400,7 +400,7 @@ class SandboxManager:
                 return
             self._recorded[key] = level
             self._unwaited.add(key)
-        try:  # a record kept without network reports the new level at once (else a raiser waits on it)
+        try:  # (a record of a container already without network is kept from now on)
             self._sync_record(key)
         except OSError as exc:
             log.error("could not report session %s of %s at %s: %s", key[1], key[0], level.name, exc)
@@ -630,14 +630,15 @@ class SandboxManager:
                     )
                 record.report(Sensitivity.PUBLIC, True)
             elif record is not None:
-                level = self._recorded.get(key, Sensitivity.PUBLIC)
-                if level > Sensitivity.PUBLIC and self._holds(key):
-                    # A container held without network still reports the
-                    # session's level and names its folders: a raiser's wait
-                    # reads the workspace and mounts from it, and once it was
-                    # gone it stopped waiting for the sandboxes working in
-                    # them (a review: the rows reached one still with network).
-                    record.report(level, False)
+                if self._recorded.get(key, Sensitivity.PUBLIC) > Sensitivity.PUBLIC and self._holds(key):
+                    # A container held without network still names the
+                    # session's folders: a raiser's wait reads the workspace
+                    # and mounts from it, and once it was gone it stopped
+                    # waiting for the sandboxes working in them (a review:
+                    # the rows reached one still with network). Without
+                    # network it enforces every level: a later rise (the
+                    # watcher has stopped) must not wait on it.
+                    record.report(Sensitivity.SECRET, False)
                     return
                 del self._records[key]
                 record.close()

@@ -419,6 +419,26 @@ def test_a_raisers_wait_covers_the_mounts_of_a_container_cut_since(
         manager.close_all()
 
 
+def test_a_later_rise_does_not_wait_on_a_container_already_without_network(
+    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any, test_limits: dict[str, Any]
+) -> None:
+    """The record a held container keeps once cut says no network at every
+    level: a higher rise later, once the watcher has stopped, returns at once
+    (it said the level of the first rise, and the second one timed out)."""
+    manager = _standalone(tmp_path, test_image, docker_client, test_limits)
+    manager.privacy_poll_interval = 0.25
+    try:
+        code, out = manager.execute_command("u", "s", LIST, persistent=True)
+        assert code == 0 and "eth0" in out, out
+        PrivateData("u", "s").add_private_dataset("patients", "CONFIDENTIAL", wait=10)
+        held = manager.get_session("u", "s")
+        assert held is not None and held.network_mode is NetworkMode.NONE
+        PrivateData("u", "s").add_private_dataset("payroll", "SECRET", wait=5)  # (no TimeoutError)
+        assert manager.execute_command("u", "s", LIST, persistent=True)[1].split() == ["lo"]
+    finally:
+        manager.close_all()
+
+
 def test_a_docker_kernel_mounting_a_private_datasets_source_has_no_network(tmp_path: Path, test_image: str) -> None:
     """A private dataset's source inside a Docker kernel's read-only mount is
     hidden there, and since a host program replacing the file would un-hide

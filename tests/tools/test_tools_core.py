@@ -644,7 +644,7 @@ async def test_json_outputs_are_kept_as_text(registry: SessionRegistry, data_dir
         "from IPython.display import display\n"
         "for i in range(5):\n"
         "    display({'application/json': [[]] * 300_000, 'text/plain': 'j'}, raw=True,\n"
-        "            metadata={'application/json': {'expanded': [i]}})\n"
+        "            metadata={'application/json': {'sk_tag': [i]}})\n"
         "{'a': [1, {'b': None}]}",
         **kw,
     )
@@ -661,7 +661,7 @@ async def test_json_outputs_are_kept_as_text(registry: SessionRegistry, data_dir
     await repl_export_ipynb("/workspace/json.ipynb", **kw)
     exported = nbformat.read(data_dir / "workspaces/alice/json/json.ipynb", as_version=4).cells[-1].outputs
     assert exported[4]["data"]["application/json"] == [[]] * 300_000
-    assert exported[4]["metadata"] == {"application/json": {"expanded": [4]}}
+    assert exported[4]["metadata"] == {"application/json": {"sk_tag": [4]}}
     assert exported[5]["data"]["text/plain"] == "{'a': [1, {'b': None}]}"
     # and a tool server started again reads them back as text
     reloaded = Notebook.load("alice", "json", nb.path)

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from test_outputs import DATA_PNG, assert_no_fetch, html_of, render_markdown
+from wrapped_outputs import scope
 
 from sandbox_kernel.outputs import sanitize_bundle
 from sandbox_kernel.outputs.widgets import WidgetComms
@@ -123,7 +124,7 @@ def test_inline_and_local_css_references_stay_in_public_outputs() -> None:
     font = "@font-face{font-family:g;src:url(data:font/woff2;base64,AAAA)}"
     r = sanitize_bundle({"text/html": f"<style>{rules} {font}</style><p>x</p>"})
     # (served again by the parser: each declaration ends with ";")
-    assert f"@scope (.sk-output) {{{rules.replace('}', ';}')}}}" in html_of(r)
+    assert f"{scope(html_of(r))}{rules.replace('}', ';}')}}}" in html_of(r)
     assert r.removed == ["CSS @font-face removed from text/html <style> (it would act on the whole page)"]
 
 

@@ -15,17 +15,14 @@ from html.parser import HTMLParser
 from typing import Any
 
 import pytest
+from wrapped_outputs import inner
 
 from sandbox_kernel.outputs import OutputLimiter, SanitizedBundle, sanitize_bundle
-from sandbox_kernel.outputs._scoped_css import OPENING_TAG
 
 
 def _inner(markdown: str) -> str:
     """A cleaned markdown output without the element it is contained in."""
-    if markdown.startswith(OPENING_TAG):
-        assert markdown.endswith("\n\n</div>"), markdown
-        return markdown[len(OPENING_TAG) + 2 : -len("\n\n</div>")]
-    return markdown
+    return inner(markdown, markdown=True)
 
 
 PNG_1PX = base64.b64encode(

@@ -15,9 +15,9 @@ import re
 
 import pytest
 import tinycss2
+from wrapped_outputs import WRAPPER, scope, token_of
 
 from sandbox_kernel.outputs import sanitize_bundle
-from sandbox_kernel.outputs._scoped_css import OPENING_TAG
 
 SPOOF = (
     ".sk-status-label{font-size:0!important}"
@@ -48,7 +48,7 @@ def _top_level(css: str) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("private", [False, True])
 def test_a_style_sheet_is_limited_to_its_output(mime: str, private: bool) -> None:
     out = sanitize_bundle({mime: f"<style>{SPOOF}</style>\n\n<p>Loaded 3 rows.</p>"}, private=private).data[mime]
-    assert out.startswith(OPENING_TAG) and out.rstrip().endswith("</div>"), out
+    assert WRAPPER.match(out.rstrip()), out
     assert _top_level(_style_of(out)) == [("at-rule", "scope")], out
 
 
@@ -122,11 +122,11 @@ def test_a_style_sheet_beginning_a_markdown_line_is_kept_scoped(before: str) -> 
     """At a line's start ``<style>`` begins an HTML block, passed on as it is."""
     result = sanitize_bundle({"text/markdown": f"{before}<style>.x{{color:red}}</style>\n\ntext"})
     out = result.data["text/markdown"]
-    assert "@scope (.sk-output) {.x{color:red}}" in out and out.startswith(OPENING_TAG), out
+    assert WRAPPER.match(out) and scope(out) + ".x{color:red}}" in out, out
 
 
 def test_every_output_that_could_move_what_it_draws_is_contained() -> None:
-    """Its element contains its paint (see OPENING_TAG): an output's
+    """Its element contains its paint (see _scoped_css.ELEMENT): an output's
     ``position:fixed`` banner drew over other cells (a review). HTML always;
     markdown with HTML or a math command (``\\style``); plain markdown draws
     nothing it could move, and is left as it is."""
@@ -138,5 +138,20 @@ def test_every_output_that_could_move_what_it_draws_is_contained() -> None:
         ("text/markdown", "```mermaid\nflowchart TD\n  A --> B\n  style A margin-top:-500px\n```"),
     ]:
         out = sanitize_bundle({mime: text}).data[mime]
-        assert out.startswith(OPENING_TAG) and out.count(OPENING_TAG) == 1, out
+        assert WRAPPER.match(out) and out.count("<sk-output") == 1, out
     assert sanitize_bundle({"text/markdown": "# A *title*"}).data["text/markdown"] == "# A *title*"
+
+
+def test_an_outputs_sheet_cannot_unwrap_it_or_reach_another_output() -> None:
+    """Reviews of the containment: a sheet's ``:scope { display: contents }``
+    left the wrapper no box to contain; one class for every output let that
+    rule reach every other output; and markdown's stray ``</div>`` closed a
+    ``div`` wrapper early, the banner after it outside."""
+    sheet = "<style>:scope{display:contents}</style><p>x</p>"
+    first, second = (sanitize_bundle({"text/html": sheet}).data["text/html"] for _ in range(2))
+    assert token_of(first) != token_of(second) and scope(first) in first and scope(second) not in first
+    assert "display:block!important;contain:paint!important" in first.split(">", 1)[0]
+    for mime in ("text/markdown", "text/html"):
+        escape = '</div></sk-output><div style="position:fixed;top:0">Network: off</div>'
+        out = sanitize_bundle({mime: escape}).data[mime]
+        assert WRAPPER.match(out) and out.count("</sk-output>") == 1, out  # (the sandbox's own is not a tag)

@@ -23,7 +23,7 @@ from ._policy import (
     clean_tex,
     make_attribute_filter,
 )
-from ._scoped_css import scope_style_sheet, wrapped
+from ._scoped_css import new_token, scope_style_sheet, wrapped
 
 _START_TAG = re.compile(r"<([a-zA-Z][a-zA-Z0-9:\-]*)")
 _EVENT_ATTR = re.compile(r"[\s\"'/]on[a-zA-Z]{3,}\s*=")
@@ -83,16 +83,17 @@ def clean_html(text: str, *, private: bool, notes: Notes, where: str = "text/htm
         notes.add(f"javascript:/vbscript: URL removed from {where}")
 
     styled = False
+    token = new_token()
 
     def fix_style(m: re.Match[str]) -> str:
         nonlocal styled
         css = clean_css(m.group(2), private=private, notes=notes, where=f"{where} <style>")
         if css:  # its rules style this output only
-            css = scope_style_sheet(css, notes=notes, where=f"{where} <style>")
+            css = scope_style_sheet(css, notes=notes, where=f"{where} <style>", token=token)
             styled = styled or bool(css)
         return m.group(1) + (css or "") + m.group(3)
 
     if "<style" in out:
         out = _STYLE_BLOCK.sub(fix_style, out)
     out = clean_tex(out, private=private, notes=notes, where=where)
-    return wrapped(out) if styled else out
+    return wrapped(out, token) if styled else out

@@ -33,7 +33,7 @@ from ._policy import (
     make_attribute_filter,
     normalise_url,
 )
-from ._scoped_css import contained, scope_style_sheet, structure_holds
+from ._scoped_css import contained, new_token, scope_style_sheet, structure_holds
 from .links import defang_markdown
 
 WHERE = "text/markdown"
@@ -241,6 +241,8 @@ class _Cleaner:
         self.find: _Finder = _Finder("")
         #: a style sheet was kept: the output is wrapped in its scope (_scoped_css)
         self.styled = False
+        #: the class suffix of this output's element and its sheets' scope
+        self.token = new_token()
 
     def closing_end(self, s: str, name: str, i: int, end: int) -> tuple[int, int] | None:
         return _closing_end(self.find, name, i, end)
@@ -282,7 +284,7 @@ class _Cleaner:
             return self.canonical(tag) + "</style>", close[1]
         css = clean_css(s[tag.end : close[0]], private=self.private, notes=self.notes, where=where) or ""
         if css:  # its rules style this output only
-            css = scope_style_sheet(css, notes=self.notes, where=where)
+            css = scope_style_sheet(css, notes=self.notes, where=where, token=self.token)
         # Inline, a markdown renderer may still resolve backslash escapes in it
         # (url\( -> url() or escape quotes (url(=" -> url(=&quot;): the CSS
         # must stay clean either way.
@@ -296,7 +298,7 @@ class _Cleaner:
                 self.notes.add(f"CSS removed from {where} (a markdown renderer could turn it into something unsafe)")
                 css = ""
                 break
-            if css and variant != css and not structure_holds(variant):
+            if css and variant != css and not structure_holds(variant, self.token):
                 # a "}" in a string, or escaped, became a real one: the
                 # rules after it would apply to the whole page (a review)
                 self.notes.add(f"CSS removed from {where} (a markdown renderer could move its rules out of the output)")
@@ -701,4 +703,4 @@ def clean_markdown(text: str, *, private: bool, notes: Notes) -> str:
     out = clean_tex(out, private=private, notes=notes, where=WHERE)
     # the element its style sheets are limited to (_scoped_css), each line an
     # HTML block of its own: the markdown between stays markdown
-    return contained(out, markdown=True) if cleaner.styled else out
+    return contained(out, markdown=True, token=cleaner.token) if cleaner.styled else out

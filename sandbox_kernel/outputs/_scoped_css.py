@@ -10,8 +10,10 @@ guarded and the plain Lab). The cleaners only removed what fetches or runs.
 
 So every style sheet kept in an HTML or markdown output is parsed (tinycss2,
 the CSS Syntax parser bleach and nbconvert use) and served again inside
-``@scope (.sk-output) { ... }``, and the output is wrapped in
-``<div class="sk-output">``: a rule can only style elements inside an output.
+``@scope (.sk-output-<token>) { ... }``, and the output is wrapped in an
+element of that class: a rule can only style elements inside its own output.
+The token is random for each output: with one class for all, one output's
+``:scope`` rule restyled every other (a review).
 The serialisation is the parser's own, so no brace of the sandbox's text can
 close the scope early. At-rules that act on the whole page are dropped: a
 ``@font-face`` can give a family the page uses other glyphs (a spoof of any
@@ -25,6 +27,7 @@ nothing else.
 from __future__ import annotations
 
 import re
+import secrets
 from typing import Any
 
 import tinycss2
@@ -38,21 +41,30 @@ SCOPE_CLASS = "sk-output"
 #: ``@property``, ``@font-face``, ``@keyframes`` and ``@counter-style`` to the
 #: whole page (a review of the first version)
 _KEPT = {"media", "supports", "container", "layer", "starting-style"}
-_OPENING = f"@scope (.{SCOPE_CLASS}) {{"
 
 
-def scope_style_sheet(css: str, *, notes: Notes, where: str) -> str:
-    """``css`` (already cleaned) with its rules limited to ``.sk-output``;
-    "" when that cannot be made sure of."""
+def new_token() -> str:
+    """The class suffix of one output's element (and of its sheets' scope)."""
+    return secrets.token_hex(6)
+
+
+def _opening(token: str) -> str:
+    return f"@scope (.{SCOPE_CLASS}-{token}) {{"
+
+
+def scope_style_sheet(css: str, *, notes: Notes, where: str, token: str) -> str:
+    """``css`` (already cleaned) with its rules limited to the output whose
+    element has the class ``sk-output-<token>``; "" when that cannot be made
+    sure of."""
     if _plainly_nested(css):
-        return f"{_OPENING}{css}}}"
+        return f"{_opening(token)}{css}}}"
     dropped: set[str] = set()
     body = _rules(tinycss2.parse_stylesheet(css, skip_comments=True, skip_whitespace=True), dropped)
     for what in sorted(dropped):
         notes.add(f"CSS {what} removed from {where} (it would act on the whole page)")
     # as clean_css leaves it: no "<" can close the <style> element
-    out = f"{_OPENING}{body}}}".replace("<", "\\3c ") if body else ""
-    if out and not structure_holds(out):
+    out = f"{_opening(token)}{body}}}".replace("<", "\\3c ") if body else ""
+    if out and not structure_holds(out, token):
         notes.add(f"CSS removed from {where} (its rules could not be kept to the output)")
         return ""
     return out
@@ -88,8 +100,8 @@ def _block(content: list[Any], dropped: set[str]) -> str:
     return _rules(tinycss2.parse_blocks_contents(content, skip_comments=True, skip_whitespace=True), dropped)
 
 
-def structure_holds(css: str) -> bool:
-    """Whether ``css``, parsed again, is one ``@scope (.sk-output)`` block
+def structure_holds(css: str, token: str) -> bool:
+    """Whether ``css``, parsed again, is one ``@scope (.sk-output-<token>)`` block
     holding no bracket the parser did not match: what a browser will find.
     For a text a renderer may change before the browser sees it (markdown's
     escapes and entities turned a ``}`` in a string into a real one)."""
@@ -98,7 +110,7 @@ def structure_holds(css: str) -> bool:
         len(rules) == 1
         and rules[0].type == "at-rule"
         and rules[0].lower_at_keyword == "scope"
-        and tinycss2.serialize(rules[0].prelude).strip() == f"(.{SCOPE_CLASS})"
+        and tinycss2.serialize(rules[0].prelude).strip() == f"(.{SCOPE_CLASS}-{token})"
         and not _stray_brace(rules[0])
     )
 
@@ -150,24 +162,35 @@ def _stray_brace(node: Any) -> bool:
 #: session private" over the notebook, clicks meant for other cells caught (an
 #: attack review, in Lab and Notebook 7). Paint containment makes it the
 #: containing block of every positioned element inside and clips what is
-#: drawn to it; it scrolls what is wider. Inline and ``!important``: a style
-#: sheet of the output's own (``:scope``, ``@layer``) cannot undo it.
-OPENING_TAG = f'<div class="{SCOPE_CLASS}" style="contain:paint!important;overflow:auto!important">'
+#: drawn to it; it scrolls what is wider. Inline and ``!important``, with its
+#: ``display``: a sheet's ``:scope { display: contents }`` left it no box to
+#: contain (a review). A custom element, not a ``div``: the markdown cleaner
+#: shows an unknown hyphenated tag as text and nh3 drops it, so no
+#: ``</div>`` of the sandbox's closes it early (a review).
+ELEMENT = "sk-output"
+_STYLE = "display:block!important;contain:paint!important;overflow:auto!important"
+#: what every wrapped output begins with (its class then goes on: the token)
+OPENING_PREFIX = f'<{ELEMENT} style="{_STYLE}" class="{SCOPE_CLASS} {SCOPE_CLASS}-'
 
 
-def wrapped(html: str) -> str:
+def _opening_tag(token: str) -> str:
+    return f'{OPENING_PREFIX}{token}">'
+
+
+def wrapped(html: str, token: str) -> str:
     """``html`` inside the element its scoped style sheets are limited to."""
-    return f"{OPENING_TAG}{html}</div>"
+    return f"{_opening_tag(token)}{html}</{ELEMENT}>"
 
 
-def contained(out: str, *, markdown: bool = False) -> str:
+def contained(out: str, *, markdown: bool = False, token: str | None = None) -> str:
     """A cleaned HTML or markdown output in that element (once). Markdown
     with no HTML, no math command and no diagram (Lab draws a ``mermaid``
     fence, with its own styles) draws nothing it could move, and stays as it
     is; else its opening and closing tags are HTML blocks of their own lines,
     so the markdown between stays markdown."""
-    if out.startswith(OPENING_TAG) or (
+    if out.startswith(OPENING_PREFIX) or (
         markdown and "<" not in out and "\\" not in out and "mermaid" not in out.lower()
     ):
         return out
-    return f"{OPENING_TAG}\n\n{out}\n\n</div>" if markdown else wrapped(out)
+    token = token or new_token()
+    return f"{_opening_tag(token)}\n\n{out}\n\n</{ELEMENT}>" if markdown else wrapped(out, token)

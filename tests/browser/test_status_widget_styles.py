@@ -63,7 +63,13 @@ ESCAPES = (
     "z-index:2147483647;background:#fff\">Network: off, session private</div>')); "
     'display(HTML(\'<p class="sk-x" style="margin-top:-400px;height:300px;background:#fee">moved up</p>\')); '
     'display(Markdown(\'<p class="sk-x" style="transform:translate(-300px,-300px);height:200px">moved</p>\')); '
-    'display(HTML(\'<div class="sk-x lm-Menu" style="top:0;left:0;width:100vw;height:100vh">menu</div>\'))'
+    'display(HTML(\'<div class="sk-x lm-Menu" style="top:0;left:0;width:100vw;height:100vh">menu</div>\')); '
+    # (reviews of the wrapper) a sheet taking its box away, for this output and
+    # every other; markdown closing a div wrapper early
+    'display(HTML(\'<style>:scope{display:contents}</style><div class="sk-x" style="position:fixed;left:0;'
+    "top:0;width:100vw;height:80px;background:#fee\">Network: off</div>')); "
+    'display(Markdown(\'</div><div class="sk-x" style="position:fixed;left:0;top:200px;width:100vw;'
+    "height:80px;background:#efe\">Network: off</div>'))"
 )
 
 #: points of the page where what is drawn belongs to a marked element of an
@@ -92,9 +98,13 @@ def test_an_output_draws_nothing_outside_its_own_area(page: Page, lab: LabServer
     open_notebook(page, lab, "styles/escape.ipynb")
     first, _ = run_cell(page, "print('the cell above')")
     cell, _ = run_cell(page, ESCAPES)
-    expect(cell.locator(".sk-x")).to_have_count(4)
+    expect(cell.locator(".sk-x")).to_have_count(6)
     strays = page.evaluate(STRAYS)
     assert strays == [], f"an output drew outside its area at {len(strays)} points, e.g. {strays[:5]}"
+    # the kernel's own wrapper alone (a Lab without the extension's rule)
+    page.add_style_tag(content=".jp-OutputArea-output { contain: none !important; }")
+    strays = page.evaluate(STRAYS)
+    assert strays == [], f"without the extension an output drew outside its area at {len(strays)} points"
     # the cell above can still be clicked, and what it shows is its own
     box = first.locator(".jp-OutputArea-output").bounding_box()
     assert box is not None

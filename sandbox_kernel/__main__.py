@@ -47,6 +47,9 @@ and its tools. Commands:
             the Lab server does (jupyter nbconvert trusts the file)
   trust     sign notebooks you vouch for, as the guarded Lab checks them
             (their outputs and saved widget state load as trusted)
+  store-init
+            create the shared ratchet store's tables in PostgreSQL as their
+            owner, and grant the kernels' role what it needs, nothing more
   doctor    check bubblewrap, user namespaces, pasta, seccomp, cgroups, Docker,
             the kernelspec, the JupyterLab extension and the ratchet store, and
             print the command that fixes what is missing
@@ -68,6 +71,10 @@ def main(argv: list[str] | None = None) -> None:
         from .export import main as export_main
 
         sys.exit(export_main(args[1:]))
+    if args[0] == "store-init":
+        from .privacy.postgres import main as store_init_main
+
+        sys.exit(store_init_main(args[1:]))
     if args[0] == "trust":
         from .trust import main as trust_main
 

@@ -42,6 +42,18 @@ class PostgresServer:
             self.as_user = ["runuser", "-u", "nobody", "--"]
         self._run([initdb, "-D", str(self.data), "-A", "trust", "-U", "sk", "--no-sync", "-E", "UTF8"])
         self.start()
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """As a deployment does: the admin (``sk``, the superuser here) makes
+        the schema and grants the kernels' role (``skuser``) what it needs."""
+        import psycopg
+
+        from sandbox_kernel.privacy.postgres import init_store
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute("CREATE ROLE skuser LOGIN")
+        init_store(self.admin_url, ["skuser"])
 
     def _run(self, argv: list[str]) -> None:
         proc = subprocess.run([*self.as_user, *argv], capture_output=True, text=True, timeout=120)
@@ -50,6 +62,12 @@ class PostgresServer:
 
     @property
     def url(self) -> str:
+        """What kernels and agent tools connect as (SELECT, INSERT, UPDATE only)."""
+        return f"postgresql://skuser@/postgres?host={self.root}"
+
+    @property
+    def admin_url(self) -> str:
+        """The superuser, who owns the store's tables."""
         return f"postgresql://sk@/postgres?host={self.root}"
 
     def start(self) -> None:

@@ -18,7 +18,7 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 def test_help_lists_every_command() -> None:
     out = _run("--help")
     assert out.returncode == 0, out.stderr
-    for command in ("install", "mcp", "gc", "doctor", "export", "-f CONNECTION_FILE"):
+    for command in ("install", "mcp", "gc", "doctor", "export", "trust", "store-init", "-f CONNECTION_FILE"):
         assert command in out.stdout, out.stdout
     assert "IPython" not in out.stdout and "enhanced interactive Python shell" not in out.stdout
     assert _run().stdout == out.stdout  # no arguments: the same help, not a kernel waiting for a connection file

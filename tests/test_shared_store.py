@@ -10,6 +10,8 @@ Kernels on two "hosts" (separate data dirs) share one session's level.
 from __future__ import annotations
 
 import multiprocessing
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,9 +38,7 @@ def pg() -> Iterator[PostgresServer]:
 
 
 def store(tmp_path: Path, name: str, url: str) -> PostgresPrivacyStore:
-    s = PostgresPrivacyStore(tmp_path / name, url)
-    s.create_schema()
-    return s
+    return PostgresPrivacyStore(tmp_path / name, url)
 
 
 def test_a_rise_on_one_host_is_seen_on_another(pg: PostgresServer, tmp_path: Path) -> None:
@@ -70,12 +70,78 @@ def test_the_database_refuses_to_lower(pg: PostgresServer, tmp_path: Path, state
     s = store(tmp_path, "host", pg.url)
     PrivateData("bob", "nb-sql", s).add_private_dataset("rows", "CONFIDENTIAL")
     PrivateData("bob", "nb-sql", s).mark_private("CONFIDENTIAL", reason="r")
+    # (the triggers refuse even the tables' owner, here a superuser, who
+    # could also switch them off: kernels' role owns nothing, see below)
     with (
-        psycopg.connect(pg.url, autocommit=True) as conn,
+        psycopg.connect(pg.admin_url, autocommit=True) as conn,
         pytest.raises(psycopg.errors.RaiseException, match="never goes down"),
     ):
         conn.execute(statement)
     assert PrivateData("bob", "nb-sql", store(tmp_path, "other-host", pg.url)).sensitivity == Sensitivity.CONFIDENTIAL
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "ALTER TABLE sandbox_kernel_datasets DISABLE TRIGGER USER",
+        "DROP TRIGGER sandbox_kernel_marks_only_up ON sandbox_kernel_marks",
+        "CREATE OR REPLACE FUNCTION sandbox_kernel_only_up() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        "BEGIN RETURN NEW; END $$",
+        "DELETE FROM sandbox_kernel_datasets",
+        "TRUNCATE sandbox_kernel_marks",
+    ],
+)
+def test_the_kernels_role_cannot_switch_the_ratchet_off(pg: PostgresServer, tmp_path: Path, statement: str) -> None:
+    """An attack review: kernels made the schema at every start, so their role
+    owned the tables, and a hub user (who reads its URL) disabled the
+    triggers, deleted another user's rows and enabled them again. Now an
+    admin makes it (``sandbox-kernel store-init``), and the kernels' role
+    has SELECT, INSERT and UPDATE only."""
+    s = store(tmp_path, "host", pg.url)
+    PrivateData("alice", "nb-off", s).add_private_dataset("payroll", "SECRET")
+    with psycopg.connect(pg.url, autocommit=True) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute(statement)
+    assert PrivateData("alice", "nb-off", store(tmp_path, "new-host", pg.url)).sensitivity == Sensitivity.SECRET
+
+
+def test_a_store_whose_role_could_switch_the_ratchet_off_is_refused(pg: PostgresServer, tmp_path: Path) -> None:
+    """Connected as the tables' owner (or a superuser), every session reads
+    SECRET, and the reason says how to set the store up."""
+    owner = store(tmp_path, "host", pg.admin_url)
+    state = PrivateData("dave", "nb-owner", owner).state
+    assert state.sensitivity == Sensitivity.SECRET
+    assert "superuser" in str(state.error) and "sandbox-kernel store-init" in str(state.error), state.error
+    with psycopg.connect(pg.admin_url, autocommit=True) as conn:
+        conn.execute("CREATE ROLE skowner LOGIN")
+        conn.execute("ALTER TABLE sandbox_kernel_marks OWNER TO skowner")
+    try:
+        owned = store(tmp_path, "host2", pg.url.replace("skuser@", "skowner@"))
+        state = PrivateData("dave", "nb-owner", owned).state
+        assert state.sensitivity == Sensitivity.SECRET and "owns the ratchet's tables" in str(state.error)
+    finally:
+        with psycopg.connect(pg.admin_url, autocommit=True) as conn:
+            conn.execute("ALTER TABLE sandbox_kernel_marks OWNER TO sk")
+
+
+def _store_init(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [str(Path(sys.executable).parent / "sandbox-kernel"), "store-init", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+def test_store_init_makes_the_schema_and_grants_no_more(pg: PostgresServer, tmp_path: Path) -> None:
+    with psycopg.connect(pg.admin_url, autocommit=True) as conn:
+        conn.execute("CREATE ROLE agents LOGIN")
+    done = _store_init(pg.admin_url, "--grant", "agents")
+    assert done.returncode == 0 and "granted to agents" in done.stdout, done.stderr
+    agents = pg.url.replace("skuser@", "agents@")
+    PrivateData("erin", "nb-init", store(tmp_path, "host", agents)).add_private_dataset("rows", "CONFIDENTIAL")
+    assert PrivateData("erin", "nb-init", store(tmp_path, "host2", pg.url)).sensitivity == Sensitivity.CONFIDENTIAL
+    with psycopg.connect(agents, autocommit=True) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("DELETE FROM sandbox_kernel_marks")
+    done = _store_init(pg.admin_url, "--grant", "x; DROP TABLE y")
+    assert done.returncode == 1 and "is not a role name" in done.stderr, done.stderr
+    done = _store_init("mysql://x")
+    assert done.returncode == 2 and "not a postgresql:// URL" in done.stderr, done.stderr
 
 
 def _writer(url: str, root: str, worker: int) -> None:

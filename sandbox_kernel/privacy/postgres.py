@@ -11,6 +11,17 @@ The database keeps the ratchet by itself (``SCHEMA``): a rise is an upsert
 that keeps the greater level, and triggers refuse any UPDATE that lowers a
 level or renames a row, any DELETE and any TRUNCATE, whoever sends them.
 
+Triggers hold against every role but the tables' owner (and a superuser),
+who may switch them off: kernels ran ``CREATE`` at every start, so their
+role had to own the tables, and every hub user reads that role's URL (an
+attack review: one user disabled the triggers, deleted another's rows and
+enabled them again; the other's session came back PUBLIC on a new host).
+So an admin makes the schema once, as its owner (``sandbox-kernel
+store-init``, :func:`init_store`), and grants kernels' role SELECT, INSERT
+and UPDATE only; a store whose role owns the tables or the trigger
+functions, or is a superuser, is refused at every connection and fails
+closed (:func:`role_problem`).
+
 Fail closed: when the database cannot be reached or answers something that is
 not a valid record, the session is treated as SECRET (no network) with the
 reason in the log and the widget, and it stays so in this process: the
@@ -21,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -110,6 +122,64 @@ _SELECT_DATASETS = (
 _SELECT_MARK = "SELECT level, source, reason, added_at FROM sandbox_kernel_marks WHERE user_id = %s AND session_id = %s"
 
 
+#: what makes a role able to switch the triggers off: a superuser, or a member
+#: of the role owning a table or a trigger function (owners' rights are
+#: inherited by their members)
+_ROLE_CHECK = """
+SELECT
+    (SELECT rolsuper FROM pg_roles WHERE rolname = current_user),
+    (SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()
+        AND tablename IN ('sandbox_kernel_datasets', 'sandbox_kernel_marks')),
+    (SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()
+        AND tablename IN ('sandbox_kernel_datasets', 'sandbox_kernel_marks')
+        AND pg_has_role(current_user, tableowner, 'MEMBER')),
+    (SELECT count(*) FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
+        WHERE p.proname IN ('sandbox_kernel_only_up', 'sandbox_kernel_notify')
+        AND pg_has_role(current_user, r.rolname, 'MEMBER')),
+    current_user
+"""
+#: where a deployment is told how to set the store up
+_SETUP = "an admin creates it once with `sandbox-kernel store-init ADMIN_URL --grant ROLE` (docs/privacy.md, 3b)"
+
+
+def role_problem(conn: Any) -> str | None:
+    """Why the role ``conn`` connected as must not hold the ratchet, if it must not."""
+    superuser, tables, owned, functions, role = conn.execute(_ROLE_CHECK).fetchone()
+    if superuser:
+        return f"its role {role} is a superuser, which may switch off the triggers that keep the ratchet; {_SETUP}"
+    if tables < 2:
+        return f"it has no ratchet tables; {_SETUP}"
+    if owned or functions:
+        return (
+            f"its role {role} owns the ratchet's tables or trigger functions, so it may switch the triggers off "
+            f"and lower any session's level; kernels must connect as a role with SELECT, INSERT and UPDATE only: "
+            f"{_SETUP}"
+        )
+    return None
+
+
+def init_store(admin_url: str, grant: list[str]) -> None:
+    """Make the ratchet's tables and triggers as the role of ``admin_url``
+    (their owner), and grant each role of ``grant`` SELECT, INSERT and
+    UPDATE on them, nothing more: the role kernels and agent tools connect
+    as. Idempotent."""
+    import psycopg
+    from psycopg import sql
+
+    for role in grant:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$-]{0,62}", role):
+            raise ValueError(f"--grant {role!r} is not a role name")
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(SCHEMA)
+        for role in grant:
+            for table in ("sandbox_kernel_datasets", "sandbox_kernel_marks"):
+                conn.execute(
+                    sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(
+                        sql.Identifier(table), sql.Identifier(role)
+                    )
+                )
+
+
 def redact(url: str) -> str:
     """The URL without its password (for messages and logs)."""
     return re.sub(r"(://[^:/@]*):[^@]*@", r"\1:***@", url)
@@ -144,9 +214,20 @@ class PostgresPrivacyStore(PrivacyStore):
 
     # ---- the database -----------------------------------------------------------------
     def _connect(self) -> Any:
+        """A connection, refused (PrivacyStoreError: reads fail closed) when
+        its role could switch the ratchet's triggers off (:func:`role_problem`)."""
         import psycopg
 
-        return psycopg.connect(self._url, connect_timeout=max(1, int(self._connect_timeout)), autocommit=True)
+        conn = psycopg.connect(self._url, connect_timeout=max(1, int(self._connect_timeout)), autocommit=True)
+        try:
+            problem = role_problem(conn)
+        except BaseException:
+            conn.close()
+            raise
+        if problem is not None:
+            conn.close()
+            raise PrivacyStoreError(f"the shared ratchet store {self.url} is refused: {problem}")
+        return conn
 
     def _run(self, work: Any) -> Any:
         """``work(conn)`` on the store's connection; a broken connection is
@@ -168,10 +249,6 @@ class PostgresPrivacyStore(PrivacyStore):
                     if attempt == 2:
                         raise
         raise AssertionError("unreachable")
-
-    def create_schema(self) -> None:
-        """Create the tables and the triggers that keep the ratchet (idempotent)."""
-        self._run(lambda conn: conn.execute(SCHEMA))
 
     def close(self) -> None:
         with self._lock:
@@ -283,8 +360,8 @@ _open_lock = threading.Lock()
 def open_store(root: Path | str, shared_url: str = "") -> PrivacyStore:
     """The store for ``root``: the file store, or, with a ``shared_url``, one
     :class:`PostgresPrivacyStore` per (root, URL) in this process (its
-    connection is reused), whose schema is made on first use. A database
-    that cannot be prepared is logged; reads then fail closed."""
+    connection is reused). Its schema is an admin's (:func:`init_store`): a
+    database without it, or whose role could lower levels, fails closed."""
     if not shared_url:
         return PrivacyStore(root)
     key = (str(root), shared_url)
@@ -292,8 +369,34 @@ def open_store(root: Path | str, shared_url: str = "") -> PrivacyStore:
         store = _open.get(key)
         if store is None:
             store = _open[key] = PostgresPrivacyStore(root, shared_url)
-            try:
-                store.create_schema()
-            except Exception as exc:
-                log.error("the shared ratchet store %s could not be prepared: %s", store.url, exc)
         return store
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``sandbox-kernel store-init``: make the shared store's schema as its owner."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="sandbox-kernel store-init",
+        description="Create the shared ratchet store's tables and triggers in PostgreSQL, owned by the role of "
+        "ADMIN_URL, and grant the role kernels and agent tools connect as SELECT, INSERT and UPDATE only "
+        "(a role that owns the tables may switch the triggers off). Idempotent.",
+    )
+    parser.add_argument("admin_url", help="postgresql:// URL of the role that owns the store's tables")
+    parser.add_argument(
+        "--grant", action="append", default=[], metavar="ROLE", help="the role of shared_store_url (repeatable)"
+    )
+    args = parser.parse_args(argv)
+    if not args.admin_url.startswith(("postgresql://", "postgres://")):
+        print(
+            f"sandbox-kernel store-init: {redact(args.admin_url)[:200]!r} is not a postgresql:// URL", file=sys.stderr
+        )
+        return 2
+    try:
+        init_store(args.admin_url, args.grant)
+    except Exception as exc:  # psycopg's errors, a bad role name
+        print(f"sandbox-kernel store-init: {redact(str(exc))[:500]}", file=sys.stderr)
+        return 1
+    granted = ", ".join(args.grant) or "no role (give --grant ROLE)"
+    print(f"the ratchet store at {redact(args.admin_url)} is ready; SELECT, INSERT, UPDATE granted to {granted}")
+    return 0

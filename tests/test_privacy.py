@@ -12,6 +12,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -795,7 +796,16 @@ def test_the_default_user_is_the_hub_user_under_jupyterhub(monkeypatch: pytest.M
     monkeypatch.setenv("JUPYTERHUB_USER", "alice")
     assert default_user_id() == "alice"
     monkeypatch.setenv("JUPYTERHUB_USER", "bob@example.org/../x")
-    assert default_user_id() == "bob_example.org_.._x"
+    assert re.fullmatch(r"bob_example.org_.._x-[0-9a-f]{16}", default_user_id())
+    # names that folded into one id each have their own (an attack review:
+    # "zoé" and "zoë" were both "zo_", one ratchet and one list of datasets)
+    ids = set()
+    monkeypatch.setenv("JUPYTERHUB_USER", "zoé")
+    taken = default_user_id()  # (a user naming themselves after it gets another)
+    for name in ("zoé", "zoë", "zo_", "alice+x@ex.org", "alice_x_ex.org", "a" * 65, "a" * 66, taken):
+        monkeypatch.setenv("JUPYTERHUB_USER", name)
+        ids.add(validate_id(default_user_id(), "user_id"))
+    assert len(ids) == 8, ids
     monkeypatch.setenv("JUPYTERHUB_USER", "")
     assert default_user_id() == os_user
 

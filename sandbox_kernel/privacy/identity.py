@@ -64,16 +64,38 @@ def default_user_id() -> str:
     name, as a valid id (``uid<N>`` when the user has no name).
 
     Every single-user container of a hub runs as the same OS user (``jovyan``):
-    with a shared store, the OS name would give all the hub's users one ratchet."""
+    with a shared store, the OS name would give all the hub's users one ratchet.
+    A hub name that is not a valid id as it is (``zoé``, ``alice+x@ex.org``)
+    gets its stem and 16 hex of its sha256, as a notebook's session does:
+    folded alone, ``zoé`` and ``zoë`` were one user ``zo_``, and each saw the
+    other's private datasets and lost network with the other's rise (an attack
+    review). (Such a user's sessions get a new id: their levels carry over
+    through their folders' levels, which do not depend on the user.)"""
     hub_user = os.environ.get("JUPYTERHUB_USER", "")
     if hub_user:
-        return sanitize_id(hub_user, fallback="hub-user")
+        return hub_user_id(hub_user)
     uid = os.getuid() if hasattr(os, "getuid") else 0
     try:
         name = getpass.getuser()
     except Exception:  # no passwd entry, no LOGNAME/USER: containers do this
         name = ""
     return sanitize_id(name, fallback=f"uid{uid}")
+
+
+#: how a hashed id ends: a name that ends so is hashed too, or a user could
+#: take the name another user's name was hashed to
+_HASHED = re.compile(r"-[0-9a-f]{16}\Z")
+
+
+def hub_user_id(name: str) -> str:
+    """The id of a hub user name: the name itself when it is a valid id (and
+    does not end as a hashed one), else ``<stem>-<16 hex of sha256(name)>``:
+    no two names share one."""
+    if _VALID_ID.fullmatch(name) and not _HASHED.search(name):
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    stem = sanitize_id(name, fallback="hub-user", max_length=_STEM_MAX)
+    return validate_id(f"{stem}-{digest}", "user_id")
 
 
 def normalise_notebook_path(path: str) -> str:

@@ -387,8 +387,8 @@ class SandboxManager:
         state = folders_level([workspace, *mounts], own, [workspace])
         if state.has_private_data:
             why = state.mark.reason if state.mark is not None and state.mark.reason else state.sensitivity.name
-            self._record_folders(own, user_id, session_id, state.sensitivity, why)
-            self._note_level((user_id, session_id), state.sensitivity)
+            if self._record_folders(own, user_id, session_id, state.sensitivity, why):
+                self._note_level((user_id, session_id), state.sensitivity)
         return state.network_mode
 
     def _note_level(self, key: tuple[str, str], level: Sensitivity) -> None:
@@ -407,11 +407,12 @@ class SandboxManager:
 
     def _record_folders(
         self, own: WorkspaceLevels, user_id: str, session_id: str, level: Sensitivity, why: str
-    ) -> None:
+    ) -> bool:
         """Record the session's workspace at ``level``, and each read-only
         mount as read at it (``WorkspaceLevels.record_read``): a sandbox
-        working in a mount could take the data through a socket there. Logged
-        when it fails: the containers get no network all the same."""
+        working in a mount could take the data through a socket there. False
+        (logged) when that failed: then no command of the session runs
+        (:meth:`_wait_for_holders`), and it is tried again."""
         workspace, *mounts = self.mounted_folders(user_id, session_id)
         who = f"the Docker shell of session {session_id} of {user_id}"
         try:
@@ -420,8 +421,10 @@ class SandboxManager:
                 own.record_read(mount, level, f"{why}; {who} mounts {mount} read-only")
         except (OSError, ValueError) as exc:
             log.error(
-                "could not record the level of %s (its containers get no network all the same): %s", workspace, exc
+                "could not record the level of %s (no command of the session runs until it is): %s", workspace, exc
             )
+            return False
+        return True
 
     def _record_private_session(self, user_id: str, session_id: str) -> None:
         """A session whose own record is private (the getter already said no
@@ -438,8 +441,8 @@ class SandboxManager:
 
         why = state.mark.reason if state.mark is not None and state.mark.reason else state.sensitivity.name
         own = levels_at(self._levels_store().parent / FOLDER_LEVELS)
-        self._record_folders(own, user_id, session_id, state.sensitivity, why)
-        self._note_level((user_id, session_id), state.sensitivity)
+        if self._record_folders(own, user_id, session_id, state.sensitivity, why):
+            self._note_level((user_id, session_id), state.sensitivity)
 
     def _private_state(self, user_id: str, session_id: str) -> PrivacyState | None:
         """The session's own state if it is private, read from the store the
@@ -454,41 +457,67 @@ class SandboxManager:
 
     def _wait_for_holders(self, user_id: str, session_id: str) -> None:
         """Before a private session's command runs in a container made or
-        first used since its folders were recorded: wait (at most
-        ``HOLDERS_WAIT`` s) for the sandboxes working in its workspace, around
-        it or in its read-only mounts to report their cut. They learn of the
-        rise at their next poll, and a socket one listens on in a mount, or a
-        file it reads in the workspace, would take the rows meanwhile. It runs
-        after that all the same, logged: there is nothing to withhold, as for
-        a kernel's sandbox with read-only folders."""
+        first used since its folders were recorded: make sure they are
+        recorded at the session's level (its own, or its folders'), then wait
+        (at most ``HOLDERS_WAIT`` s) for the sandboxes working in its
+        workspace, around it or in its read-only mounts to report their cut.
+        They learn of the rise at their next poll, and a socket one listens on
+        in a mount, or a file it reads in the workspace, would take the rows
+        meanwhile. Raises :class:`WorkspaceRefused` when the records cannot
+        be written or one of them still has network after the wait: the
+        command does not run (a review: a failed record was taken as done,
+        and the command ran after the wait; a kernel with network in the
+        mount received the rows)."""
         key = (user_id, session_id)
         with self._lock:
             self._unwaited.discard(key)
-        state = self._private_state(user_id, session_id)
-        level = max(
-            state.sensitivity if state is not None else Sensitivity.PUBLIC, self._recorded.get(key, Sensitivity.PUBLIC)
-        )
         root = self._enforcement_root()
-        if level == Sensitivity.PUBLIC or root is None:
+        if root is None:
             return
+        level = self._held_level(user_id, session_id)
+        if level == Sensitivity.PUBLIC:
+            return
+        if self._recorded.get(key, Sensitivity.PUBLIC) < level:
+            from sandbox_kernel.privacy.workspace_levels import FOLDER_LEVELS, levels_at
+
+            own = levels_at(self._levels_store().parent / FOLDER_LEVELS)
+            if not self._record_folders(own, user_id, session_id, level, level.name):
+                raise WorkspaceRefused(
+                    f"session {session_id} of {user_id} holds private data, and its folders could not be recorded "
+                    "at its level in the privacy store (see the log): the sandboxes working in them would keep "
+                    "their network, so no command runs until they can be"
+                )
+            self._note_level(key, level)
         from sandbox_kernel.privacy.enforcement import pending_holders
 
+        record = self._records.get(key)
+        mine = [record.path] if record is not None else []  # (counted as networked while it is made)
         workspace = str(self.workspace_root / user_id / session_id)
         mounts = [str(mount) for mount in self.read_only_sources()]
         deadline = time.monotonic() + HOLDERS_WAIT
         while True:
-            pending = pending_holders(root, user_id, session_id, level, workspaces=[workspace], reads=mounts)
+            pending = pending_holders(root, user_id, session_id, level, workspaces=[workspace], reads=mounts, skip=mine)
             if not pending or time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
         if pending:
-            log.warning(
-                "sandboxes sharing the folders of session %s of %s still had network after %g s: %s",
-                session_id,
-                user_id,
-                HOLDERS_WAIT,
-                ", ".join(pending[:3]),
+            raise WorkspaceRefused(
+                f"session {session_id} of {user_id} holds private data, and sandboxes sharing its folders still "
+                f"had network after {HOLDERS_WAIT:g} s ({', '.join(pending[:3])}): no command runs beside them; "
+                "try again once they are cut"
             )
+
+    def _held_level(self, user_id: str, session_id: str) -> Sensitivity:
+        """The level the session's containers hold: its own record's, or its
+        folders' (over every store of the host), whichever is higher."""
+        from sandbox_kernel.engine.ratchet import folders_level
+        from sandbox_kernel.privacy.workspace_levels import FOLDER_LEVELS, levels_at
+
+        state = self._private_state(user_id, session_id)
+        own = levels_at(self._levels_store().parent / FOLDER_LEVELS)
+        workspace, *mounts = self.mounted_folders(user_id, session_id)
+        folders = folders_level([workspace, *mounts], own, [workspace]).sensitivity
+        return max(state.sensitivity if state is not None else Sensitivity.PUBLIC, folders)
 
     def _note_reached(self, folders: list[Path], user_id: str, session_id: str) -> None:
         """Record, before a container starts, the folders it writes in, as the

@@ -222,13 +222,20 @@ def pending_holders(
     *,
     workspaces: Iterable[str] = (),
     reads: Iterable[str] = (),
+    skip: Iterable[Path] = (),
 ) -> list[str]:
     """Live holders that must, and do not yet, enforce ``level`` without network:
     the session's own, and those of every session, in any store of the host,
     whose workspace or read folders overlap one of the session's (they rise
     with it, see ``workspace_levels``). ``workspaces`` and ``reads``: folders
     of the session that no live holder of it names (a private Docker shell
-    has no record: it has no network)."""
+    has no record: it has no network). ``skip``: the caller's own records
+    (a container being made counts as networked until it is).
+
+    A holder of another session is waited for while it has network: without
+    it, it cannot send, and it does not get it back (its own level, or its
+    folders', only rises), whatever level it has seen (a review: a higher rise
+    timed out on a kernel cut at the first one, which nothing raised again)."""
     validate_id(user_id, "user_id")
     validate_id(session_id, "session_id")
     own_holders = _holders(store_root)
@@ -269,7 +276,10 @@ def pending_holders(
                 read.update(_with_reached_around(_reads(entry)))
                 grown = True
     pending = []
+    skipped = {Path(p).name for p in skip}  # (a record's name is unique: its pid and a uuid)
     for root, (user, session, path, entry) in holders:
+        if path.name in skipped:
+            continue
         mine = root == Path(store_root) and user == user_id and session == session_id
         places = [entry["workspace"]] if isinstance(entry.get("workspace"), str) else []
         shared = any(_overlap(place, f) for place in places + _reads(entry) for f in folders)
@@ -285,7 +295,7 @@ def pending_holders(
             continue
         if "dead" in entry:
             pending.append(f"dead process {entry['pid']} of session {session}: {entry['dead']}")
-        elif seen < level or bool(entry.get("network", True)):
+        elif (mine and seen < level) or bool(entry.get("network", True)):
             pending.append(
                 f"process {entry['pid']} of session {session} ({seen.name}, "
                 f"{'with' if entry.get('network') else 'without'} network)"

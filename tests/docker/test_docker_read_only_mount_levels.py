@@ -439,6 +439,92 @@ def test_a_later_rise_does_not_wait_on_a_container_already_without_network(
         manager.close_all()
 
 
+def test_a_folder_record_that_failed_runs_no_command_until_it_is_written(
+    tmp_path: Path,
+    shared_data: Path,
+    test_image: str,
+    docker_client: Any,
+    test_limits: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A review: a record of the mounts that failed (a read-only store) was
+    taken as written, and after the wait the command ran anyway; a kernel
+    with network working in the mount received the rows. Now no command of a
+    private session runs until its folders are recorded. (The store's
+    failure is simulated: the manager's answer to it is what is tested.)"""
+    from sandbox_kernel.engine.workspace_policy import WorkspaceRefused
+    from sandbox_kernel.privacy.workspace_levels import WorkspaceLevels
+
+    team = _shared_folder(tmp_path)
+    manager = _standalone(tmp_path, test_image, docker_client, test_limits, mounts={str(team): "/ref"})
+    try:
+        PrivateData("u", "s").add_private_dataset("patients", "SECRET", wait=10)
+
+        def read_only(*args: object, **kwargs: object) -> None:
+            raise OSError(30, "Read-only file system")
+
+        with monkeypatch.context() as failing:
+            failing.setattr(WorkspaceLevels, "record_read", read_only)
+            with pytest.raises(WorkspaceRefused, match="could not be recorded"):
+                manager.execute_command("u", "s", "true")
+            with pytest.raises(WorkspaceRefused, match="could not be recorded"):
+                manager.execute_command("u", "s", "true", persistent=True)
+        code, out = manager.execute_command("u", "s", LIST)  # the store works again
+        assert code == 0 and out.split() == ["lo"], out
+        reader = Ratchet("kernel-user", "nbT", PrivacyStore(tmp_path / "k"), workspace=team)
+        assert reader.state.sensitivity == Sensitivity.SECRET  # (a session working in the mount rises)
+    finally:
+        manager.close_all()
+
+
+def test_the_first_command_of_a_private_session_does_not_wait_on_itself(
+    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any, test_limits: dict[str, Any]
+) -> None:
+    """A review: a manager that had not seen the session private counted its
+    own container, being made, as a holder with network, and waited the
+    whole HOLDERS_WAIT on it (now that a wait that ends with a holder still
+    networked refuses the command, it would not run at all)."""
+    team = _shared_folder(tmp_path)
+    PrivateData("u", "s").add_private_dataset("patients", "SECRET")
+    manager = _standalone(tmp_path, test_image, docker_client, test_limits, mounts={str(team): "/ref"})
+    try:
+        for persistent in (False, True):
+            code, out = manager.execute_command("u", "s", LIST, persistent=persistent)
+            assert code == 0 and out.split() == ["lo"], out
+    finally:
+        manager.close_all()
+
+
+def test_a_higher_rise_does_not_wait_on_a_sandbox_cut_at_the_first(
+    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any, test_limits: dict[str, Any]
+) -> None:
+    """A review: once a kernel working in the mount was cut at CONFIDENTIAL,
+    a rise to SECRET waited on it (it had not seen SECRET, and nothing
+    raised it: the watcher had stopped) and timed out. A sandbox of another
+    session without network cannot send, and does not get it back."""
+    team = _shared_folder(tmp_path)
+    manager = SandboxManager(
+        read_only_mounts={str(team): "/ref"},
+        config=offline_config(image=test_image, **test_limits),
+        workspace_root=tmp_path / "workspaces",
+        client=docker_client,
+        privacy_poll_interval=0.25,
+    )
+    kernel = EnforcementRecord(tmp_path / "kernel-store", "kernel-user", "nbK", workspace=team)
+    kernel.report(Sensitivity.PUBLIC, True)
+    try:
+        code, out = manager.execute_command("u", "s", LIST, persistent=True)
+        assert code == 0 and "eth0" in out, out
+        rise = threading.Timer(1.0, kernel.report, (Sensitivity.CONFIDENTIAL, False))  # (its poll)
+        rise.start()
+        PrivateData("u", "s").add_private_dataset("patients", "CONFIDENTIAL", wait=10)
+        rise.join()
+        PrivateData("u", "s").add_private_dataset("payroll", "SECRET", wait=5)  # (no TimeoutError)
+    finally:
+        kernel.close()
+        manager.close_all()
+
+
 def test_a_docker_kernel_mounting_a_private_datasets_source_has_no_network(tmp_path: Path, test_image: str) -> None:
     """A private dataset's source inside a Docker kernel's read-only mount is
     hidden there, and since a host program replacing the file would un-hide

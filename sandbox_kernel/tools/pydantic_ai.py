@@ -26,7 +26,7 @@ import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 try:
@@ -126,6 +126,11 @@ class PrivateDataMCPToolset(WrapperToolset):
     registry: SessionRegistry | None = None
     _switched: bool = field(default=False, init=False, repr=False)
     _ratchet: Ratchet = field(init=False, repr=False)
+    #: neither ``store`` nor ``registry`` given: the session is read in every
+    #: store of the host too (an app that bound the tools to its own registry
+    #: and built this toolset without it read the default data dir's store,
+    #: which never saw the rise: a review)
+    _everywhere: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.isolated is None:
@@ -136,6 +141,7 @@ class PrivateDataMCPToolset(WrapperToolset):
         if self.store is not None and self.shared_store_url:
             raise ValueError("PrivateDataMCPToolset: give store or shared_store_url, not both")
         config = (self.registry or get_registry()).config
+        self._everywhere = self.store is None and self.registry is None
         if self.store is None:
             # The store the tools write: one read elsewhere (the default data
             # dir when the tools use another) never saw the rise, and routed
@@ -158,7 +164,9 @@ class PrivateDataMCPToolset(WrapperToolset):
 
     def _read_private(self) -> bool:
         try:
-            return self._ratchet.state.network_mode is NetworkMode.NONE
+            if self._ratchet.state.network_mode is NetworkMode.NONE:
+                return True
+            return self._everywhere and self._private_in_another_store()
         except Exception:  # fail closed: an unknown state is a private one
             log.exception(
                 "cannot read the privacy state of %s/%s; routing to the isolated instance",
@@ -166,6 +174,23 @@ class PrivateDataMCPToolset(WrapperToolset):
                 self.session_id,
             )
             return True
+
+    def _private_in_another_store(self) -> bool:
+        """Whether any store of the host (the registry of stores: every one
+        a kernel or the tools prepared) holds the session as private; an
+        unreadable registry counts as private."""
+        from ..privacy.store_registry import all_store_roots
+
+        roots, problem = all_store_roots()
+        if problem is not None:
+            raise RuntimeError(problem)
+        mine = Path(self.store.root).resolve() if self.store is not None else None
+        for root in roots:
+            if Path(root).resolve() == mine:
+                continue
+            if PrivacyStore(root).read(self.user_id, self.session_id).has_private_data:
+                return True
+        return False
 
     def target(self) -> AbstractToolset:
         """The instance the next call goes to."""
@@ -256,6 +281,7 @@ def private_data_mcp_http(
     session_id: str | None = None,
     store: PrivacyStore | None = None,
     shared_store_url: str = "",
+    registry: SessionRegistry | None = None,
     isolated_kwargs: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> PrivateDataMCPToolset:
@@ -272,7 +298,10 @@ def private_data_mcp_http(
     override them for the isolated one only (e.g. an ``http_client`` that
     reaches it over a unix socket). That ``url_isolated`` really has no
     network is the deployment's job (see docs/tools.md). ``shared_store_url``
-    reads the ratchet from the shared PostgreSQL store, as the MCP servers do.
+    reads the ratchet from the shared PostgreSQL store, as the MCP servers do;
+    ``registry``: the tools' registry whose store the session rises in (that
+    of ``get_all_tools(..., registry=)``; without it, every store of the host
+    is read too).
     """
     MCPToolset = _mcp_toolset_class()
     normal = MCPToolset(url, **kwargs)
@@ -284,6 +313,7 @@ def private_data_mcp_http(
         session_id=session_id or "",
         store=store,
         shared_store_url=shared_store_url,
+        registry=registry,
     )
 
 
@@ -307,6 +337,7 @@ def private_data_mcp_stdio(
     session_id: str | None = None,
     store: PrivacyStore | None = None,
     shared_store_url: str = "",
+    registry: SessionRegistry | None = None,
     log_file: Any = None,
     **kwargs: Any,
 ) -> PrivateDataMCPToolset:
@@ -343,7 +374,8 @@ def private_data_mcp_stdio(
 
     ``kwargs`` go to both ``pydantic_ai.mcp.MCPToolset`` instances (``id``,
     ``max_retries``, ``init_timeout``, ``read_timeout``...); ``log_file``
-    receives both servers' stderr (default: this process's stderr).
+    receives both servers' stderr (default: this process's stderr);
+    ``registry`` as for :func:`private_data_mcp_http`.
     Raises ``FileNotFoundError`` when bubblewrap is not installed.
     """
     MCPToolset = _mcp_toolset_class()
@@ -409,4 +441,5 @@ def private_data_mcp_stdio(
         session_id=session_id or "",
         store=store,
         shared_store_url=shared_store_url,
+        registry=registry,
     )

@@ -129,6 +129,37 @@ async def test_private_data_routing_reads_the_store_the_tools_use(tmp_path: Path
         await custom.aclose()
 
 
+async def test_private_data_routing_without_the_tools_registry_reads_every_store(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """A review: tools bound to a registry of their own
+    (``get_all_tools(..., registry=reg)``) and the toolset built by the
+    factories, which took no ``registry``: it read the default data dir's
+    store, and a private session's data-tool calls went to the networked
+    instance. Without ``store`` or ``registry`` every store of the host is
+    read now; the factories take ``registry``."""
+    import inspect
+
+    from sandbox_kernel.tools import ToolsConfig
+    from sandbox_kernel.tools.pydantic_ai import private_data_mcp_http, private_data_mcp_stdio
+
+    own = SessionRegistry(ToolsConfig(backend="bwrap", data_dir=tmp_path / "own"))
+    try:
+        normal, isolated = FunctionToolset(), FunctionToolset()
+        routed = PrivateDataMCPToolset(normal, isolated=isolated, user_id="pa", session_id="s6")
+        assert not routed.private
+        tools = {t.name: t for t in get_all_tools("pa", "s6", own)}
+        await tools["repl_execute_cell"].function(
+            code="import sandbox_kernel.private as p\np.add_dataset('patients', 'SECRET')"
+        )
+        assert (await own.get("pa", "s6")).ratchet.private
+        assert routed.private and routed.target() is isolated
+        for factory in (private_data_mcp_http, private_data_mcp_stdio):
+            assert "registry" in inspect.signature(factory).parameters
+    finally:
+        await own.aclose()
+
+
 async def test_private_data_routing_follows_the_level_of_the_sessions_folder(tmp_path: Path) -> None:
     """Another session made private in the agent's folder (a Lab kernel on the
     notebook the agent exported) raises the agent's session: its REPL lost its

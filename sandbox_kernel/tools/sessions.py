@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import fcntl
 import logging
 import os
 import time
@@ -147,6 +148,30 @@ def docker_shell_mode(config: ToolsConfig, session_mode: NetworkMode) -> Network
     return NetworkMode.FULL if config.network in ("user", "full", "host") else NetworkMode.NONE
 
 
+def _hold_session(folder: Path, user_id: str, session_id: str) -> int:
+    """An exclusive lock on the session's folder for this process, as a
+    kernel holds its state folder: two tool processes on one session (two
+    MCP servers given the same ids) each rewrote the notebook whole and
+    checkpointed into the same folder, and one's cells and variables were
+    lost (an attack review). Raises :class:`ToolFatalError` naming the
+    session when another process holds it."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ToolFatalError(
+            f"session {user_id}/{session_id} is in use by another process of the agent tools (an MCP server "
+            "given the same session id?): one process at a time keeps its notebook and state; use another "
+            "session id, or stop the other process"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 class ToolSession:
     """One agent session: notebook, workspace, and (while live) its engine."""
 
@@ -162,6 +187,20 @@ class ToolSession:
             registry.docker_manager().prepare_workspace(user_id, session_id)
         self.dir = session_dir(user_id, session_id, root)
         self.state_dir = self.dir / "state"
+        self._held = _hold_session(self.dir, user_id, session_id)
+        try:
+            self._set_up(registry, user_id, session_id)
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        """Let another process take the session (once this one is retired)."""
+        fd, self._held = self._held, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def _set_up(self, registry: SessionRegistry, user_id: str, session_id: str) -> None:
         self.store = self.config.privacy_store()
         self.notebook = Notebook.load(
             user_id, session_id, self.dir / NOTEBOOK_FILE, self.config.max_cells, self.config.max_notebook_bytes
@@ -423,6 +462,7 @@ class SessionRegistry:
             await session.suspend()
         finally:
             self._retiring.discard(session)
+            session.release()
             session.retired.set()
 
     async def _retirements_ended(self) -> None:

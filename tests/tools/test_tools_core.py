@@ -82,6 +82,28 @@ async def test_state_outputs_and_persistence(registry: SessionRegistry, data_dir
     assert (data_dir / "workspaces/alice/s1").is_dir()
 
 
+async def test_a_second_process_on_the_same_session_is_refused(registry: SessionRegistry, data_dir: Path) -> None:
+    """A review: two tool processes on one session (two MCP servers given the
+    same ids) each rewrote the notebook whole and checkpointed into the same
+    folder; one's cells and variables were lost. The first one holds the
+    session now (a lock, as a kernel holds its state folder): the second gets
+    a clear error, and the session once the first let it go. (A second
+    registry in this process stands for the other process: the lock is one
+    per open of the file.)"""
+    await repl_execute_cell("kept = 'first'", **ids(registry))
+    other = SessionRegistry(ToolsConfig(backend="bwrap", idle_timeout=600))
+    try:
+        with pytest.raises(ToolFatalError, match="in use by another process of the agent tools"):
+            await repl_execute_cell("lost = True", **ids(other))
+        await registry.aclose()
+        r = await repl_execute_cell("print(kept)", **ids(other))
+        assert "first" in r.text, r.text
+        nb = await notebook(other)
+        assert [c.code for c in nb.cells] == ["kept = 'first'", "print(kept)"]
+    finally:
+        await other.aclose()
+
+
 async def test_rerun_delete_clear_show(registry: SessionRegistry, data_dir: Path) -> None:
     kw = ids(registry)
     await repl_execute_cell("n = 0", **kw)

@@ -104,6 +104,11 @@ def _default_network_mode(user_id: str, session_id: str) -> NetworkMode | str:
     return get_network_mode(user_id, session_id)
 
 
+def _why(state: PrivacyState) -> str:
+    """What a record of the session's folders says made them private."""
+    return state.mark.reason if state.mark is not None and state.mark.reason else state.sensitivity.name
+
+
 class ContainerGone(RuntimeError):
     """The session's container no longer exists or is not running."""
 
@@ -380,16 +385,29 @@ class SandboxManager:
         copy what it reads into it, and every sandbox sharing the workspace
         (the tools' cells, a kernel in that folder) must rise with it."""
         from sandbox_kernel.engine.ratchet import folders_level
+
+        workspace, *mounts = self.mounted_folders(user_id, session_id)
+        state = folders_level([workspace, *mounts], self._own_levels(), [workspace])
+        if state.has_private_data:
+            self._ensure_recorded(user_id, session_id, state.sensitivity, _why(state))
+        return state.network_mode
+
+    def _own_levels(self) -> WorkspaceLevels:
+        """The folder levels this manager records (beside :meth:`_levels_store`)."""
         from sandbox_kernel.privacy.workspace_levels import FOLDER_LEVELS, levels_at
 
-        own = levels_at(self._levels_store().parent / FOLDER_LEVELS)
-        workspace, *mounts = self.mounted_folders(user_id, session_id)
-        state = folders_level([workspace, *mounts], own, [workspace])
-        if state.has_private_data:
-            why = state.mark.reason if state.mark is not None and state.mark.reason else state.sensitivity.name
-            if self._record_folders(own, user_id, session_id, state.sensitivity, why):
-                self._note_level((user_id, session_id), state.sensitivity)
-        return state.network_mode
+        return levels_at(self._levels_store().parent / FOLDER_LEVELS)
+
+    def _ensure_recorded(self, user_id: str, session_id: str, level: Sensitivity, why: str) -> bool:
+        """The session's folders recorded at ``level`` at least (once per
+        level: :meth:`_record_folders`); False when that failed."""
+        key = (user_id, session_id)
+        if self._recorded.get(key, Sensitivity.PUBLIC) >= level:
+            return True
+        if not self._record_folders(self._own_levels(), user_id, session_id, level, why):
+            return False
+        self._note_level(key, level)
+        return True
 
     def _note_level(self, key: tuple[str, str], level: Sensitivity) -> None:
         """The session's folders are recorded at ``level``: its containers
@@ -435,14 +453,8 @@ class SandboxManager:
         ``add_private_dataset`` (a review). A getter with no store known here
         (``enforcement_store``) records for itself, as the tools' does."""
         state = self._private_state(user_id, session_id)
-        if state is None or self._recorded.get((user_id, session_id), Sensitivity.PUBLIC) >= state.sensitivity:
-            return
-        from sandbox_kernel.privacy.workspace_levels import FOLDER_LEVELS, levels_at
-
-        why = state.mark.reason if state.mark is not None and state.mark.reason else state.sensitivity.name
-        own = levels_at(self._levels_store().parent / FOLDER_LEVELS)
-        if self._record_folders(own, user_id, session_id, state.sensitivity, why):
-            self._note_level((user_id, session_id), state.sensitivity)
+        if state is not None:
+            self._ensure_recorded(user_id, session_id, state.sensitivity, _why(state))
 
     def _private_state(self, user_id: str, session_id: str) -> PrivacyState | None:
         """The session's own state if it is private, read from the store the
@@ -477,17 +489,12 @@ class SandboxManager:
         level = self._held_level(user_id, session_id)
         if level == Sensitivity.PUBLIC:
             return
-        if self._recorded.get(key, Sensitivity.PUBLIC) < level:
-            from sandbox_kernel.privacy.workspace_levels import FOLDER_LEVELS, levels_at
-
-            own = levels_at(self._levels_store().parent / FOLDER_LEVELS)
-            if not self._record_folders(own, user_id, session_id, level, level.name):
-                raise WorkspaceRefused(
-                    f"session {session_id} of {user_id} holds private data, and its folders could not be recorded "
-                    "at its level in the privacy store (see the log): the sandboxes working in them would keep "
-                    "their network, so no command runs until they can be"
-                )
-            self._note_level(key, level)
+        if not self._ensure_recorded(user_id, session_id, level, level.name):
+            raise WorkspaceRefused(
+                f"session {session_id} of {user_id} holds private data, and its folders could not be recorded "
+                "at its level in the privacy store (see the log): the sandboxes working in them would keep "
+                "their network, so no command runs until they can be"
+            )
         from sandbox_kernel.privacy.enforcement import pending_holders
 
         record = self._records.get(key)
@@ -511,12 +518,10 @@ class SandboxManager:
         """The level the session's containers hold: its own record's, or its
         folders' (over every store of the host), whichever is higher."""
         from sandbox_kernel.engine.ratchet import folders_level
-        from sandbox_kernel.privacy.workspace_levels import FOLDER_LEVELS, levels_at
 
         state = self._private_state(user_id, session_id)
-        own = levels_at(self._levels_store().parent / FOLDER_LEVELS)
         workspace, *mounts = self.mounted_folders(user_id, session_id)
-        folders = folders_level([workspace, *mounts], own, [workspace]).sensitivity
+        folders = folders_level([workspace, *mounts], self._own_levels(), [workspace]).sensitivity
         return max(state.sensitivity if state is not None else Sensitivity.PUBLIC, folders)
 
     def _note_reached(self, folders: list[Path], user_id: str, session_id: str) -> None:
@@ -527,12 +532,12 @@ class SandboxManager:
         workspace root a user points at their projects holds notebook folders.
         Raises :class:`WorkspaceRefused` when the records cannot be written:
         the container must not start then."""
-        from sandbox_kernel.privacy.workspace_levels import FOLDER_LEVELS, folder_of, levels_at
+        from sandbox_kernel.privacy.workspace_levels import folder_of
 
         if not folders:
             return
         try:
-            levels_at(self._levels_store().parent / FOLDER_LEVELS).note_reached(
+            self._own_levels().note_reached(
                 [folder_of(folder) for folder in folders],
                 f"the Docker shell of session {session_id} of {user_id}",
             )
@@ -665,9 +670,11 @@ class SandboxManager:
                     # and mounts from it, and once it was gone it stopped
                     # waiting for the sandboxes working in them (a review:
                     # the rows reached one still with network). Without
-                    # network it enforces every level: a later rise (the
-                    # watcher has stopped) must not wait on it.
+                    # network it enforces every level: a later rise must
+                    # not wait on it. The watcher records its folders at
+                    # each new level meanwhile (_follow_private_levels).
                     record.report(Sensitivity.SECRET, False)
+                    self._ensure_watcher()
                     return
                 del self._records[key]
                 record.close()
@@ -688,17 +695,36 @@ class SandboxManager:
             )
 
     def _watch_once(self) -> bool:
-        """One round of the watcher; False once nothing with a network is held."""
+        """One round of the watcher; False once nothing with a network is
+        held, and no container of a private session whose folders it records."""
         try:
             self.enforce_network()
         except Exception:  # never let the watcher die
             log.exception("cutting held containers' network failed")
+        try:
+            self._follow_private_levels()
+        except Exception:
+            log.exception("recording private sessions' folders failed")
         with self._lock:
-            if self._networked():
+            if self._networked() or self._kept_records():
                 return True
             if self._watcher is threading.current_thread():
                 self._watcher = None
             return False
+
+    def _kept_records(self) -> list[tuple[str, str]]:
+        """The sessions whose held containers, cut, keep their record."""
+        with self._lock:
+            return [key for key in self._records if not self._networked(key)]
+
+    def _follow_private_levels(self) -> None:
+        """Record the folders of each held private session again when its
+        level rose: the sandboxes working in them see only what is recorded,
+        and a raiser waits for them to see the new level (a review: a higher
+        rise timed out on a kernel cut at the first one, which nothing
+        raised again once the watcher had stopped)."""
+        for user_id, session_id in self._kept_records():
+            self._record_private_session(user_id, session_id)
 
     def stop_watcher(self) -> None:
         with self._lock:

@@ -230,12 +230,7 @@ def pending_holders(
     with it, see ``workspace_levels``). ``workspaces`` and ``reads``: folders
     of the session that no live holder of it names (a private Docker shell
     has no record: it has no network). ``skip``: the caller's own records
-    (a container being made counts as networked until it is).
-
-    A holder of another session is waited for while it has network: without
-    it, it cannot send, and it does not get it back (its own level, or its
-    folders', only rises), whatever level it has seen (a review: a higher rise
-    timed out on a kernel cut at the first one, which nothing raised again)."""
+    (a container being made counts as networked until it is)."""
     validate_id(user_id, "user_id")
     validate_id(session_id, "session_id")
     own_holders = _holders(store_root)
@@ -295,7 +290,7 @@ def pending_holders(
             continue
         if "dead" in entry:
             pending.append(f"dead process {entry['pid']} of session {session}: {entry['dead']}")
-        elif (mine and seen < level) or bool(entry.get("network", True)):
+        elif seen < level or bool(entry.get("network", True)):
             pending.append(
                 f"process {entry['pid']} of session {session} ({seen.name}, "
                 f"{'with' if entry.get('network') else 'without'} network)"

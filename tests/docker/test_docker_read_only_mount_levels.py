@@ -495,14 +495,17 @@ def test_the_first_command_of_a_private_session_does_not_wait_on_itself(
         manager.close_all()
 
 
-def test_a_higher_rise_does_not_wait_on_a_sandbox_cut_at_the_first(
+def test_a_higher_rise_is_seen_by_a_sandbox_cut_at_the_first(
     tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any, test_limits: dict[str, Any]
 ) -> None:
-    """A review: once a kernel working in the mount was cut at CONFIDENTIAL,
-    a rise to SECRET waited on it (it had not seen SECRET, and nothing
-    raised it: the watcher had stopped) and timed out. A sandbox of another
-    session without network cannot send, and does not get it back."""
+    """A review: once a kernel working in the mount was cut at CONFIDENTIAL, a
+    rise to SECRET waited on it (it had not seen SECRET) and timed out:
+    nothing recorded the mount at SECRET, the watcher had stopped with the
+    last network. The watcher now goes on while a cut container of a private
+    session is held, and records its folders at each new level."""
+    require_bwrap()
     team = _shared_folder(tmp_path)
+    inside = shared_data_kernel(team, tmp_path / "i-tmp", shared_data, "--SandboxKernel.privacy_poll_interval=0.2")
     manager = SandboxManager(
         read_only_mounts={str(team): "/ref"},
         config=offline_config(image=test_image, **test_limits),
@@ -510,19 +513,18 @@ def test_a_higher_rise_does_not_wait_on_a_sandbox_cut_at_the_first(
         client=docker_client,
         privacy_poll_interval=0.25,
     )
-    kernel = EnforcementRecord(tmp_path / "kernel-store", "kernel-user", "nbK", workspace=team)
-    kernel.report(Sensitivity.PUBLIC, True)
     try:
+        assert inside.run(IFACES).stdout.strip() not in ("", "['lo']")
         code, out = manager.execute_command("u", "s", LIST, persistent=True)
         assert code == 0 and "eth0" in out, out
-        rise = threading.Timer(1.0, kernel.report, (Sensitivity.CONFIDENTIAL, False))  # (its poll)
-        rise.start()
-        PrivateData("u", "s").add_private_dataset("patients", "CONFIDENTIAL", wait=10)
-        rise.join()
-        PrivateData("u", "s").add_private_dataset("payroll", "SECRET", wait=5)  # (no TimeoutError)
+        PrivateData("u", "s").add_private_dataset("patients", "CONFIDENTIAL", wait=30)
+        assert inside.run(IFACES).stdout.strip() == "['lo']"
+        PrivateData("u", "s").add_private_dataset("payroll", "SECRET", wait=15)  # (no TimeoutError)
+        reader = Ratchet("kernel-user", "nbT", PrivacyStore(tmp_path / "k"), workspace=team)
+        assert reader.state.sensitivity == Sensitivity.SECRET
     finally:
-        kernel.close()
         manager.close_all()
+        inside.shutdown()
 
 
 def test_a_docker_kernel_mounting_a_private_datasets_source_has_no_network(tmp_path: Path, test_image: str) -> None:

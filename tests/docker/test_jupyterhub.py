@@ -66,7 +66,14 @@ class Hub:
     def __init__(self, root: Path, image: str, cmd: list[str], ro_mounts: dict[str, str], pg: PostgresServer) -> None:
         self.root = root
         self.token = secrets.token_hex(16)
-        self.proxy_port, self.hub_port = free_port(), free_port()
+        # three distinct ports: a port just closed can be handed out again (CI
+        # run B: the hub and the proxy's API got the same one, and the hub exited)
+        ports: list[int] = []
+        while len(ports) < 3:
+            port = free_port()
+            if port not in ports:
+                ports.append(port)
+        self.proxy_port, self.hub_port, proxy_api_port = ports
         kernel_config = root / "sandbox_kernel_config.py"
         kernel_config.write_text(f"c.SandboxKernel.shared_store_url = {pg.url!r}\n")
         for user in USERS:
@@ -80,7 +87,7 @@ class Hub:
             "SK_HUB_DIR": str(root),
             "SK_HUB_PORT": str(self.hub_port),
             "SK_HUB_PROXY_PORT": str(self.proxy_port),
-            "SK_HUB_PROXY_API_PORT": str(free_port()),
+            "SK_HUB_PROXY_API_PORT": str(proxy_api_port),
             "SK_HUB_CHP": str(CHP),
             "SK_HUB_USERS": ",".join(USERS),
             "SK_HUB_PASSWORD": secrets.token_hex(8),

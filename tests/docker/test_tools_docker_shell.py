@@ -313,6 +313,8 @@ async def test_ratchet_from_the_host_store_cuts_the_shell_network_for_good(
     PrivateData(user, session, store).mark_private("SECRET", reason="test")
     assert await _interfaces(registry, ids) == ["lo"]
     # a new registry (a new process: no manager memory) reads the same store
+    # (once the first has let the session go: one process holds it at a time)
+    await registry.aclose()
     fresh = SessionRegistry(_config(registry.config.root(), test_image, test_limits))
     try:
         assert await _interfaces(fresh, ids) == ["lo"]

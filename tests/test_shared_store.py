@@ -123,6 +123,72 @@ def test_a_store_whose_role_could_switch_the_ratchet_off_is_refused(pg: Postgres
             conn.execute("ALTER TABLE sandbox_kernel_marks OWNER TO sk")
 
 
+def test_operators_or_a_search_path_of_the_kernels_role_change_nothing(pg: PostgresServer, tmp_path: Path) -> None:
+    """A review: a kernels' role with CREATE on a schema of its search path
+    (PostgreSQL 14's default on ``public``, or a role that owns the
+    database) made ``<`` and ``<>`` of its own, which the unpinned trigger
+    used, and lowered and moved another user's rows; with ``=`` of its own
+    and ``ALTER ROLE ... SET search_path``, every kernel's read matched
+    nothing. Now every name is schema-qualified, the functions' search path
+    is pinned, and a connection pins its own before it reads."""
+    s = store(tmp_path, "host-a", pg.url)
+    PrivateData("alice", "nb-op", s).add_private_dataset("payroll", "SECRET")
+    with psycopg.connect(pg.admin_url, autocommit=True) as conn:
+        conn.execute("GRANT CREATE ON SCHEMA public TO PUBLIC")
+    try:
+        with psycopg.connect(pg.url, autocommit=True) as conn:
+            for op, kind in (("<", "smallint"), ("<>", "text"), ("=", "text")):
+                name = {"<": "never_lt", "<>": "never_ne", "=": "never_eq"}[op]
+                conn.execute(
+                    f"CREATE FUNCTION public.{name}({kind}, {kind}) RETURNS boolean LANGUAGE sql AS 'SELECT false'"
+                )
+                conn.execute(
+                    f"CREATE OPERATOR public.{op} (LEFTARG = {kind}, RIGHTARG = {kind}, FUNCTION = public.{name})"
+                )
+            conn.execute("ALTER ROLE CURRENT_USER SET search_path = public, pg_catalog")
+            conn.execute("SET search_path = public, pg_catalog")
+            for statement in (
+                "UPDATE sandbox_kernel_datasets SET level = 1",  # (its own "=" would match no row)
+                "UPDATE sandbox_kernel_datasets SET session_id = 'gone-' || session_id",
+            ):
+                with pytest.raises(psycopg.errors.RaiseException, match="never goes down"):
+                    conn.execute(statement)
+        fresh = PrivateData("alice", "nb-op", store(tmp_path, "host-b", pg.url))
+        assert fresh.sensitivity == Sensitivity.SECRET and fresh.state.error is None, fresh.state.error
+    finally:
+        with psycopg.connect(pg.admin_url, autocommit=True) as conn:
+            conn.execute("ALTER ROLE skuser RESET search_path")
+            for name, kind in (("never_lt", "smallint"), ("never_ne", "text"), ("never_eq", "text")):
+                op = {"never_lt": "<", "never_ne": "<>", "never_eq": "="}[name]
+                conn.execute(f"DROP OPERATOR IF EXISTS public.{op} ({kind}, {kind})")
+                conn.execute(f"DROP FUNCTION IF EXISTS public.{name}({kind}, {kind})")
+            conn.execute("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+
+
+def test_an_owner_cannot_make_the_role_check_pass(pg: PostgresServer, tmp_path: Path) -> None:
+    """A review: the check called ``pg_has_role`` unqualified under the
+    role's own search path, and an owner with ``public.pg_has_role``
+    returning false made it pass, then switched the triggers off."""
+    with psycopg.connect(pg.admin_url, autocommit=True) as conn:
+        conn.execute("CREATE ROLE skowner2 LOGIN")
+        conn.execute("ALTER TABLE sandbox_kernel_marks OWNER TO skowner2")
+        conn.execute("GRANT CREATE ON SCHEMA public TO skowner2")
+    owner_url = pg.url.replace("skuser@", "skowner2@")
+    try:
+        with psycopg.connect(owner_url, autocommit=True) as conn:
+            conn.execute(
+                "CREATE FUNCTION public.pg_has_role(name, name, text) RETURNS boolean LANGUAGE sql AS 'SELECT false'"
+            )
+            conn.execute("ALTER ROLE CURRENT_USER SET search_path = public, pg_catalog")
+        state = PrivateData("dave", "nb-owner2", store(tmp_path, "host", owner_url)).state
+        assert state.sensitivity == Sensitivity.SECRET and "owns the ratchet's tables" in str(state.error), state.error
+    finally:
+        with psycopg.connect(pg.admin_url, autocommit=True) as conn:
+            conn.execute("ALTER TABLE sandbox_kernel_marks OWNER TO sk")
+            conn.execute("DROP FUNCTION IF EXISTS public.pg_has_role(name, name, text)")
+            conn.execute("REVOKE CREATE ON SCHEMA public FROM skowner2")
+
+
 def _store_init(*args: str) -> subprocess.CompletedProcess[str]:
     command = [str(Path(sys.executable).parent / "sandbox-kernel"), "store-init", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=60)

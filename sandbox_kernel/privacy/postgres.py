@@ -45,8 +45,13 @@ from .store import PrivacyStore, PrivacyStoreError, _failure_state, _floors, _me
 
 log = logging.getLogger("sandbox_kernel.privacy")
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS sandbox_kernel_datasets (
+#: every name schema-qualified, and the functions' search path pinned: a role
+#: with CREATE on a schema of the caller's search path made ``<`` and ``<>``
+#: (or ``=`` for the readers) of its own, which the trigger used, and lowered
+#: or moved any row (a review)
+PINNED = "SET search_path = pg_catalog, pg_temp"
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS public.sandbox_kernel_datasets (
     user_id text NOT NULL,
     session_id text NOT NULL,
     name text NOT NULL,
@@ -55,7 +60,7 @@ CREATE TABLE IF NOT EXISTS sandbox_kernel_datasets (
     added_at text NOT NULL,
     PRIMARY KEY (user_id, session_id, name)
 );
-CREATE TABLE IF NOT EXISTS sandbox_kernel_marks (
+CREATE TABLE IF NOT EXISTS public.sandbox_kernel_marks (
     user_id text NOT NULL,
     session_id text NOT NULL,
     level smallint NOT NULL CHECK (level BETWEEN 1 AND 3),
@@ -64,7 +69,8 @@ CREATE TABLE IF NOT EXISTS sandbox_kernel_marks (
     added_at text NOT NULL,
     PRIMARY KEY (user_id, session_id)
 );
-CREATE OR REPLACE FUNCTION sandbox_kernel_only_up() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION public.sandbox_kernel_only_up() RETURNS trigger LANGUAGE plpgsql
+    {PINNED} AS $$
 BEGIN
     IF TG_OP = 'DELETE' OR TG_OP = 'TRUNCATE' THEN
         RAISE EXCEPTION 'the private-data ratchet never goes down: % on % refused', TG_OP, TG_TABLE_NAME;
@@ -80,34 +86,35 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
-CREATE OR REPLACE TRIGGER sandbox_kernel_datasets_only_up BEFORE UPDATE OR DELETE ON sandbox_kernel_datasets
-    FOR EACH ROW EXECUTE FUNCTION sandbox_kernel_only_up();
-CREATE OR REPLACE TRIGGER sandbox_kernel_marks_only_up BEFORE UPDATE OR DELETE ON sandbox_kernel_marks
-    FOR EACH ROW EXECUTE FUNCTION sandbox_kernel_only_up();
-CREATE OR REPLACE TRIGGER sandbox_kernel_datasets_no_truncate BEFORE TRUNCATE ON sandbox_kernel_datasets
-    FOR EACH STATEMENT EXECUTE FUNCTION sandbox_kernel_only_up();
-CREATE OR REPLACE TRIGGER sandbox_kernel_marks_no_truncate BEFORE TRUNCATE ON sandbox_kernel_marks
-    FOR EACH STATEMENT EXECUTE FUNCTION sandbox_kernel_only_up();
-CREATE OR REPLACE FUNCTION sandbox_kernel_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE TRIGGER sandbox_kernel_datasets_only_up BEFORE UPDATE OR DELETE ON public.sandbox_kernel_datasets
+    FOR EACH ROW EXECUTE FUNCTION public.sandbox_kernel_only_up();
+CREATE OR REPLACE TRIGGER sandbox_kernel_marks_only_up BEFORE UPDATE OR DELETE ON public.sandbox_kernel_marks
+    FOR EACH ROW EXECUTE FUNCTION public.sandbox_kernel_only_up();
+CREATE OR REPLACE TRIGGER sandbox_kernel_datasets_no_truncate BEFORE TRUNCATE ON public.sandbox_kernel_datasets
+    FOR EACH STATEMENT EXECUTE FUNCTION public.sandbox_kernel_only_up();
+CREATE OR REPLACE TRIGGER sandbox_kernel_marks_no_truncate BEFORE TRUNCATE ON public.sandbox_kernel_marks
+    FOR EACH STATEMENT EXECUTE FUNCTION public.sandbox_kernel_only_up();
+CREATE OR REPLACE FUNCTION public.sandbox_kernel_notify() RETURNS trigger LANGUAGE plpgsql
+    {PINNED} AS $$
 BEGIN
     PERFORM pg_notify('sandbox_kernel_rise', NEW.user_id || '/' || NEW.session_id);
     RETURN NULL;
 END $$;
-CREATE OR REPLACE TRIGGER sandbox_kernel_datasets_notify AFTER INSERT OR UPDATE ON sandbox_kernel_datasets
-    FOR EACH ROW EXECUTE FUNCTION sandbox_kernel_notify();
-CREATE OR REPLACE TRIGGER sandbox_kernel_marks_notify AFTER INSERT OR UPDATE ON sandbox_kernel_marks
-    FOR EACH ROW EXECUTE FUNCTION sandbox_kernel_notify();
+CREATE OR REPLACE TRIGGER sandbox_kernel_datasets_notify AFTER INSERT OR UPDATE ON public.sandbox_kernel_datasets
+    FOR EACH ROW EXECUTE FUNCTION public.sandbox_kernel_notify();
+CREATE OR REPLACE TRIGGER sandbox_kernel_marks_notify AFTER INSERT OR UPDATE ON public.sandbox_kernel_marks
+    FOR EACH ROW EXECUTE FUNCTION public.sandbox_kernel_notify();
 """
 #: the channel every rise is announced on (``<user>/<session>``)
 CHANNEL = "sandbox_kernel_rise"
 
 _UPSERT_DATASET = """
-INSERT INTO sandbox_kernel_datasets AS d (user_id, session_id, name, level, source, added_at)
+INSERT INTO public.sandbox_kernel_datasets AS d (user_id, session_id, name, level, source, added_at)
 VALUES (%s, %s, %s, %s, %s, %s)
 ON CONFLICT (user_id, session_id, name) DO UPDATE SET level = GREATEST(d.level, EXCLUDED.level)
 """
 _UPSERT_MARK = """
-INSERT INTO sandbox_kernel_marks AS m (user_id, session_id, level, source, reason, added_at)
+INSERT INTO public.sandbox_kernel_marks AS m (user_id, session_id, level, source, reason, added_at)
 VALUES (%s, %s, %s, %s, %s, %s)
 ON CONFLICT (user_id, session_id) DO UPDATE SET
     level = GREATEST(m.level, EXCLUDED.level),
@@ -116,10 +123,12 @@ ON CONFLICT (user_id, session_id) DO UPDATE SET
     added_at = CASE WHEN EXCLUDED.level > m.level THEN EXCLUDED.added_at ELSE m.added_at END
 """
 _SELECT_DATASETS = (
-    "SELECT name, level, source, added_at FROM sandbox_kernel_datasets "
+    "SELECT name, level, source, added_at FROM public.sandbox_kernel_datasets "
     "WHERE user_id = %s AND session_id = %s ORDER BY added_at, name LIMIT 10001"
 )
-_SELECT_MARK = "SELECT level, source, reason, added_at FROM sandbox_kernel_marks WHERE user_id = %s AND session_id = %s"
+_SELECT_MARK = (
+    "SELECT level, source, reason, added_at FROM public.sandbox_kernel_marks WHERE user_id = %s AND session_id = %s"
+)
 
 
 #: what makes a role able to switch the triggers off: a superuser, or a member
@@ -127,15 +136,20 @@ _SELECT_MARK = "SELECT level, source, reason, added_at FROM sandbox_kernel_marks
 #: inherited by their members)
 _ROLE_CHECK = """
 SELECT
-    (SELECT rolsuper FROM pg_roles WHERE rolname = current_user),
-    (SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()
+    (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user),
+    (SELECT pg_catalog.count(*) FROM pg_catalog.pg_tables WHERE schemaname = 'public'
         AND tablename IN ('sandbox_kernel_datasets', 'sandbox_kernel_marks')),
-    (SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()
+    (SELECT pg_catalog.count(*) FROM pg_catalog.pg_tables WHERE schemaname = 'public'
         AND tablename IN ('sandbox_kernel_datasets', 'sandbox_kernel_marks')
-        AND pg_has_role(current_user, tableowner, 'MEMBER')),
-    (SELECT count(*) FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
+        AND pg_catalog.pg_has_role(current_user, tableowner, 'MEMBER')),
+    (SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_roles r ON r.oid = p.proowner
         WHERE p.proname IN ('sandbox_kernel_only_up', 'sandbox_kernel_notify')
-        AND pg_has_role(current_user, r.rolname, 'MEMBER')),
+        AND p.pronamespace = 'public'::pg_catalog.regnamespace
+        AND pg_catalog.pg_has_role(current_user, r.rolname, 'MEMBER')),
+    (SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc p
+        WHERE p.proname IN ('sandbox_kernel_only_up', 'sandbox_kernel_notify')
+        AND p.pronamespace = 'public'::pg_catalog.regnamespace
+        AND 'search_path=pg_catalog, pg_temp' = ANY (COALESCE(p.proconfig, '{}'::pg_catalog.text[]))),
     current_user
 """
 #: where a deployment is told how to set the store up
@@ -144,11 +158,13 @@ _SETUP = "an admin creates it once with `sandbox-kernel store-init ADMIN_URL --g
 
 def role_problem(conn: Any) -> str | None:
     """Why the role ``conn`` connected as must not hold the ratchet, if it must not."""
-    superuser, tables, owned, functions, role = conn.execute(_ROLE_CHECK).fetchone()
+    superuser, tables, owned, functions, pinned, role = conn.execute(_ROLE_CHECK).fetchone()
     if superuser:
         return f"its role {role} is a superuser, which may switch off the triggers that keep the ratchet; {_SETUP}"
     if tables < 2:
         return f"it has no ratchet tables; {_SETUP}"
+    if pinned < 2:
+        return f"its trigger functions are from an earlier version, with no pinned search path; {_SETUP} (again)"
     if owned or functions:
         return (
             f"its role {role} owns the ratchet's tables or trigger functions, so it may switch the triggers off "
@@ -170,12 +186,13 @@ def init_store(admin_url: str, grant: list[str]) -> None:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$-]{0,62}", role):
             raise ValueError(f"--grant {role!r} is not a role name")
     with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(PINNED)
         conn.execute(SCHEMA)
         for role in grant:
             for table in ("sandbox_kernel_datasets", "sandbox_kernel_marks"):
                 conn.execute(
                     sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {}").format(
-                        sql.Identifier(table), sql.Identifier(role)
+                        sql.Identifier("public", table), sql.Identifier(role)
                     )
                 )
 
@@ -220,6 +237,10 @@ class PostgresPrivacyStore(PrivacyStore):
 
         conn = psycopg.connect(self._url, connect_timeout=max(1, int(self._connect_timeout)), autocommit=True)
         try:
+            # before anything is read: the role's own default search path
+            # (ALTER ROLE ... SET) put its operators and functions first, and
+            # made the role check pass for an owner (a review)
+            conn.execute(PINNED)
             problem = role_problem(conn)
         except BaseException:
             conn.close()

@@ -177,8 +177,10 @@ class PrivateDataMCPToolset(WrapperToolset):
 
     def _private_in_another_store(self) -> bool:
         """Whether any store of the host (the registry of stores: every one
-        a kernel or the tools prepared) holds the session as private; an
-        unreadable registry counts as private."""
+        a kernel or the tools prepared) holds the session as private, with
+        the level of the session's workspace beside it (a review: its own
+        record alone missed a Lab kernel's rise in the notebook the agent
+        exported there); an unreadable registry counts as private."""
         from ..privacy.store_registry import all_store_roots
 
         roots, problem = all_store_roots()
@@ -188,7 +190,12 @@ class PrivateDataMCPToolset(WrapperToolset):
         for root in roots:
             if Path(root).resolve() == mine:
                 continue
-            if PrivacyStore(root).read(self.user_id, self.session_id).has_private_data:
+            # the tools' layout: <data dir>/privacy beside <data dir>/workspaces/<user>/<session>
+            workspace = Path(root).parent / "workspaces" / self.user_id / self.session_id
+            ratchet = Ratchet(
+                self.user_id, self.session_id, PrivacyStore(root), workspace=workspace if workspace.is_dir() else None
+            )
+            if ratchet.state.network_mode is NetworkMode.NONE:
                 return True
         return False
 

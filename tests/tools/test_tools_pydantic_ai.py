@@ -13,6 +13,7 @@ from pydantic_ai.messages import ModelResponse, RetryPromptPart, ToolCallPart, T
 from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 from pydantic_ai.toolsets import FunctionToolset  # noqa: E402
 
+from sandbox_kernel.engine.ratchet import Ratchet  # noqa: E402
 from sandbox_kernel.privacy import PrivacyStore, PrivateData, Sensitivity  # noqa: E402
 from sandbox_kernel.tools import SessionRegistry  # noqa: E402
 from sandbox_kernel.tools.pydantic_ai import PrivateDataMCPToolset, get_all_tools  # noqa: E402
@@ -154,6 +155,14 @@ async def test_private_data_routing_without_the_tools_registry_reads_every_store
         )
         assert (await own.get("pa", "s6")).ratchet.private
         assert routed.private and routed.target() is isolated
+        # and by the level of the session's folder there (a review): a Lab
+        # kernel on the notebook the agent exported rises, not the session
+        other = PrivateDataMCPToolset(normal, isolated=isolated, user_id="pa", session_id="s7")
+        (await own.get("pa", "s7")).workspace.mkdir(parents=True, exist_ok=True)
+        lab = Ratchet("pa", "lab-kernel", own.config.privacy_store(), workspace=(await own.get("pa", "s7")).workspace)
+        lab.mark("SECRET", "loaded payroll", "cell")
+        assert lab.private  # (its read records its folder's level, as the kernel's poll does)
+        assert other.private and other.target() is isolated
         for factory in (private_data_mcp_http, private_data_mcp_stdio):
             assert "registry" in inspect.signature(factory).parameters
     finally:

@@ -389,12 +389,33 @@ class SessionRegistry:
                 if retiring is None:
                     session = self._sessions.get(key)
                     if session is None:
-                        session = await asyncio.to_thread(ToolSession, self, *key)
+                        session = await self._build(key)
                         self._sessions[session.key] = session
                     self._ensure_reaper()
                     self._ensure_watcher()
                     return session
             await retiring.retired.wait()  # without the registry's lock: other sessions go on
+
+    @staticmethod
+    async def _build_in(registry: SessionRegistry, key: tuple[str, str]) -> ToolSession:
+        return await asyncio.to_thread(ToolSession, registry, *key)
+
+    async def _build(self, key: tuple[str, str]) -> ToolSession:
+        """A new session of ``key``, built in a thread. A call cancelled
+        meanwhile does not stop the thread, and the session it built held the
+        session's lock for good, never registered (a review: every later call
+        on those ids was refused); it lets the lock go."""
+        building = asyncio.ensure_future(self._build_in(self, key))
+        try:
+            return await asyncio.shield(building)
+        except asyncio.CancelledError:
+
+            def let_go(done: asyncio.Future[ToolSession]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    done.result().release()
+
+            building.add_done_callback(let_go)
+            raise
 
     def _refuse_while_closing(self, key: tuple[str, str]) -> None:
         """A call arriving while :meth:`aclose` checkpoints and stops every

@@ -104,6 +104,30 @@ async def test_a_second_process_on_the_same_session_is_refused(registry: Session
         await other.aclose()
 
 
+async def test_a_call_cancelled_while_its_session_is_built_leaves_it_free(
+    registry: SessionRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review: the thread building a session went on after its call was
+    cancelled (an MCP client's cancel, a timeout), and the session it built
+    held the session's lock, never registered: every later call on those
+    ids was refused as "in use by another process"."""
+    from sandbox_kernel.tools import notebook as notebook_module
+
+    real_load = notebook_module.Notebook.load.__func__  # type: ignore[attr-defined]
+
+    def slow_load(cls: type, *args: object, **kwargs: object) -> object:
+        time.sleep(0.5)  # (a slow disk, a large notebook)
+        return real_load(cls, *args, **kwargs)
+
+    with monkeypatch.context() as slow:
+        slow.setattr(notebook_module.Notebook, "load", classmethod(slow_load))
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(registry.get("alice", "slow"), timeout=0.1)
+        await asyncio.sleep(1.0)  # (the thread ended meanwhile)
+    r = await repl_execute_cell("print('served')", **ids(registry, "slow"))
+    assert "served" in r.text, r.text
+
+
 async def test_rerun_delete_clear_show(registry: SessionRegistry, data_dir: Path) -> None:
     kw = ids(registry)
     await repl_execute_cell("n = 0", **kw)

@@ -405,6 +405,8 @@ class SandboxManager:
         if self._recorded.get(key, Sensitivity.PUBLIC) >= level:
             return True
         if not self._record_folders(self._own_levels(), user_id, session_id, level, why):
+            with self._lock:
+                self._unwaited.add(key)  # (a held container's next command retries, or is refused)
             return False
         self._note_level(key, level)
         return True
@@ -480,9 +482,12 @@ class SandboxManager:
         command does not run (a review: a failed record was taken as done,
         and the command ran after the wait; a kernel with network in the
         mount received the rows)."""
-        key = (user_id, session_id)
-        with self._lock:
-            self._unwaited.discard(key)
+        self._await_holders(user_id, session_id)
+        with self._lock:  # (only once it is done: a refused command's retry waits again, a review)
+            self._unwaited.discard((user_id, session_id))
+
+    def _await_holders(self, user_id: str, session_id: str) -> None:
+        """:meth:`_wait_for_holders`'s work."""
         root = self._enforcement_root()
         if root is None:
             return
@@ -497,7 +502,7 @@ class SandboxManager:
             )
         from sandbox_kernel.privacy.enforcement import pending_holders
 
-        record = self._records.get(key)
+        record = self._records.get((user_id, session_id))
         mine = [record.path] if record is not None else []  # (counted as networked while it is made)
         workspace = str(self.workspace_root / user_id / session_id)
         mounts = [str(mount) for mount in self.read_only_sources()]
@@ -724,7 +729,9 @@ class SandboxManager:
         rise timed out on a kernel cut at the first one, which nothing
         raised again once the watcher had stopped)."""
         for user_id, session_id in self._kept_records():
-            self._record_private_session(user_id, session_id)
+            level = self._held_level(user_id, session_id)  # (its own level, or its folders')
+            if level > Sensitivity.PUBLIC:
+                self._ensure_recorded(user_id, session_id, level, level.name)
 
     def stop_watcher(self) -> None:
         with self._lock:
@@ -1122,6 +1129,8 @@ class SandboxManager:
                     "more commands; open a new ephemeral session"
                 )
             session = self.get_or_create_session(session.user_id, session.session_id)
+        elif session.key in self._unwaited:
+            self._wait_for_holders(session.user_id, session.session_id)
         return self._run_command(session, command, seconds)
 
     def _run_command(self, session: SandboxSession, command: str, seconds: float) -> tuple[int, str]:

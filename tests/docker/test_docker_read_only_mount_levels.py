@@ -13,6 +13,7 @@ checked by the interfaces inside the container only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -24,6 +25,7 @@ from kernel_helpers import iopub_until, iopub_until_idle, require_bwrap, shared_
 
 from sandbox_kernel.docker import SandboxManager, offline_config
 from sandbox_kernel.engine.ratchet import Ratchet
+from sandbox_kernel.engine.workspace_policy import WorkspaceRefused
 from sandbox_kernel.privacy import NetworkMode, PrivacyStore, PrivateData, Sensitivity
 from sandbox_kernel.privacy.enforcement import EnforcementRecord, wait_enforced
 from sandbox_kernel.privacy.store import default_store
@@ -525,6 +527,173 @@ def test_a_higher_rise_is_seen_by_a_sandbox_cut_at_the_first(
     finally:
         manager.close_all()
         inside.shutdown()
+
+
+SEND = (
+    "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('/ref/drop.sock'); "
+    "s.sendall(open('/workspace/rows.csv', 'rb').read()); print('sent')\"; " + LIST
+)
+
+
+def _listening(inside: Any) -> str:
+    listening = inside.kc.execute(LISTEN)
+    iopub_until(inside.kc, lambda got: any("listening" in str(m["content"].get("text", "")) for m in got), 60)
+    return listening
+
+
+def _heard(inside: Any, listening: str, team: Path) -> str:
+    """What the kernel in the mount received (the host ends its wait with a
+    word of its own when nothing else came)."""
+    import socket
+
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as knock:
+        knock.connect(str(team / "drop.sock"))
+        knock.sendall(b"NOTHING")
+    got = iopub_until_idle(inside.kc, listening, 150)
+    return "".join(m["content"].get("text", "") for m in got if m["msg_type"] == "stream")
+
+
+def _rise_and_hand_over(manager: SandboxManager) -> None:
+    PrivateData("u", "s").add_private_dataset("patients", "SECRET")  # (no wait: the documented default)
+    rows = manager.workspace_for("u", "s") / "rows.csv"
+    rows.write_text("1,SECRET-ROW")
+    rows.chmod(0o644)
+
+
+def _cut(session: Any) -> None:
+    deadline = time.monotonic() + 5
+    while session.network_mode is not NetworkMode.NONE and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert session.network_mode is NetworkMode.NONE, "the watcher did not cut the held container"
+
+
+@pytest.mark.parametrize("how", ["ephemeral", "persistent", "retry"])
+def test_a_held_containers_next_command_waits_for_the_mounts_holders(
+    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any, test_limits: dict[str, Any], how: str
+) -> None:
+    """Review 102 (high): a held container cut at a rise ran its next command
+    through ``run_in_session`` at once (ephemeral or persistent), and after a
+    refused wait the retry ran without one; a kernel with network in the
+    mount (slow to poll) received the rows. Now the command is refused while
+    it has network, the retry too."""
+    require_bwrap()
+    team = _shared_folder(tmp_path)
+    inside = shared_data_kernel(team, tmp_path / "i-tmp", shared_data, "--SandboxKernel.privacy_poll_interval=120")
+    manager = SandboxManager(
+        read_only_mounts={str(team): "/ref"},
+        config=offline_config(image=test_image, **test_limits),
+        workspace_root=tmp_path / "workspaces",
+        client=docker_client,
+        privacy_poll_interval=0.25,
+    )
+    try:
+        assert inside.run(IFACES).stdout.strip() not in ("", "['lo']")
+        listening = _listening(inside)
+        with contextlib.ExitStack() as held:
+            if how == "ephemeral":
+                session = held.enter_context(manager.ephemeral_session("u", "s"))
+            else:
+                session = manager.get_or_create_session("u", "s")
+            assert "eth0" in manager.run_in_session(session, LIST)[1]
+            _rise_and_hand_over(manager)
+            _cut(session)
+            with pytest.raises(WorkspaceRefused, match="still had network"):
+                manager.run_in_session(session, "true" if how == "retry" else SEND)
+            if how == "retry":
+                with pytest.raises(WorkspaceRefused, match="still had network"):
+                    manager.execute_command("u", "s", SEND, persistent=True)
+        said = _heard(inside, listening, team)
+        assert "SECRET-ROW" not in said and "NOTHING" in said, said
+    finally:
+        manager.close_all()
+        inside.shutdown()
+
+
+def test_a_held_containers_failed_record_runs_no_command(
+    tmp_path: Path,
+    shared_data: Path,
+    test_image: str,
+    docker_client: Any,
+    test_limits: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review 102 (high): the record of the mounts failed for a container held
+    since the session was public, the record was forgotten, and its next
+    command ran (the mount never recorded: the kernel there kept its network
+    and received the rows)."""
+    from sandbox_kernel.privacy.workspace_levels import WorkspaceLevels
+
+    require_bwrap()
+    team = _shared_folder(tmp_path)
+    inside = shared_data_kernel(team, tmp_path / "i-tmp", shared_data, "--SandboxKernel.privacy_poll_interval=0.2")
+    manager = SandboxManager(
+        read_only_mounts={str(team): "/ref"},
+        config=offline_config(image=test_image, **test_limits),
+        workspace_root=tmp_path / "workspaces",
+        client=docker_client,
+        privacy_poll_interval=0.25,
+    )
+    try:
+        assert inside.run(IFACES).stdout.strip() not in ("", "['lo']")
+        listening = _listening(inside)
+        assert "eth0" in manager.execute_command("u", "s", LIST, persistent=True)[1]
+
+        def read_only(*args: object, **kwargs: object) -> None:
+            raise OSError(30, "Read-only file system")
+
+        with monkeypatch.context() as failing:
+            failing.setattr(WorkspaceLevels, "record_read", read_only)
+            _rise_and_hand_over(manager)
+            held = manager.get_session("u", "s")
+            assert held is not None
+            _cut(held)
+            with pytest.raises(WorkspaceRefused, match="could not be recorded"):
+                manager.execute_command("u", "s", SEND, persistent=True)
+        said = _heard(inside, listening, team)
+        assert "SECRET-ROW" not in said and "NOTHING" in said, said
+    finally:
+        manager.close_all()
+        inside.shutdown()
+
+
+def test_a_higher_rise_of_a_session_private_by_its_folders_is_followed(
+    tmp_path: Path, shared_data: Path, test_image: str, docker_client: Any, test_limits: dict[str, Any]
+) -> None:
+    """Review 102 (availability): a session private only through a mount
+    (``ref1``, where a kernel of another store rose) had its folders recorded
+    at the first level only; a higher rise of ``ref1`` was not followed, the
+    kernel working in ``ref2`` never saw it, and the raiser's wait timed out."""
+    require_bwrap()
+    tmp_path.chmod(0o755)
+    ref1, ref2 = tmp_path / "ref1", tmp_path / "ref2"
+    for ref in (ref1, ref2):
+        ref.mkdir()
+        ref.chmod(0o777)
+    k2 = shared_data_kernel(ref2, tmp_path / "k2-tmp", shared_data, "--SandboxKernel.privacy_poll_interval=0.2")
+    manager = SandboxManager(
+        read_only_mounts={str(ref1): "/ref1", str(ref2): "/ref2"},
+        config=offline_config(image=test_image, **test_limits),
+        workspace_root=tmp_path / "workspaces",
+        client=docker_client,
+        privacy_poll_interval=0.25,
+    )
+    store = tmp_path / "k1-store"
+    k1 = Ratchet("kernel-user", "nbK", PrivacyStore(store), workspace=ref1)
+    k1_holder = EnforcementRecord(store, "kernel-user", "nbK", workspace=ref1)  # (that kernel's own report)
+    k1_holder.report(Sensitivity.PUBLIC, False)
+    try:
+        assert k2.run(IFACES).stdout.strip() not in ("", "['lo']")
+        assert "eth0" in manager.execute_command("u", "s", LIST, persistent=True)[1]
+        for level in (Sensitivity.CONFIDENTIAL, Sensitivity.SECRET):
+            k1.mark(level.name, "test", "api")
+            assert k1.state.sensitivity == level
+            k1_holder.report(level, False)
+            wait_enforced(store, "kernel-user", "nbK", level, timeout=30)  # (no TimeoutError)
+        assert k2.run(IFACES).stdout.strip() == "['lo']"
+    finally:
+        k1_holder.close()
+        manager.close_all()
+        k2.shutdown()
 
 
 def test_a_docker_kernel_mounting_a_private_datasets_source_has_no_network(tmp_path: Path, test_image: str) -> None:

@@ -138,7 +138,7 @@ def test_every_output_that_could_move_what_it_draws_is_contained() -> None:
         ("text/markdown", "```mermaid\nflowchart TD\n  A --> B\n  style A margin-top:-500px\n```"),
     ]:
         out = sanitize_bundle({mime: text}).data[mime]
-        assert WRAPPER.match(out) and out.count("<sk-output") == 1, out
+        assert WRAPPER.match(out) and out.count("<sk-output ") == 1, out
     assert sanitize_bundle({"text/markdown": "# A *title*"}).data["text/markdown"] == "# A *title*"
 
 
@@ -155,3 +155,29 @@ def test_an_outputs_sheet_cannot_unwrap_it_or_reach_another_output() -> None:
         escape = '</div></sk-output><div style="position:fixed;top:0">Network: off</div>'
         out = sanitize_bundle({mime: escape}).data[mime]
         assert WRAPPER.match(out) and out.count("</sk-output>") == 1, out  # (the sandbox's own is not a tag)
+
+
+def test_an_output_cleaned_again_keeps_its_look() -> None:
+    """A saved notebook's outputs are cleaned again for an export
+    (``lab_html_exports.shown_as_in_lab``): the markdown cleaner showed the
+    wrapper as text, and an HTML output's scoped sheet was dropped as an
+    at-rule of the whole page (a review). The wrapper and its scope are taken
+    off first, and put back."""
+    html = "<style>.x{color:red}</style><p class='x'>Loaded 3 rows.</p>"
+    once = sanitize_bundle({"text/html": html}).data["text/html"]
+    twice = sanitize_bundle({"text/html": once})
+    assert twice.removed == [] and scope(twice.data["text/html"]) + ".x{color:red}}" in twice.data["text/html"], twice
+    markdown = "# Results\n\n<b>42</b> rows"
+    once = sanitize_bundle({"text/markdown": markdown}).data["text/markdown"]
+    twice = sanitize_bundle({"text/markdown": once}).data["text/markdown"]
+    assert WRAPPER.match(twice) and "&lt;sk-output" not in twice and twice.count("<sk-output ") == 1, twice
+
+
+def test_a_sheet_cannot_move_the_element_that_contains_it() -> None:
+    """A review: the scope root was the contained element, and a sheet's
+    ``:scope { position: fixed }`` moved it over the page. The root is an
+    element inside it now; the outer one has no class a sheet could name."""
+    out = sanitize_bundle({"text/html": "<style>:scope{position:fixed}</style><p>x</p>"}).data["text/html"]
+    outer = out.split(">", 1)[0]
+    assert "class=" not in outer and "contain:paint!important" in outer, out
+    assert f'<sk-output-body style="display:block" class="sk-output sk-output-{token_of(out)}">' in out, out

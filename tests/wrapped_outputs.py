@@ -3,11 +3,7 @@
 
 from __future__ import annotations
 
-import re
-
-from sandbox_kernel.outputs._scoped_css import OPENING_PREFIX
-
-WRAPPER = re.compile(re.escape(OPENING_PREFIX) + r'(?P<token>[0-9a-f]{12})">(?P<inner>.*)</sk-output>\Z', re.DOTALL)
+from sandbox_kernel.outputs._scoped_css import WRAPPED as WRAPPER
 
 
 def token_of(out: str) -> str:

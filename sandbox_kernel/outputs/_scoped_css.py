@@ -168,29 +168,81 @@ def _stray_brace(node: Any) -> bool:
 #: shows an unknown hyphenated tag as text and nh3 drops it, so no
 #: ``</div>`` of the sandbox's closes it early (a review).
 ELEMENT = "sk-output"
+#: the element inside it that a sheet's ``@scope`` root is: a sheet styles
+#: the root too (``:scope``), and ``:scope { position: fixed }`` moved the
+#: containing element itself over the page (a review); the outer element has
+#: no class, nothing a sheet can name
+BODY = "sk-output-body"
 _STYLE = "display:block!important;contain:paint!important;overflow:auto!important"
-#: what every wrapped output begins with (its class then goes on: the token)
-OPENING_PREFIX = f'<{ELEMENT} style="{_STYLE}" class="{SCOPE_CLASS} {SCOPE_CLASS}-'
+OUTER = f'<{ELEMENT} style="{_STYLE}">'
+#: how the body element begins (its class then goes on: the token)
+BODY_PREFIX = f'<{BODY} style="display:block" class="{SCOPE_CLASS} {SCOPE_CLASS}-'
 
 
-def _opening_tag(token: str) -> str:
-    return f'{OPENING_PREFIX}{token}">'
+def _opening_tag(token: str, between: str = "") -> str:
+    """Both opening tags; in markdown each on a line of its own (an HTML
+    block begins with one tag alone on its line)."""
+    return f'{OUTER}{between}{BODY_PREFIX}{token}">'
+
+
+def _closing_tag(between: str = "") -> str:
+    return f"</{BODY}>{between}</{ELEMENT}>"
 
 
 def wrapped(html: str, token: str) -> str:
     """``html`` inside the element its scoped style sheets are limited to."""
-    return f"{_opening_tag(token)}{html}</{ELEMENT}>"
+    return f"{_opening_tag(token)}{html}{_closing_tag()}"
 
 
 def contained(out: str, *, markdown: bool = False, token: str | None = None) -> str:
     """A cleaned HTML or markdown output in that element (once). Markdown
     with no HTML, no math command and no diagram (Lab draws a ``mermaid``
     fence, with its own styles) draws nothing it could move, and stays as it
-    is; else its opening and closing tags are HTML blocks of their own lines,
-    so the markdown between stays markdown."""
-    if out.startswith(OPENING_PREFIX) or (
-        markdown and "<" not in out and "\\" not in out and "mermaid" not in out.lower()
-    ):
+    is; else its opening and closing tags are an HTML block of their own
+    lines, so the markdown between stays markdown."""
+    if out.startswith(OUTER) or (markdown and "<" not in out and "\\" not in out and "mermaid" not in out.lower()):
         return out
     token = token or new_token()
-    return f"{_opening_tag(token)}\n\n{out}\n\n</{ELEMENT}>" if markdown else wrapped(out, token)
+    if markdown:
+        return f"{_opening_tag(token, chr(10))}\n\n{out}\n\n{_closing_tag(chr(10))}"
+    return wrapped(out, token)
+
+
+#: a wrapped output, HTML or markdown
+WRAPPED = re.compile(
+    re.escape(OUTER)
+    + "\n?"
+    + re.escape(BODY_PREFIX)
+    + r'(?P<token>[0-9a-f]{12})">(?P<inner>.*)'
+    + re.escape(f"</{BODY}>")
+    + "\n?"
+    + re.escape(f"</{ELEMENT}>")
+    + r"\Z",
+    re.DOTALL,
+)
+_STYLE_ELEMENT = re.compile(r"(<style[^>]*>)(.*?)(</style>)", re.DOTALL | re.IGNORECASE)
+
+
+def unwrapped(out: str, *, markdown: bool = False) -> str:
+    """An output this kernel wrapped (a saved notebook's, cleaned again for an
+    export), as it was before: the element and its sheets' scope taken off,
+    for the cleaners to do again. Anything else is returned as it is (a
+    sandbox's look-alike is cleaned as any text then: nothing is trusted
+    here). Without it an export showed a markdown output's element as text,
+    and dropped every HTML output's scoped sheet (a review)."""
+    if not out.startswith(OUTER):
+        return out
+    found = WRAPPED.match(out)
+    if found is None:
+        return out
+    inner, opening = found["inner"], _opening(found["token"])
+    if markdown and inner.startswith("\n\n") and inner.endswith("\n\n"):
+        inner = inner[2:-2]
+
+    def unscoped(m: re.Match[str]) -> str:
+        css = m.group(2)
+        if css.startswith(opening) and css.endswith("}"):
+            css = css[len(opening) : -1]
+        return m.group(1) + css + m.group(3)
+
+    return _STYLE_ELEMENT.sub(unscoped, inner) if "<style" in inner.lower() else inner

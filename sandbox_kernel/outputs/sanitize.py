@@ -24,7 +24,7 @@ from typing import Any
 from ._html import clean_html
 from ._markdown import clean_markdown
 from ._policy import Notes, clean_tex
-from ._scoped_css import contained
+from ._scoped_css import contained, unwrapped
 from ._svg import SvgRejected, clean_svg
 from .links import defang_json, defang_text
 
@@ -159,6 +159,7 @@ def _clean_one(mime: str, value: Any, *, private: bool, notes: Notes) -> Any | N
         return None
     if mime in {"text/html", "text/markdown"}:
         cleaner = clean_html if mime == "text/html" else clean_markdown
+        value = unwrapped(value, markdown=mime == "text/markdown")  # (a saved output cleaned again)
         cleaned = cleaner(value, private=private, notes=notes)
         if value.strip() and not cleaned.strip():
             notes.add(f"{mime} output dropped (nothing safe was left)")

@@ -69,7 +69,10 @@ ESCAPES = (
     'display(HTML(\'<style>:scope{display:contents}</style><div class="sk-x" style="position:fixed;left:0;'
     "top:0;width:100vw;height:80px;background:#fee\">Network: off</div>')); "
     'display(Markdown(\'</div><div class="sk-x" style="position:fixed;left:0;top:200px;width:100vw;'
-    "height:80px;background:#efe\">Network: off</div>'))"
+    "height:80px;background:#efe\">Network: off</div>')); "
+    # a sheet moving the scope root itself (a review of the second version)
+    "display(HTML('<style>:scope{position:fixed!important;top:0;left:0;width:100vw;height:100vh;"
+    'z-index:2147483647}</style><div class="sk-x" style="background:#eef">Network: off</div>\'))'
 )
 
 #: points of the page where what is drawn belongs to a marked element of an
@@ -98,7 +101,7 @@ def test_an_output_draws_nothing_outside_its_own_area(page: Page, lab: LabServer
     open_notebook(page, lab, "styles/escape.ipynb")
     first, _ = run_cell(page, "print('the cell above')")
     cell, _ = run_cell(page, ESCAPES)
-    expect(cell.locator(".sk-x")).to_have_count(6)
+    expect(cell.locator(".sk-x")).to_have_count(7)
     strays = page.evaluate(STRAYS)
     assert strays == [], f"an output drew outside its area at {len(strays)} points, e.g. {strays[:5]}"
     # the kernel's own wrapper alone (a Lab without the extension's rule)

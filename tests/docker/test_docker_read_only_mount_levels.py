@@ -35,15 +35,21 @@ LIST = "ls /sys/class/net"
 
 
 def _standalone(
-    tmp_path: Path, image: str, client: Any, limits: dict[str, Any], mounts: dict[str, str] | None = None
+    tmp_path: Path,
+    image: str,
+    client: Any,
+    limits: dict[str, Any],
+    mounts: dict[str, str] | None = None,
+    poll: float = 0,
 ) -> SandboxManager:
-    """A manager with the default getter (the default store) and no watcher."""
+    """A manager with the default getter (the default store); a watcher
+    every ``poll`` s (none by default)."""
     return SandboxManager(
         read_only_mounts=mounts,
         config=offline_config(image=image, **limits),
         workspace_root=tmp_path / "workspaces",
         client=client,
-        privacy_poll_interval=0,
+        privacy_poll_interval=poll,
     )
 
 
@@ -385,13 +391,7 @@ def test_a_raisers_wait_covers_the_mounts_of_a_container_cut_since(
     while the container is held; and its next command, after a rise without
     a wait, starts only once that kernel reports its cut."""
     team = _shared_folder(tmp_path)
-    manager = SandboxManager(
-        read_only_mounts={str(team): "/ref"},
-        config=offline_config(image=test_image, **test_limits),
-        workspace_root=tmp_path / "workspaces",
-        client=docker_client,
-        privacy_poll_interval=0.25,
-    )
+    manager = _standalone(tmp_path, test_image, docker_client, test_limits, mounts={str(team): "/ref"}, poll=0.25)
     # a public kernel working in the mount (its own store) that has not polled yet
     kernel = EnforcementRecord(tmp_path / "kernel-store", "kernel-user", "nbK", workspace=team)
     kernel.report(Sensitivity.PUBLIC, True)
@@ -427,8 +427,7 @@ def test_a_later_rise_does_not_wait_on_a_container_already_without_network(
     """The record a held container keeps once cut says no network at every
     level: a higher rise later, once the watcher has stopped, returns at once
     (it said the level of the first rise, and the second one timed out)."""
-    manager = _standalone(tmp_path, test_image, docker_client, test_limits)
-    manager.privacy_poll_interval = 0.25
+    manager = _standalone(tmp_path, test_image, docker_client, test_limits, poll=0.25)
     try:
         code, out = manager.execute_command("u", "s", LIST, persistent=True)
         assert code == 0 and "eth0" in out, out
@@ -508,13 +507,7 @@ def test_a_higher_rise_is_seen_by_a_sandbox_cut_at_the_first(
     require_bwrap()
     team = _shared_folder(tmp_path)
     inside = shared_data_kernel(team, tmp_path / "i-tmp", shared_data, "--SandboxKernel.privacy_poll_interval=0.2")
-    manager = SandboxManager(
-        read_only_mounts={str(team): "/ref"},
-        config=offline_config(image=test_image, **test_limits),
-        workspace_root=tmp_path / "workspaces",
-        client=docker_client,
-        privacy_poll_interval=0.25,
-    )
+    manager = _standalone(tmp_path, test_image, docker_client, test_limits, mounts={str(team): "/ref"}, poll=0.25)
     try:
         assert inside.run(IFACES).stdout.strip() not in ("", "['lo']")
         code, out = manager.execute_command("u", "s", LIST, persistent=True)
@@ -579,13 +572,7 @@ def test_a_held_containers_next_command_waits_for_the_mounts_holders(
     require_bwrap()
     team = _shared_folder(tmp_path)
     inside = shared_data_kernel(team, tmp_path / "i-tmp", shared_data, "--SandboxKernel.privacy_poll_interval=120")
-    manager = SandboxManager(
-        read_only_mounts={str(team): "/ref"},
-        config=offline_config(image=test_image, **test_limits),
-        workspace_root=tmp_path / "workspaces",
-        client=docker_client,
-        privacy_poll_interval=0.25,
-    )
+    manager = _standalone(tmp_path, test_image, docker_client, test_limits, mounts={str(team): "/ref"}, poll=0.25)
     try:
         assert inside.run(IFACES).stdout.strip() not in ("", "['lo']")
         listening = _listening(inside)
@@ -626,13 +613,7 @@ def test_a_held_containers_failed_record_runs_no_command(
     require_bwrap()
     team = _shared_folder(tmp_path)
     inside = shared_data_kernel(team, tmp_path / "i-tmp", shared_data, "--SandboxKernel.privacy_poll_interval=0.2")
-    manager = SandboxManager(
-        read_only_mounts={str(team): "/ref"},
-        config=offline_config(image=test_image, **test_limits),
-        workspace_root=tmp_path / "workspaces",
-        client=docker_client,
-        privacy_poll_interval=0.25,
-    )
+    manager = _standalone(tmp_path, test_image, docker_client, test_limits, mounts={str(team): "/ref"}, poll=0.25)
     try:
         assert inside.run(IFACES).stdout.strip() not in ("", "['lo']")
         listening = _listening(inside)
@@ -670,12 +651,8 @@ def test_a_higher_rise_of_a_session_private_by_its_folders_is_followed(
         ref.mkdir()
         ref.chmod(0o777)
     k2 = shared_data_kernel(ref2, tmp_path / "k2-tmp", shared_data, "--SandboxKernel.privacy_poll_interval=0.2")
-    manager = SandboxManager(
-        read_only_mounts={str(ref1): "/ref1", str(ref2): "/ref2"},
-        config=offline_config(image=test_image, **test_limits),
-        workspace_root=tmp_path / "workspaces",
-        client=docker_client,
-        privacy_poll_interval=0.25,
+    manager = _standalone(
+        tmp_path, test_image, docker_client, test_limits, mounts={str(ref1): "/ref1", str(ref2): "/ref2"}, poll=0.25
     )
     store = tmp_path / "k1-store"
     k1 = Ratchet("kernel-user", "nbK", PrivacyStore(store), workspace=ref1)

@@ -140,16 +140,6 @@ def _read(folder: int, name: str, path: Path) -> tuple[Any, os.stat_result]:
             raise ExportError(f"{path} is not a notebook nbformat can read ({type(exc).__name__}: {exc})") from None
 
 
-def write_beside(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a new file renamed into place: what
-    was at ``path`` (a link a sandbox left there, say) is replaced, not followed."""
-    folder, name = _open_folder(path)
-    try:
-        _replace_in(folder, name, text)
-    finally:
-        os.close(folder)
-
-
 def _replace_in(folder: int, name: str, text: str) -> None:
     """``text`` as a new file in ``folder``, renamed over ``name``."""
     temporary = f".{name[:200]}.{secrets.token_hex(4)}"
@@ -230,4 +220,4 @@ def _export_to(notebook: Path, fmt: str, output: str | None) -> Path | None:
         os.close(folder)
 
 
-__all__ = ["FORMATS", "ExportError", "convert", "export", "main", "write_beside"]
+__all__ = ["FORMATS", "ExportError", "convert", "export", "main"]
